@@ -1,0 +1,63 @@
+"""Create a tiny Qwen3 checkpoint locally, deterministically from a seed.
+
+No model hub: the weights come from TorchTitan's own initialisation (seeded),
+converted to Hugging Face names with TorchTitan's state-dict adapter, and saved
+beside a config.json and the digit tokenizer. vLLM, transformers and the
+trainer all load the result like any downloaded checkpoint.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import Qwen3Config
+
+from forge_async.models.checkpoint import save_checkpoint
+from forge_async.models.titan import ModelShape, build_titan_model, state_dict_adapter
+from forge_async.models.tokenizer import build_digit_tokenizer
+
+
+@dataclass
+class TinyModelConfig:
+    """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...)."""
+
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 2
+    head_dim: int = 32
+    ffn_dim: int = 256
+    max_seq_len: int = 64
+    seed: int = 0
+
+
+def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.dim,
+        intermediate_size=cfg.ffn_dim,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        architectures=["Qwen3ForCausalLM"],
+        dtype="float32",
+    ).to_dict()
+
+
+def create_tiny_checkpoint(directory: str | Path, cfg: TinyModelConfig | None = None) -> Path:
+    """Write a tiny random-init Qwen3 checkpoint with the digit tokenizer into `directory`."""
+    cfg = cfg or TinyModelConfig()
+    tokenizer = build_digit_tokenizer()
+    hf_config = _hf_config(cfg, len(tokenizer), tokenizer)
+    shape = ModelShape.from_hf_config(hf_config, "tiny model")
+    model = build_titan_model(shape, seed=cfg.seed)
+    hf_state_dict = state_dict_adapter(shape).to_hf(model.state_dict())
+    directory = save_checkpoint(directory, hf_config, hf_state_dict)
+    tokenizer.save_pretrained(str(directory))
+    return directory
