@@ -1,0 +1,5 @@
+"""forge_async: asynchronous RL post-training on Monarch actor meshes."""
+
+from forge_async import runtime
+
+runtime.apply_defaults()

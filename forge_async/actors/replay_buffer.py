@@ -1,0 +1,24 @@
+"""ReplayBuffer: the EpisodeBuffer policy behind a Monarch actor, between generators and trainer."""
+
+from monarch.actor import Actor, endpoint
+
+from forge_async.data.buffer import EpisodeBuffer
+from forge_async.data.episode import Episode
+
+
+class ReplayBuffer(Actor):
+    def __init__(self, max_policy_age: int, capacity: int):
+        self.buffer = EpisodeBuffer(max_policy_age, capacity)
+
+    @endpoint
+    async def add(self, episodes: list[Episode]) -> int:
+        self.buffer.add(episodes)
+        return len(self.buffer)
+
+    @endpoint
+    async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
+        return self.buffer.sample(batch_size, trainer_version)
+
+    @endpoint
+    async def stats(self) -> dict[str, int]:
+        return self.buffer.stats()

@@ -1,0 +1,134 @@
+"""Trainer: a TorchTitan model under FSDP2 on a mesh of procs, learning from episodes.
+
+Every rank receives the same list of episodes and trains on its own contiguous
+slice of the rows; gradients are summed across ranks, so N ranks compute the
+same update as one. The version counts optimizer steps (initial weights = 0).
+After a step, `push_weights` puts the weights (Hugging Face names, one DTensor
+shard per rank) into torchstore under that version.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from monarch.actor import Actor, endpoint
+
+from forge_async.data.batch import TrainBatch, pack_episodes
+from forge_async.data.episode import Episode
+from forge_async.losses.grpo import policy_gradient_loss, token_logprobs
+from forge_async.models.checkpoint import Checkpoint, save_checkpoint
+from forge_async.models.parallelize import apply_fsdp
+from forge_async.models.titan import build_titan_model, state_dict_adapter
+from forge_async.weights import store
+
+
+@dataclass
+class TrainerConfig:
+    procs: int = 1
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.99
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    threads: int = 1  # torch intra-op threads per trainer proc
+
+
+class Trainer(Actor):
+    def __init__(self, checkpoint_path: str, config: TrainerConfig, pad_id: int):
+        self.checkpoint = Checkpoint.open(checkpoint_path)
+        self.config = config
+        self.pad_id = pad_id
+        self.version = 0
+
+    @endpoint
+    async def setup(self) -> None:
+        torch.set_num_threads(self.config.threads)
+        self.device_type = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device_type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl" if self.device_type == "cuda" else "gloo")
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        shape = self.checkpoint.shape
+        self.adapter = state_dict_adapter(shape)
+        model = build_titan_model(shape)
+        model.load_state_dict(self.adapter.from_hf(self.checkpoint.load_hf_state_dict()))
+        self.model = apply_fsdp(model.to(self.device_type), self.device_type)
+        c = self.config
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=c.lr, betas=(c.beta1, c.beta2), weight_decay=c.weight_decay
+        )
+
+    @endpoint
+    async def get_version(self) -> int:
+        return self.version
+
+    def _local_rows(self, batch: TrainBatch) -> TrainBatch:
+        n = batch.tokens.shape[0]
+        if n < self.world:
+            raise ValueError(f"a batch of {n} episodes cannot be split across {self.world} ranks")
+        bounds = torch.linspace(0, n, self.world + 1).round().long().tolist()
+        return batch.rows(bounds[self.rank], bounds[self.rank + 1]).to(self.device_type)
+
+    @endpoint
+    async def train_step(self, episodes: list[Episode]) -> dict[str, float]:
+        """One optimizer step on the whole batch; returns the global loss and grad norm."""
+        start = time.perf_counter()
+        batch = pack_episodes(episodes, self.pad_id)
+        local = self._local_rows(batch)
+        logprobs = token_logprobs(self.model(local.tokens), local.tokens)
+        loss = policy_gradient_loss(logprobs, local, normaliser=batch.num_response_tokens)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        return {
+            "loss": global_loss.item(),
+            "grad_norm": grad_norm.full_tensor().item()
+            if hasattr(grad_norm, "full_tensor")
+            else grad_norm.item(),
+            "response_tokens": batch.num_response_tokens,
+            "version": self.version,
+            "step_ms": (time.perf_counter() - start) * 1e3,
+        }
+
+    @endpoint
+    async def push_weights(self) -> dict[str, float]:
+        """Put the current weights into torchstore under the current version."""
+        start = time.perf_counter()
+        hf_state_dict = self.adapter.to_hf(self.model.state_dict())
+        await store.put_policy(hf_state_dict, self.version)
+        return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
+
+    @endpoint
+    async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
+        """log p(token t | tokens < t) for t >= 1 of each sequence, under the current weights."""
+        batch_tokens = torch.full(
+            (len(sequences), max(map(len, sequences))), self.pad_id, dtype=torch.long
+        )
+        for row, seq in enumerate(sequences):
+            batch_tokens[row, : len(seq)] = torch.tensor(seq)
+        with torch.no_grad():
+            logprobs = token_logprobs(self.model(batch_tokens.to(self.device_type)), batch_tokens)
+        return [logprobs[row, : len(seq) - 1].tolist() for row, seq in enumerate(sequences)]
+
+    def _full_hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every weight, unsharded, in Hugging Face names (a collective: all ranks call it)."""
+        hf_state_dict = self.adapter.to_hf(self.model.state_dict())
+        return {name: t.full_tensor().cpu() for name, t in hf_state_dict.items()}
+
+    @endpoint
+    async def full_state_dict(self) -> dict[str, torch.Tensor]:
+        return self._full_hf_state_dict()
+
+    @endpoint
+    async def save_hf(self, directory: str) -> str:
+        """Save the current policy as a Hugging Face checkpoint (rank 0 writes)."""
+        full = self._full_hf_state_dict()
+        if self.rank == 0:
+            save_checkpoint(directory, self.checkpoint.hf_config, full, self.checkpoint.path)
+        return directory

@@ -1,0 +1,57 @@
+"""Pack episodes into the padded tensors the trainer's loss reads."""
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from forge_async.data.episode import Episode
+
+
+@dataclass
+class TrainBatch:
+    """Right-padded sequences (prompt + response), one episode per row.
+
+    Position t of every per-token tensor refers to the token at t+1 in `tokens`
+    (the token the model predicts from position t), so they line up with the
+    logits of `tokens[:, :-1]`.
+    """
+
+    tokens: torch.Tensor  # [B, L] int64
+    response_mask: torch.Tensor  # [B, L-1] float, 1 where position t predicts a response token
+    behaviour_logprobs: torch.Tensor  # [B, L-1] generator's logprob of each predicted token
+    versions: torch.Tensor  # [B, L-1] int64 policy version of each predicted token (-1 if none)
+    advantages: torch.Tensor  # [B]
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum().item())
+
+    def _map(self, fn) -> "TrainBatch":
+        return TrainBatch(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+
+    def rows(self, start: int, stop: int) -> "TrainBatch":
+        return self._map(lambda t: t[start:stop])
+
+    def to(self, device: str | torch.device) -> "TrainBatch":
+        return self._map(lambda t: t.to(device))
+
+
+def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
+    if not episodes:
+        raise ValueError("cannot pack an empty list of episodes")
+    length = max(len(e.completion.prompt_ids) + len(e.completion.token_ids) for e in episodes)
+    n = len(episodes)
+    tokens = torch.full((n, length), pad_id, dtype=torch.long)
+    mask = torch.zeros(n, length - 1)
+    behaviour = torch.zeros(n, length - 1)
+    versions = torch.full((n, length - 1), -1, dtype=torch.long)
+    for row, episode in enumerate(episodes):
+        c = episode.completion
+        prompt_len, response_len = len(c.prompt_ids), len(c.token_ids)
+        tokens[row, : prompt_len + response_len] = torch.tensor(c.prompt_ids + c.token_ids)
+        predicted = slice(prompt_len - 1, prompt_len - 1 + response_len)
+        mask[row, predicted] = 1.0
+        behaviour[row, predicted] = torch.tensor(c.logprobs)
+        versions[row, predicted] = torch.tensor(c.versions)
+    advantages = torch.tensor([e.advantage for e in episodes], dtype=torch.float32)
+    return TrainBatch(tokens, mask, behaviour, versions, advantages)

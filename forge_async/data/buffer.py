@@ -1,0 +1,61 @@
+"""The replay buffer's policy: bounded FIFO of episodes with a hard policy-age limit."""
+
+from collections import Counter, deque
+
+from forge_async.data.episode import Episode
+
+
+class EpisodeBuffer:
+    """Holds scored episodes until the trainer takes them.
+
+    `sample(batch_size, trainer_version)` first drops (and counts, as "stale")
+    every held episode whose policy age exceeds `max_policy_age`, then returns
+    the `batch_size` oldest episodes, or None if fewer are held. When the buffer
+    is full, adding evicts the oldest episodes, counted as "overflow".
+    """
+
+    def __init__(self, max_policy_age: int, capacity: int):
+        if max_policy_age < 0:
+            raise ValueError(f"max_policy_age must be >= 0, got {max_policy_age}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.max_policy_age = max_policy_age
+        self.capacity = capacity
+        self._episodes: deque[Episode] = deque()
+        self.added = 0
+        self.sampled = 0
+        self.dropped: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+    def add(self, episodes: list[Episode]) -> None:
+        self._episodes.extend(episodes)
+        self.added += len(episodes)
+        while len(self._episodes) > self.capacity:
+            self._episodes.popleft()
+            self.dropped["overflow"] += 1
+
+    def drop_stale(self, trainer_version: int) -> int:
+        fresh = [e for e in self._episodes if e.policy_age(trainer_version) <= self.max_policy_age]
+        dropped = len(self._episodes) - len(fresh)
+        self._episodes = deque(fresh)
+        self.dropped["stale"] += dropped
+        return dropped
+
+    def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
+        self.drop_stale(trainer_version)
+        if len(self._episodes) < batch_size:
+            return None
+        batch = [self._episodes.popleft() for _ in range(batch_size)]
+        self.sampled += batch_size
+        return batch
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "size": len(self._episodes),
+            "added": self.added,
+            "sampled": self.sampled,
+            "dropped_stale": self.dropped["stale"],
+            "dropped_overflow": self.dropped["overflow"],
+        }

@@ -1,0 +1,41 @@
+"""Spawn each actor mesh on this host and bring it to a ready state.
+
+These are the building blocks a user composes in their own script (see
+docs/compose.md); the GRPO app uses the same functions.
+"""
+
+from monarch.actor import ProcMesh, this_host
+from monarch.spmd import setup_torch_elastic_env_async
+
+from forge_async.actors.generator import Generator, GeneratorConfig
+from forge_async.actors.replay_buffer import ReplayBuffer
+from forge_async.actors.trainer import Trainer, TrainerConfig
+from forge_async.models.checkpoint import Checkpoint
+
+
+async def spawn_trainer(checkpoint: Checkpoint, config: TrainerConfig, pad_id: int):
+    """A Trainer on `config.procs` procs, torch.distributed initialised, weights loaded."""
+    procs = this_host().spawn_procs(per_host={"procs": config.procs}, name="trainer")
+    await setup_torch_elastic_env_async(procs)
+    trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id)
+    await trainer.setup.call()
+    return procs, trainer
+
+
+async def spawn_generator(checkpoint: Checkpoint, config: GeneratorConfig, index: int = 0):
+    """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights."""
+    procs = this_host().spawn_procs(per_host={"procs": 1}, name=f"generator{index}")
+    generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config)
+    timing = await generator.setup.call_one()
+    return procs, generator, timing
+
+
+async def spawn_replay_buffer(max_policy_age: int, capacity: int):
+    procs = this_host().spawn_procs(per_host={"procs": 1}, name="replay_buffer")
+    buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity)
+    return procs, buffer
+
+
+async def stop_all(*meshes: ProcMesh) -> None:
+    for procs in meshes:
+        await procs.stop()

@@ -1,0 +1,22 @@
+"""Process-wide settings every forge_async process needs, applied on import.
+
+Monarch procs inherit the environment of the process that spawns them, so
+setting these once in the controller process covers every actor.
+"""
+
+import os
+
+_DEFAULTS = {
+    # vLLM's engine runs inside the generator's proc: multiprocess engines cannot
+    # start inside Monarch's daemonic procs.
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    # Avoids a ~2 s torch.compile on vLLM's first logprobs request (CPU).
+    "TORCHDYNAMO_DISABLE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_LOGGING_LEVEL": "WARNING",
+}
+
+
+def apply_defaults() -> None:
+    for key, value in _DEFAULTS.items():
+        os.environ.setdefault(key, value)
