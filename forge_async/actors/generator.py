@@ -111,6 +111,20 @@ class Generator(Actor):
         )
 
     @endpoint
+    async def score(self, sequences: list[list[int]]) -> list[list[float]]:
+        """log p(token t | tokens < t) for t >= 1 of each sequence, under the engine's weights."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": seq} for seq in sequences], params, use_tqdm=False
+        )
+        return [
+            [out.prompt_logprobs[t][tok].logprob for t, tok in enumerate(seq) if t > 0]
+            for seq, out in zip(sequences, outputs)
+        ]
+
+    @endpoint
     async def load_version(self, version: int) -> dict[str, float]:
         """Replace the engine's weights with policy `version` from torchstore, in place."""
         start = time.perf_counter()

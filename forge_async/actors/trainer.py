@@ -30,6 +30,7 @@ class TrainerConfig:
     lr: float = 1e-3
     beta1: float = 0.9
     beta2: float = 0.99
+    eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     threads: int = 1  # torch intra-op threads per trainer proc
@@ -57,7 +58,10 @@ class Trainer(Actor):
         self.model = apply_fsdp(model.to(self.device_type), self.device_type)
         c = self.config
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=c.lr, betas=(c.beta1, c.beta2), weight_decay=c.weight_decay
+            self.model.parameters(), lr=c.lr,
+            betas=(c.beta1, c.beta2),
+            eps=c.eps,
+            weight_decay=c.weight_decay,
         )
 
     @endpoint

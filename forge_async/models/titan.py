@@ -7,6 +7,7 @@ Attention is plain causal SDPA: batches are right-padded, one sequence per row,
 so no document masks are needed, and SDPA has a CPU backward (flex has none).
 """
 
+import logging
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,6 +21,9 @@ from torchtitan.models.common.nn_modules import RMSNorm
 from torchtitan.models.qwen3 import Qwen3Model
 from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
+
+# TorchTitan logs every config build at INFO; only its warnings matter here.
+logging.getLogger("torchtitan").setLevel(logging.WARNING)
 
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
 

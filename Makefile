@@ -1,0 +1,31 @@
+# Set-up, run and test. Each target creates or updates the virtual environment
+# (.venv) from this project's own files when needed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# vLLM's CUDA build where an NVIDIA driver is present, its CPU build elsewhere.
+VLLM_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+
+.PHONY: grpo test venv clean-venv
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e ".[$(VLLM_EXTRA),test]"
+	@# torchstore's metadata pins torch 2.9 and an old torchmonarch; its code works with ours.
+	$(PY) -m pip install --no-deps torchstore==0.1.2
+	@# CUDA-linked media packages break transformers/vLLM imports on CPU; nothing here needs them.
+	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+venv: $(STAMP)
+
+grpo: $(STAMP)
+	$(PY) -m apps.grpo $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

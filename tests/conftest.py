@@ -1,0 +1,67 @@
+"""Shared fixtures: a tiny checkpoint, a torchstore, and one vLLM generator per session.
+
+Everything here is real: vLLM engine, Monarch procs, TorchTitan + FSDP2 over gloo,
+torchstore. Tests talk to actors synchronously through Monarch futures (`.get()`).
+"""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import forge_async  # noqa: F401  (process-wide runtime settings)
+from forge_async.actors.generator import GeneratorConfig
+from forge_async.actors.trainer import TrainerConfig
+from forge_async.launch import meshes
+from forge_async.models import Checkpoint, create_tiny_checkpoint
+from forge_async.models.tokenizer import build_digit_tokenizer
+from forge_async.weights import store
+
+PAD_ID = build_digit_tokenizer().pad_token_id
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Checkpoint:
+    return Checkpoint.open(create_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+@pytest.fixture(scope="session")
+def weight_store():
+    asyncio.run(store.start_store())
+    yield store.STORE_NAME
+    asyncio.run(store.stop_store())
+
+
+@pytest.fixture(scope="session")
+def generator(tiny_checkpoint, weight_store):
+    procs, generator, _ = asyncio.run(
+        meshes.spawn_generator(tiny_checkpoint, GeneratorConfig(cpu_threads_bind="0"))
+    )
+    yield generator
+    asyncio.run(meshes.stop_all(procs))
+
+
+def spawn_trainer(checkpoint: Checkpoint, procs: int, **overrides):
+    """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
+    config = TrainerConfig(procs=procs, **overrides)
+    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shutdown_monarch():
+    yield
+    from monarch.actor import shutdown_context
+
+    shutdown_context().get(timeout=30)
+
+
+def fixed_sequences() -> list[list[int]]:
+    """Digit-task token sequences (BOS digits SEP answer EOS) used to compare models."""
+    return [
+        [11, 3, 1, 4, 13, 4, 12],
+        [11, 9, 2, 6, 13, 9, 12],
+        [11, 0, 5, 5, 13, 5],
+        [11, 7, 7, 1, 13, 2, 3, 4],
+    ]
+
+
