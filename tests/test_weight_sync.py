@@ -29,7 +29,7 @@ def trainer(tiny_checkpoint, weight_store):
 def sampled_parity(generator, trainer) -> float:
     """Max |generator logprob - trainer logprob| over freshly sampled tokens."""
     groups = generator.generate.call_one(
-        [[11, 3, 1, 4, 13], [11, 9, 2, 6, 13]], SamplingConfig(max_tokens=6, n=4)
+        [[11, 3, 1, 4, 13], [11, 9, 2, 6, 13]], SamplingConfig(max_tokens=6), n=4
     ).get()
     completions = [c for group in groups for c in group]
     scored = trainer.sequence_logprobs.call_one(
@@ -43,7 +43,7 @@ def sampled_parity(generator, trainer) -> float:
 
 def toy_episodes(generator) -> list[Episode]:
     groups = generator.generate.call_one(
-        [[11, 5, 2, 8, 13]], SamplingConfig(max_tokens=4, n=8)
+        [[11, 5, 2, 8, 13]], SamplingConfig(max_tokens=4), n=8
     ).get()
     return [
         Episode(c, reward=float(i % 2), advantage=1.0 if i % 2 else -1.0)

@@ -33,7 +33,6 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 16
-    n: int = 1  # completions per prompt (a GRPO group)
 
 
 class PromptTooLongError(ValueError):
@@ -45,6 +44,7 @@ class Generator(Actor):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
         self.version = 0
+        self.busy_s = 0.0  # time spent inside generate calls
 
     @endpoint
     async def setup(self) -> dict[str, float]:
@@ -69,6 +69,10 @@ class Generator(Actor):
     async def get_version(self) -> int:
         return self.version
 
+    @endpoint
+    async def busy_seconds(self) -> float:
+        return self.busy_s
+
     def _prompt_ids(self, prompt: str | list[int], max_tokens: int) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) + max_tokens > self.max_model_len:
@@ -81,20 +85,22 @@ class Generator(Actor):
 
     @endpoint
     async def generate(
-        self, prompts: list[str | list[int]], sampling: SamplingConfig
+        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
     ) -> list[list[Completion]]:
-        """`sampling.n` completions for each prompt, each token tagged with the current version."""
+        """`n` completions for each prompt, each token tagged with the current version."""
         from vllm import SamplingParams
 
         params = SamplingParams(
-            n=sampling.n,
+            n=n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_tokens=sampling.max_tokens,
             logprobs=0,  # the sampled token's own logprob
         )
         requests = [{"prompt_token_ids": self._prompt_ids(p, sampling.max_tokens)} for p in prompts]
+        start = time.perf_counter()
         outputs = self.llm.generate(requests, params, use_tqdm=False)
+        self.busy_s += time.perf_counter() - start
         return [
             [self._completion(out.prompt_token_ids, c) for c in out.outputs] for out in outputs
         ]

@@ -1,0 +1,1 @@
+"""The GRPO application: `python -m apps.grpo [hydra overrides]`."""

@@ -1,0 +1,74 @@
+"""The GRPO run's configuration: dataclasses that mirror configs/grpo.yaml key for key.
+
+Hydra validates every override against these types (an unknown key or a value
+of the wrong type fails at start, naming the key); `__post_init__` checks the
+values' ranges and names the offending key.
+"""
+
+from dataclasses import dataclass, field
+
+from forge_async.actors.generator import GeneratorConfig, SamplingConfig
+from forge_async.actors.trainer import TrainerConfig
+from forge_async.data.tasks import TaskConfig
+from forge_async.models.tiny import TinyModelConfig
+
+MODES = ("async", "sync")
+
+
+class ConfigError(ValueError):
+    """A configuration value out of its allowed range, naming the key."""
+
+
+@dataclass
+class ModelConfig:
+    # A local Hugging Face checkpoint directory; null = create the tiny model in the run dir.
+    path: str | None = None
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass
+class GRPOConfig:
+    mode: str = "async"  # async: generation and training overlap; sync: strictly alternate
+    steps: int = 150  # optimizer steps
+    seed: int = 0
+    max_policy_age: int = 1  # samples older than this many trainer versions are dropped
+    group_size: int = 8  # completions per prompt
+    prompts_per_step: int = 16  # training batch = prompts_per_step * group_size episodes
+    rollout_workers: int = 2  # concurrent generate calls kept in flight (async mode)
+    prompts_per_rollout: int = 16  # prompts per generate call
+    buffer_capacity: int = 4096  # episodes; beyond it the oldest are evicted (counted)
+    target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
+        positive = {
+            "steps": self.steps,
+            "group_size": self.group_size,
+            "prompts_per_step": self.prompts_per_step,
+            "rollout_workers": self.rollout_workers,
+            "prompts_per_rollout": self.prompts_per_rollout,
+            "buffer_capacity": self.buffer_capacity,
+            "generator.count": self.generator.count,
+            "trainer.procs": self.trainer.procs,
+            "sampling.max_tokens": self.sampling.max_tokens,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ConfigError(f"{key}={value}: must be >= 1")
+        if self.max_policy_age < 0:
+            raise ConfigError(f"max_policy_age={self.max_policy_age}: must be >= 0")
+        if self.buffer_capacity < self.batch_size:
+            raise ConfigError(
+                f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
+                f"({self.batch_size} = prompts_per_step * group_size)"
+            )
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.group_size

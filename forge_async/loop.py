@@ -1,0 +1,166 @@
+"""The GRPO training loop over ready actor meshes, asynchronous or synchronous.
+
+async: rollout workers keep the generators busy into the replay buffer while
+the trainer takes a batch as soon as the buffer holds one, steps, pushes its
+weights and goes on; generators pick the new version up when free.
+sync:  generate a batch, train on it, push, wait for every generator to load
+the new weights, repeat. The baseline async is measured against.
+"""
+
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+
+from forge_async.config import GRPOConfig
+from forge_async.data.episode import Episode
+from forge_async.data.tasks import Task
+from forge_async.metrics import MetricsLog, batch_metrics
+from forge_async.rollout import Rollouts
+from forge_async.weights.sync import WeightSync
+
+_POLL_S = 0.005
+
+
+class GRPOLoop:
+    def __init__(self, config: GRPOConfig, run_dir: Path, task: Task, trainer, generators, buffer):
+        self.config = config
+        self.run_dir = run_dir
+        self.trainer, self.generators, self.buffer = trainer, generators, buffer
+        self.rollouts = Rollouts(
+            task, config.sampling, config.group_size, config.prompts_per_rollout, config.seed
+        )
+        self.metrics = MetricsLog(run_dir)
+        self.version = 0
+        self.trained = 0
+        self.trainer_idle_s = 0.0
+        self.rewards: list[float] = []
+        self.target_reached: dict | None = None
+
+    async def run(self) -> dict:
+        self.sync = WeightSync(self.generators)
+        self.start = self._last = time.perf_counter()
+        self._last_tokens = 0
+        try:
+            if self.config.mode == "async":
+                await self._run_async()
+            else:
+                await self._run_sync()
+        finally:
+            await self.sync.close()
+            self.metrics.close()
+        return await self._summary()
+
+    async def _run_async(self) -> None:
+        stop = asyncio.Event()
+        workers = [
+            asyncio.create_task(
+                self.rollouts.run_worker(self.generators[i % len(self.generators)], self.buffer, stop)
+            )
+            for i in range(self.config.rollout_workers)
+        ]
+        try:
+            for step in range(1, self.config.steps + 1):
+                waited_from = time.perf_counter()
+                batch = await self._next_batch(workers)
+                self.trainer_idle_s += time.perf_counter() - waited_from
+                await self._train(step, batch)
+        finally:
+            stop.set()  # workers finish the call in flight and hand it to the buffer
+            results = await asyncio.gather(*workers, return_exceptions=True)
+        _raise_first_error(results)
+
+    async def _next_batch(self, workers: list[asyncio.Task]) -> list[Episode]:
+        while True:
+            batch = await self.buffer.sample.call_one(self.config.batch_size, self.version)
+            if batch is not None:
+                return batch
+            _raise_first_error([w.exception() for w in workers if w.done()])
+            await asyncio.sleep(_POLL_S)
+
+    async def _run_sync(self) -> None:
+        per_call = self.config.prompts_per_rollout
+        for step in range(1, self.config.steps + 1):
+            waited_from = time.perf_counter()
+            calls, remaining = [], self.config.prompts_per_step
+            while remaining > 0:
+                generator = self.generators[len(calls) % len(self.generators)]
+                calls.append(self.rollouts.produce(generator, min(per_call, remaining)))
+                remaining -= per_call
+            for episodes in await asyncio.gather(*calls):
+                await self.buffer.add.call_one(episodes)
+            batch = await self.buffer.sample.call_one(self.config.batch_size, self.version)
+            self.trainer_idle_s += time.perf_counter() - waited_from
+            await self._train(step, batch)
+            await self.sync.wait_until_loaded(self.version)
+
+    async def _train(self, step: int, batch: list[Episode]) -> None:
+        record = {"step": step, **batch_metrics(batch, self.version)}
+        result = (await self.trainer.train_step.call(batch)).item(procs=0)
+        push = (await self.trainer.push_weights.call()).item(procs=0)
+        self.version = result["version"]
+        self.sync.publish(self.version)
+        self.trained += len(batch)
+        self.rewards.append(record["reward_mean"])
+        buffer = await self.buffer.stats.call_one()
+        now = time.perf_counter()
+        tokens = self.rollouts.stats.tokens
+        record.update(
+            loss=result["loss"],
+            grad_norm=result["grad_norm"],
+            version=self.version,
+            samples_trained=self.trained,
+            dropped_stale=buffer["dropped_stale"],
+            dropped_other=buffer["dropped_overflow"],
+            buffered=buffer["size"],
+            gen_tokens_per_s=(tokens - self._last_tokens) / max(now - self._last, 1e-9),
+            trainer_idle_frac=self.trainer_idle_s / (now - self.start),
+            train_step_ms=result["step_ms"],
+            weight_push_ms=push["push_ms"],
+            weight_load_ms=self.sync.last_load_ms,
+            weight_sync_ms=push["push_ms"] + self.sync.last_load_ms,
+            wall_s=now - self.start,
+        )
+        self._last, self._last_tokens = now, tokens
+        self.metrics.log(record)
+        if self.target_reached is None and self.metrics.reward_avg >= self.config.target_reward:
+            self.target_reached = {"step": step, "wall_s": record["wall_s"]}
+
+    async def _summary(self) -> dict:
+        buffer = await self.buffer.stats.call_one()
+        wall = time.perf_counter() - self.start
+        busy = [await g.busy_seconds.call_one() for g in self.generators]
+        window = max(1, min(10, len(self.rewards) // 2))
+        generated = self.rollouts.stats.generated
+        summary = {
+            "mode": self.config.mode,
+            "steps": len(self.rewards),
+            "wall_s": wall,
+            "generated": generated,
+            "trained": self.trained,
+            "dropped_stale": buffer["dropped_stale"],
+            "dropped_other": buffer["dropped_overflow"],
+            "left_in_buffer": buffer["size"],
+            "in_flight": 0,  # workers are drained into the buffer before this point
+            "reward_first": statistics.fmean(self.rewards[:window]) if self.rewards else None,
+            "reward_last": statistics.fmean(self.rewards[-window:]) if self.rewards else None,
+            "target_reward": self.config.target_reward,
+            "target_reached": self.target_reached,
+            "samples_per_s": self.trained / wall,
+            "trainer_idle_frac": self.trainer_idle_s / wall,
+            "generator_idle_frac": 1 - sum(busy) / (wall * len(busy)),
+        }
+        accounted = (
+            summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
+            + summary["left_in_buffer"] + summary["in_flight"]
+        )
+        summary["accounting_ok"] = accounted == generated
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+
+def _raise_first_error(results: list) -> None:
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+            raise result

@@ -1,0 +1,70 @@
+"""Rollouts: prompts -> generator -> rewards -> group advantages -> replay buffer.
+
+Runs in the controller process, off the trainer's critical path: while the
+trainer steps, rollout workers keep their generators busy, score what comes
+back and hand scored episodes to the buffer.
+"""
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from forge_async.actors.generator import SamplingConfig
+from forge_async.data.episode import Episode
+from forge_async.data.tasks import Prompt, Task
+from forge_async.losses.advantages import group_advantages
+
+
+@dataclass
+class RolloutStats:
+    generated: int = 0  # episodes produced (and handed to the buffer)
+    tokens: int = 0  # completion tokens produced
+
+
+def score_groups(
+    task: Task, prompts: list[Prompt], groups: list[list], first_group_id: int
+) -> list[Episode]:
+    episodes = []
+    for offset, (prompt, completions) in enumerate(zip(prompts, groups, strict=True)):
+        rewards = [task.reward(prompt, c) for c in completions]
+        for completion, reward, advantage in zip(completions, rewards, group_advantages(rewards)):
+            episodes.append(
+                Episode(completion, reward, advantage, group_id=first_group_id + offset)
+            )
+    return episodes
+
+
+class Rollouts:
+    def __init__(
+        self,
+        task: Task,
+        sampling: SamplingConfig,
+        group_size: int,
+        prompts_per_call: int,
+        seed: int,
+    ):
+        self.task = task
+        self.sampling = sampling
+        self.group_size = group_size
+        self.prompts_per_call = prompts_per_call
+        self.rng = random.Random(seed)
+        self.stats = RolloutStats()
+        self._next_group = 0
+
+    async def produce(self, generator, num_prompts: int | None = None) -> list[Episode]:
+        """One generate call on `generator`, scored into episodes."""
+        prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
+        first_group, self._next_group = self._next_group, self._next_group + len(prompts)
+        groups = await generator.generate.call_one(
+            [p.token_ids for p in prompts], self.sampling, self.group_size
+        )
+        episodes = score_groups(self.task, prompts, groups, first_group)
+        self.stats.generated += len(episodes)
+        self.stats.tokens += sum(len(e.completion.token_ids) for e in episodes)
+        return episodes
+
+    async def run_worker(self, generator, buffer, stop: asyncio.Event) -> None:
+        """Generate into the buffer until `stop` is set; finishes the call in flight."""
+        while not stop.is_set():
+            episodes = await self.produce(generator)
+            await buffer.add.call_one(episodes)
