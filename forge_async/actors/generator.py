@@ -6,6 +6,7 @@ are loaded in place from torchstore by version, without restarting the engine,
 and the prefix cache is reset so no KV computed by old weights is reused.
 """
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -33,6 +34,11 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 16
+
+
+# On every in-place reload vLLM warns "RotaryEmbedding: Failed to load weights": the
+# rotary cache has no checkpoint tensor and is (correctly) kept as it was.
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
 
 
 class PromptTooLongError(ValueError):
