@@ -11,6 +11,7 @@ from forge_async.actors.generator import GeneratorConfig, SamplingConfig
 from forge_async.actors.trainer import TrainerConfig
 from forge_async.data.tasks import TaskConfig
 from forge_async.models.tiny import TinyModelConfig
+from forge_async.weights.config import WeightsConfig
 
 MODES = ("async", "sync")
 
@@ -32,6 +33,8 @@ class GRPOConfig:
     steps: int = 150  # optimizer steps
     seed: int = 0
     max_policy_age: int = 1  # samples older than this many trainer versions are dropped
+    # Admit generation only when it can be trained within max_policy_age (see admission.py).
+    admission_control: bool = True
     group_size: int = 8  # completions per prompt
     prompts_per_step: int = 16  # training batch = prompts_per_step * group_size episodes
     rollout_workers: int = 2  # concurrent generate calls kept in flight (async mode)
@@ -43,6 +46,7 @@ class GRPOConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -63,6 +67,12 @@ class GRPOConfig:
                 raise ConfigError(f"{key}={value}: must be >= 1")
         if self.max_policy_age < 0:
             raise ConfigError(f"max_policy_age={self.max_policy_age}: must be >= 0")
+        if self.prompts_per_rollout > self.prompts_per_step:
+            # A rollout larger than a batch could never be admitted at max_policy_age=0.
+            raise ConfigError(
+                f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
+                f"prompts_per_step={self.prompts_per_step}"
+            )
         if self.buffer_capacity < self.batch_size:
             raise ConfigError(
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "

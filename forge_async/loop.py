@@ -1,9 +1,11 @@
 """The GRPO training loop over ready actor meshes, asynchronous or synchronous.
 
-async: rollout workers keep the generators busy into the replay buffer while
-the trainer takes a batch as soon as the buffer holds one, steps, pushes its
-weights and goes on; generators pick the new version up when free.
-sync:  generate a batch, train on it, push, wait for every generator to load
+async: rollout workers keep the generators busy into the replay buffer, each
+request admitted only if its samples can still be trained within
+max_policy_age; the trainer takes a batch as soon as the buffer holds one,
+steps, publishes its weights and goes on; generators pick the new version up
+between engine steps.
+sync:  generate a batch, train on it, publish, wait for every generator to hold
 the new weights, repeat. The baseline async is measured against.
 """
 
@@ -13,6 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
+from forge_async.admission import AdmissionControl
 from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Task
@@ -20,7 +23,7 @@ from forge_async.metrics import MetricsLog, batch_metrics
 from forge_async.rollout import Rollouts
 from forge_async.weights.sync import WeightSync
 
-_POLL_S = 0.005
+_POLL_S = 0.002
 
 
 class GRPOLoop:
@@ -34,12 +37,18 @@ class GRPOLoop:
         self.metrics = MetricsLog(run_dir)
         self.version = 0
         self.trained = 0
+        self.dropped_seen = 0
         self.trainer_idle_s = 0.0
         self.rewards: list[float] = []
         self.target_reached: dict | None = None
 
     async def run(self) -> dict:
-        self.sync = WeightSync(self.generators)
+        self.admission = AdmissionControl(
+            self.config.batch_size, self.config.max_policy_age, self.config.admission_control
+        )
+        self.sync = WeightSync(
+            self.generators, self.config.weights.transport, on_loaded=self.admission.weights_moved
+        )
         self.start = self._last = time.perf_counter()
         self._last_tokens = 0
         try:
@@ -54,12 +63,20 @@ class GRPOLoop:
 
     async def _run_async(self) -> None:
         stop = asyncio.Event()
-        workers = [
-            asyncio.create_task(
-                self.rollouts.run_worker(self.generators[i % len(self.generators)], self.buffer, stop)
+        workers = []
+        for i in range(self.config.rollout_workers):
+            g = i % len(self.generators)
+            workers.append(
+                asyncio.create_task(
+                    self.rollouts.run_worker(
+                        self.generators[g],
+                        lambda g=g: self.sync.generator_version(g),
+                        self.buffer,
+                        self.admission,
+                        stop,
+                    )
+                )
             )
-            for i in range(self.config.rollout_workers)
-        ]
         try:
             for step in range(1, self.config.steps + 1):
                 waited_from = time.perf_counter()
@@ -68,6 +85,7 @@ class GRPOLoop:
                 await self._train(step, batch)
         finally:
             stop.set()  # workers finish the call in flight and hand it to the buffer
+            await self.admission.close()
             results = await asyncio.gather(*workers, return_exceptions=True)
         _raise_first_error(results)
 
@@ -97,28 +115,31 @@ class GRPOLoop:
 
     async def _train(self, step: int, batch: list[Episode]) -> None:
         record = {"step": step, **batch_metrics(batch, self.version)}
+        buffer = await self.buffer.stats.call_one()
+        dropped = buffer["dropped_stale"] + buffer["dropped_overflow"]
+        await self.admission.step_started(len(batch), dropped - self.dropped_seen)
+        self.dropped_seen = dropped
         result = (await self.trainer.train_step.call(batch)).item(procs=0)
         push = (await self.trainer.push_weights.call()).item(procs=0)
-        self.version = result["version"]
+        self.version = result.pop("version")
         self.sync.publish(self.version)
+        await self.admission.step_finished(self.version)
         self.trained += len(batch)
         self.rewards.append(record["reward_mean"])
-        buffer = await self.buffer.stats.call_one()
         now = time.perf_counter()
         tokens = self.rollouts.stats.tokens
         record.update(
-            loss=result["loss"],
-            grad_norm=result["grad_norm"],
+            result,
             version=self.version,
             samples_trained=self.trained,
             dropped_stale=buffer["dropped_stale"],
             dropped_other=buffer["dropped_overflow"],
             buffered=buffer["size"],
+            in_flight=self.admission.in_flight,
+            gen_paused_s=self.admission.paused_s,
             gen_tokens_per_s=(tokens - self._last_tokens) / max(now - self._last, 1e-9),
             trainer_idle_frac=self.trainer_idle_s / (now - self.start),
-            train_step_ms=result["step_ms"],
             weight_push_ms=push["push_ms"],
-            weight_load_ms=self.sync.last_load_ms,
             weight_sync_ms=push["push_ms"] + self.sync.last_load_ms,
             wall_s=now - self.start,
         )
@@ -130,7 +151,8 @@ class GRPOLoop:
     async def _summary(self) -> dict:
         buffer = await self.buffer.stats.call_one()
         wall = time.perf_counter() - self.start
-        busy = [await g.busy_seconds.call_one() for g in self.generators]
+        generators = [await g.stats.call_one() for g in self.generators]
+        pauses = [p for g in generators for p in g["swap_pauses_ms"]]
         window = max(1, min(10, len(self.rewards) // 2))
         generated = self.rollouts.stats.generated
         summary = {
@@ -149,7 +171,11 @@ class GRPOLoop:
             "target_reached": self.target_reached,
             "samples_per_s": self.trained / wall,
             "trainer_idle_frac": self.trainer_idle_s / wall,
-            "generator_idle_frac": 1 - sum(busy) / (wall * len(busy)),
+            "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * len(generators)),
+            "gen_paused_for_admission_s": self.admission.paused_s,
+            "inflight_swaps": len(pauses),
+            "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
+            "swap_pause_ms_max": max(pauses) if pauses else None,
         }
         accounted = (
             summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]

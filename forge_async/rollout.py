@@ -10,6 +10,7 @@ import random
 from dataclasses import dataclass
 
 from forge_async.actors.generator import SamplingConfig
+from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Prompt, Task
 from forge_async.losses.advantages import group_advantages
@@ -63,8 +64,18 @@ class Rollouts:
         self.stats.tokens += sum(len(e.completion.token_ids) for e in episodes)
         return episodes
 
-    async def run_worker(self, generator, buffer, stop: asyncio.Event) -> None:
-        """Generate into the buffer until `stop` is set; finishes the call in flight."""
+    async def run_worker(
+        self, generator, generator_version, buffer, admission: AdmissionControl, stop: asyncio.Event
+    ) -> None:
+        """Generate into the buffer until `stop` is set; finishes the call in flight.
+
+        `generator_version()` gives the oldest version the generator can sample with
+        from now on; admission control uses it to bound the work in flight.
+        """
+        size = self.prompts_per_call * self.group_size
         while not stop.is_set():
+            if not await admission.admit(size, generator_version):
+                return
             episodes = await self.produce(generator)
             await buffer.add.call_one(episodes)
+            await admission.generated(size)

@@ -16,6 +16,7 @@ from forge_async.launch import meshes
 from forge_async.models import Checkpoint, create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.weights import store
+from forge_async.weights.config import WeightsConfig
 
 PAD_ID = build_digit_tokenizer().pad_token_id
 
@@ -34,17 +35,21 @@ def weight_store():
 
 @pytest.fixture(scope="session")
 def generator(tiny_checkpoint, weight_store):
+    """A generator on the torchstore transport: it loads versions only when told to."""
     procs, generator, _ = asyncio.run(
-        meshes.spawn_generator(tiny_checkpoint, GeneratorConfig(cpu_threads_bind="0"))
+        meshes.spawn_generator(
+            tiny_checkpoint, GeneratorConfig(cpu_threads_bind="0"), WeightsConfig("torchstore")
+        )
     )
     yield generator
     asyncio.run(meshes.stop_all(procs))
 
 
-def spawn_trainer(checkpoint: Checkpoint, procs: int, **overrides):
+def spawn_trainer(checkpoint: Checkpoint, procs: int, weights: WeightsConfig | None = None, **overrides):
     """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
     config = TrainerConfig(procs=procs, **overrides)
-    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID))
+    weights = weights or WeightsConfig("torchstore")
+    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID, weights))
 
 
 @pytest.fixture(scope="session", autouse=True)

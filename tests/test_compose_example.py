@@ -4,7 +4,7 @@ import re
 import subprocess
 import sys
 
-from app_runner import REPO
+from apps.grpo.subprocess_run import REPO
 
 
 def test_compose_example_runs():

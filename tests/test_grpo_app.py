@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 
-from app_runner import run_app
+from apps.grpo.subprocess_run import run_app
 
 METRIC_KEYS = {
     "step", "reward_mean", "policy_age_mean", "policy_age_max", "samples_trained",

@@ -2,7 +2,7 @@
 
 import statistics
 
-from app_runner import run_app
+from apps.grpo.subprocess_run import run_app
 
 STEPS = 50
 WINDOW = 8

@@ -23,6 +23,7 @@ from forge_async.launch import meshes
 from forge_async.loop import GRPOLoop
 from forge_async.models import Checkpoint, CheckpointError, create_tiny_checkpoint
 from forge_async.weights import store
+from forge_async.weights.shared_memory import SharedMemoryChannel
 
 ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
@@ -46,10 +47,16 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"run dir: {run_dir}\nmodel: {checkpoint.path} | task: {task.name} | mode: {config.mode}")
 
+    config.weights = config.weights.resolved()
     await store.start_store()
-    trainer_procs, trainer = await meshes.spawn_trainer(checkpoint, config.trainer, pad_id)
+    trainer_procs, trainer = await meshes.spawn_trainer(
+        checkpoint, config.trainer, pad_id, config.weights
+    )
     spawned = await asyncio.gather(
-        *(meshes.spawn_generator(checkpoint, config.generator, i) for i in range(config.generator.count))
+        *(
+            meshes.spawn_generator(checkpoint, config.generator, config.weights, i)
+            for i in range(config.generator.count)
+        )
     )
     buffer_procs, buffer = await meshes.spawn_replay_buffer(config.max_policy_age, config.buffer_capacity)
     all_procs = [trainer_procs, buffer_procs, *(procs for procs, _, _ in spawned)]
@@ -66,6 +73,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     finally:
         await meshes.stop_all(*all_procs)
         await store.stop_store()
+        SharedMemoryChannel(config.weights.channel_dir).remove()
 
 
 def report(summary: dict) -> None:

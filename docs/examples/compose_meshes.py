@@ -23,6 +23,7 @@ from forge_async.models import Checkpoint, create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.rollout import score_groups
 from forge_async.weights import store
+from forge_async.weights.config import WeightsConfig
 
 
 async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
@@ -30,12 +31,18 @@ async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
     checkpoint = Checkpoint.open(create_tiny_checkpoint(workdir / "model"))
     task = build_task(TaskConfig(name="max_digit", num_digits=3), tokenizer)
     sampling = SamplingConfig(max_tokens=3)
+    # torchstore transport: weights go through the store by name and version, and the
+    # generator loads a version when told to (the shm transport would let it pick
+    # new versions up by itself).
+    weights = WeightsConfig(transport="torchstore")
 
     await store.start_store()
     trainer_procs_mesh, trainer = await meshes.spawn_trainer(
-        checkpoint, TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id
+        checkpoint, TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id, weights
     )
-    generator_procs, generator, timing = await meshes.spawn_generator(checkpoint, GeneratorConfig())
+    generator_procs, generator, timing = await meshes.spawn_generator(
+        checkpoint, GeneratorConfig(), weights
+    )
     buffer_procs, buffer = await meshes.spawn_replay_buffer(max_policy_age=0, capacity=1024)
     print(f"meshes up (engine start {timing['engine_start_s']:.1f}s)")
 

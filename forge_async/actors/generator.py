@@ -1,11 +1,14 @@
 """Generator: a vLLM engine in a Monarch actor, producing version-tagged completions.
 
-The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0): one process per
-generator, which works inside Monarch procs on CPU and GPU alike. New weights
-are loaded in place from torchstore by version, without restarting the engine,
-and the prefix cache is reset so no KV computed by old weights is reused.
+The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and is stepped by
+a background task on the actor's event loop (see VersionedEngine). `generate`
+queues requests and waits for them. With the shm weight transport, the loop
+looks at the channel's LATEST pointer before every engine step and applies a
+newer version by itself, in flight or after draining (generator.swap_mode).
+With the torchstore transport, versions arrive through `load_version`.
 """
 
+import asyncio
 import logging
 import os
 import time
@@ -14,8 +17,17 @@ from dataclasses import dataclass
 from monarch.actor import Actor, endpoint
 
 from forge_async.data.episode import Completion
+from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.weights import store
+from forge_async.weights.config import WeightsConfig
+from forge_async.weights.shared_memory import SharedMemoryChannel
+
+# On every in-place reload vLLM warns "RotaryEmbedding: Failed to load weights": the
+# rotary cache has no checkpoint tensor and is (correctly) kept as it was.
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+
+_IDLE_POLL_S = 0.005
 
 
 @dataclass
@@ -24,6 +36,7 @@ class GeneratorConfig:
     max_model_len: int | None = None  # default: the checkpoint's max_position_embeddings
     dtype: str = "float32"
     seed: int = 0
+    swap_mode: str = "inflight"  # inflight | drain (see generation/versioned_engine.py)
     # vLLM CPU OpenMP thread binding, e.g. "0" (core 0), "0-3", "auto", "nobind".
     cpu_threads_bind: str = "auto"
     gpu_memory_utilization: float = 0.5
@@ -36,21 +49,32 @@ class SamplingConfig:
     max_tokens: int = 16
 
 
-# On every in-place reload vLLM warns "RotaryEmbedding: Failed to load weights": the
-# rotary cache has no checkpoint tensor and is (correctly) kept as it was.
-logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
-
-
 class PromptTooLongError(ValueError):
     """A prompt that leaves no room for the requested completion in the context."""
 
 
+def sampling_params(sampling: SamplingConfig):
+    """vLLM SamplingParams for version-tagged generation (token deltas, sampled logprobs)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        max_tokens=sampling.max_tokens,
+        logprobs=0,  # the sampled token's own logprob
+        output_kind=RequestOutputKind.DELTA,
+    )
+
+
 class Generator(Actor):
-    def __init__(self, checkpoint_path: str, config: GeneratorConfig):
+    def __init__(self, checkpoint_path: str, config: GeneratorConfig, weights: WeightsConfig):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
-        self.version = 0
-        self.busy_s = 0.0  # time spent inside generate calls
+        self.channel = (
+            SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
+        )
+        self._work = asyncio.Event()
 
     @endpoint
     async def setup(self) -> dict[str, float]:
@@ -60,24 +84,28 @@ class Generator(Actor):
         start = time.perf_counter()
         c = self.config
         self.max_model_len = c.max_model_len or self.checkpoint.shape.max_seq_len
-        self.llm = LLM(
+        llm = LLM(
             model=str(self.checkpoint.path),
             dtype=c.dtype,
             max_model_len=self.max_model_len,
             seed=c.seed,
             enforce_eager=True,
             gpu_memory_utilization=c.gpu_memory_utilization,
+            **VersionedEngine.llm_kwargs(c.swap_mode),
         )
-        self.tokenizer = self.llm.get_tokenizer()
+        self.engine = VersionedEngine(llm, c.swap_mode)
+        self.tokenizer = llm.get_tokenizer()
+        self._loop = asyncio.create_task(self._engine_loop())
         return {"engine_start_s": time.perf_counter() - start}
 
     @endpoint
     async def get_version(self) -> int:
-        return self.version
+        return self.engine.version
 
     @endpoint
-    async def busy_seconds(self) -> float:
-        return self.busy_s
+    async def stats(self) -> dict:
+        e = self.engine
+        return {"version": e.version, "busy_s": e.busy_s, "swap_pauses_ms": list(e.swap_pauses_ms)}
 
     def _prompt_ids(self, prompt: str | list[int], max_tokens: int) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -93,57 +121,79 @@ class Generator(Actor):
     async def generate(
         self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
     ) -> list[list[Completion]]:
-        """`n` completions for each prompt, each token tagged with the current version."""
-        from vllm import SamplingParams
+        """`n` completions for each prompt, each token tagged with the version that sampled it."""
+        params = sampling_params(sampling)
+        all_ids = [self._prompt_ids(p, sampling.max_tokens) for p in prompts]
+        loop = asyncio.get_running_loop()
+        groups = []
+        for ids in all_ids:
+            futures = [loop.create_future() for _ in range(n)]
+            for future in futures:
+                self.engine.submit(ids, params, future.set_result, future.set_exception)
+            groups.append(futures)
+        self._work.set()
+        return [list(await asyncio.gather(*futures)) for futures in groups]
 
-        params = SamplingParams(
-            n=n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_tokens=sampling.max_tokens,
-            logprobs=0,  # the sampled token's own logprob
-        )
-        requests = [{"prompt_token_ids": self._prompt_ids(p, sampling.max_tokens)} for p in prompts]
+    async def _engine_loop(self) -> None:
+        while True:
+            try:
+                self._maybe_swap()
+                if self.engine.has_work:
+                    self.engine.step()
+                    await asyncio.sleep(0)  # let endpoint handlers run between engine steps
+                else:
+                    await self._idle()
+            except Exception as err:  # fail the callers, keep the loop alive
+                self.engine.fail_all(err)
+
+    async def _idle(self) -> None:
+        """Wait for new work; wake every few ms to look for new weights."""
+        self._work.clear()
+        try:
+            await asyncio.wait_for(self._work.wait(), timeout=_IDLE_POLL_S)
+        except asyncio.TimeoutError:
+            pass
+
+    def _maybe_swap(self) -> None:
+        if self.channel is None:
+            return
+        latest = self.channel.latest()
+        if latest is None or latest <= self.engine.version:
+            return
+        if self.engine.running and self.engine.swap_mode == "drain":
+            self.engine.draining = True  # no new requests until the running ones finish
+            return
+        try:
+            state_dict = self.channel.read(latest)
+        except FileNotFoundError:  # replaced by a newer version meanwhile: next tick gets it
+            return
+        self.engine.swap(state_dict, latest)
+
+    @endpoint
+    async def load_version(self, version: int) -> dict[str, float]:
+        """Load policy `version` now, from the shared-memory channel or torchstore."""
         start = time.perf_counter()
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
-        self.busy_s += time.perf_counter() - start
-        return [
-            [self._completion(out.prompt_token_ids, c) for c in out.outputs] for out in outputs
-        ]
-
-    def _completion(self, prompt_ids: list[int], c) -> Completion:
-        token_ids = list(c.token_ids)
-        return Completion(
-            prompt_ids=list(prompt_ids),
-            token_ids=token_ids,
-            logprobs=[c.logprobs[i][tok].logprob for i, tok in enumerate(token_ids)],
-            versions=[self.version] * len(token_ids),
-            text=c.text,
-            finish_reason=c.finish_reason or "length",
-        )
+        if self.channel is not None:
+            state_dict = self.channel.read(version)
+        else:
+            state_dict = await store.get_policy(version)
+        fetched = time.perf_counter()
+        self.engine.swap(state_dict, version)
+        end = time.perf_counter()
+        return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}
 
     @endpoint
     async def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """log p(token t | tokens < t) for t >= 1 of each sequence, under the engine's weights."""
         from vllm import SamplingParams
 
+        if self.engine.has_work:  # LLM.generate would step the loop's requests too
+            raise RuntimeError("score() needs an idle generator; call it between generate calls")
         params = SamplingParams(max_tokens=1, prompt_logprobs=0)
-        outputs = self.llm.generate(
+        outputs = self.engine.llm.generate(
             [{"prompt_token_ids": seq} for seq in sequences], params, use_tqdm=False
         )
         return [
             [out.prompt_logprobs[t][tok].logprob for t, tok in enumerate(seq) if t > 0]
             for seq, out in zip(sequences, outputs)
         ]
-
-    @endpoint
-    async def load_version(self, version: int) -> dict[str, float]:
-        """Replace the engine's weights with policy `version` from torchstore, in place."""
-        start = time.perf_counter()
-        state_dict = await store.get_policy(version)
-        fetched = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
-        self.llm.reset_prefix_cache()
-        self.version = version
-        end = time.perf_counter()
-        return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}

@@ -3,8 +3,9 @@
 Every rank receives the same list of episodes and trains on its own contiguous
 slice of the rows; gradients are summed across ranks, so N ranks compute the
 same update as one. The version counts optimizer steps (initial weights = 0).
-After a step, `push_weights` puts the weights (Hugging Face names, one DTensor
-shard per rank) into torchstore under that version.
+After a step, `push_weights` publishes the weights in Hugging Face names under
+that version: into a shared-memory file that every rank writes its own shard of
+(same host), or into torchstore as one DTensor shard per rank.
 """
 
 import os
@@ -13,15 +14,24 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from monarch.actor import Actor, endpoint
 
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
-from forge_async.losses.grpo import policy_gradient_loss, token_logprobs
+from forge_async.losses.grpo import (
+    OffPolicySums,
+    importance_weights,
+    policy_gradient_loss,
+    token_logprobs,
+)
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.parallelize import apply_fsdp
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.weights import store
+from forge_async.weights.config import WeightsConfig
+from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
 
 
 @dataclass
@@ -33,14 +43,20 @@ class TrainerConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    # Truncated importance sampling cap c: token weight min(pi_theta / pi_behaviour, c).
+    # null turns the correction off (every weight 1). See docs/staleness.md.
+    is_cap: float | None = 2.0
     threads: int = 1  # torch intra-op threads per trainer proc
 
 
 class Trainer(Actor):
-    def __init__(self, checkpoint_path: str, config: TrainerConfig, pad_id: int):
+    def __init__(
+        self, checkpoint_path: str, config: TrainerConfig, pad_id: int, weights: WeightsConfig
+    ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
         self.pad_id = pad_id
+        self.weights = weights
         self.version = 0
 
     @endpoint
@@ -82,7 +98,8 @@ class Trainer(Actor):
         batch = pack_episodes(episodes, self.pad_id)
         local = self._local_rows(batch)
         logprobs = token_logprobs(self.model(local.tokens), local.tokens)
-        loss = policy_gradient_loss(logprobs, local, normaliser=batch.num_response_tokens)
+        weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
+        loss = policy_gradient_loss(logprobs, local, batch.num_response_tokens, weights)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
@@ -90,7 +107,12 @@ class Trainer(Actor):
         self.version += 1
         global_loss = loss.detach().clone()
         dist.all_reduce(global_loss)
+        sums = off_policy.as_tensor()
+        dist.all_reduce(sums)
+        weight_max = off_policy.weight_max.detach().clone()
+        dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
         return {
+            **OffPolicySums.summary(sums, weight_max.item()),
             "loss": global_loss.item(),
             "grad_norm": grad_norm.full_tensor().item()
             if hasattr(grad_norm, "full_tensor")
@@ -101,12 +123,33 @@ class Trainer(Actor):
         }
 
     @endpoint
-    async def push_weights(self) -> dict[str, float]:
-        """Put the current weights into torchstore under the current version."""
+    async def push_weights(self, transport: str | None = None) -> dict[str, float]:
+        """Publish the current weights under the current version (default: the configured transport)."""
         start = time.perf_counter()
         hf_state_dict = self.adapter.to_hf(self.model.state_dict())
-        await store.put_policy(hf_state_dict, self.version)
+        if (transport or self.weights.transport) == "shm":
+            self._write_shared_memory(hf_state_dict)
+        else:
+            await store.put_policy(hf_state_dict, self.version)
         return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
+
+    def _write_shared_memory(self, hf_state_dict: dict) -> None:
+        """Every rank copies its local shard into the version's file at the shard's global offset."""
+        channel = SharedMemoryChannel(self.weights.channel_dir)
+        header, slots, size = plan_layout(
+            {name: (tuple(t.shape), t.dtype) for name, t in hf_state_dict.items()}
+        )
+        if self.rank == 0:
+            channel.create(self.version, header, size)
+        dist.barrier()
+        buffer = channel.map(self.version, size)
+        for name, tensor in hf_state_dict.items():
+            local, offset = _local_shard(tensor)
+            full = channel.view(buffer, slots[name])
+            full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))].copy_(local)
+        dist.barrier()
+        if self.rank == 0:
+            channel.publish(self.version)
 
     @endpoint
     async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
@@ -136,3 +179,13 @@ class Trainer(Actor):
         if self.rank == 0:
             save_checkpoint(directory, self.checkpoint.hf_config, full, self.checkpoint.path)
         return directory
+
+
+def _local_shard(tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """This rank's piece of a (possibly DTensor) tensor and its offset in the full tensor."""
+    if not isinstance(tensor, DTensor):
+        return tensor.detach(), (0,) * tensor.dim()
+    _, offset = compute_local_shape_and_global_offset(
+        tensor.shape, tensor.device_mesh, tensor.placements
+    )
+    return tensor.to_local().detach(), tuple(offset)

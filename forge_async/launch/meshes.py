@@ -11,21 +11,28 @@ from forge_async.actors.generator import Generator, GeneratorConfig
 from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer, TrainerConfig
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.weights.config import WeightsConfig
 
 
-async def spawn_trainer(checkpoint: Checkpoint, config: TrainerConfig, pad_id: int):
+async def spawn_trainer(
+    checkpoint: Checkpoint, config: TrainerConfig, pad_id: int, weights: WeightsConfig
+):
     """A Trainer on `config.procs` procs, torch.distributed initialised, weights loaded."""
     procs = this_host().spawn_procs(per_host={"procs": config.procs}, name="trainer")
     await setup_torch_elastic_env_async(procs)
-    trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id)
+    trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id, weights)
     await trainer.setup.call()
     return procs, trainer
 
 
-async def spawn_generator(checkpoint: Checkpoint, config: GeneratorConfig, index: int = 0):
+async def spawn_generator(
+    checkpoint: Checkpoint, config: GeneratorConfig, weights: WeightsConfig, index: int = 0
+):
     """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights."""
     procs = this_host().spawn_procs(per_host={"procs": 1}, name=f"generator{index}")
-    generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config)
+    generator = procs.spawn(
+        f"generator{index}", Generator, str(checkpoint.path), config, weights
+    )
     timing = await generator.setup.call_one()
     return procs, generator, timing
 

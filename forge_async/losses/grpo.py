@@ -1,13 +1,21 @@
-"""GRPO's policy-gradient loss over packed episodes.
+"""GRPO's policy-gradient loss over packed episodes, with optional truncated IS.
 
-    loss = - sum_{i,t} mask_it * A_i * log pi_theta(y_it) / normaliser
+    loss = - sum_{i,t} mask_it * w_it * A_i * log pi_theta(y_it) / normaliser
 
 Sequence-level advantages A_i (group-relative, computed before the batch reaches
 the trainer) weight every response token of episode i. The normaliser is the
 number of response tokens in the *global* batch, so data-parallel ranks that
 each hold a slice of it and sum their gradients get exactly the full-batch
 gradient.
+
+Off-policy correction (token-level truncated importance sampling): the tokens
+were sampled by the generator's weights (pi_behaviour, whose logprobs it
+recorded), possibly a few versions old or mixed within a sequence. With
+`is_cap` set, each token is weighted by w = min(pi_theta / pi_behaviour, is_cap),
+a constant in the gradient (detached); with is_cap = None, w = 1.
 """
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +29,57 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return logprobs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
+@dataclass
+class OffPolicySums:
+    """Per-rank sums over response tokens; all-reduce them, then call `summary`."""
+
+    tokens: torch.Tensor
+    weight: torch.Tensor
+    weight_sq: torch.Tensor
+    weight_max: torch.Tensor
+    truncated: torch.Tensor
+    mismatch_kl: torch.Tensor
+
+    def as_tensor(self) -> torch.Tensor:
+        return torch.stack([self.tokens, self.weight, self.weight_sq, self.truncated, self.mismatch_kl])
+
+    @staticmethod
+    def summary(summed: torch.Tensor, weight_max: float) -> dict[str, float]:
+        tokens, weight, weight_sq, truncated, kl = summed.tolist()
+        tokens = max(tokens, 1.0)
+        return {
+            "is_weight_mean": weight / tokens,
+            "is_weight_max": weight_max,
+            "is_truncated_frac": truncated / tokens,
+            # Kish effective sample size of the token weights, as a fraction of the tokens.
+            "is_ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
+            "mismatch_kl": kl / tokens,
+        }
+
+
+def importance_weights(
+    logprobs: torch.Tensor, batch: TrainBatch, is_cap: float | None
+) -> tuple[torch.Tensor, OffPolicySums]:
+    """Detached token weights min(pi_theta / pi_behaviour, cap) and their statistics."""
+    mask = batch.response_mask
+    log_ratio = (logprobs.detach() - batch.behaviour_logprobs) * mask
+    ratio = torch.exp(log_ratio)
+    weights = ratio.clamp(max=is_cap) if is_cap is not None else torch.ones_like(ratio)
+    weights = weights * mask
+    sums = OffPolicySums(
+        tokens=mask.sum(),
+        weight=weights.sum(),
+        weight_sq=(weights**2).sum(),
+        weight_max=(ratio * mask).max() if mask.any() else torch.tensor(1.0),
+        truncated=((ratio > is_cap) * mask).sum() if is_cap is not None else torch.tensor(0.0),
+        # k3 estimator of KL(pi_behaviour || pi_theta) on tokens sampled from pi_behaviour.
+        mismatch_kl=((ratio - 1 - log_ratio) * mask).sum(),
+    )
+    return weights, sums
+
+
 def policy_gradient_loss(
-    logprobs: torch.Tensor, batch: TrainBatch, normaliser: float
+    logprobs: torch.Tensor, batch: TrainBatch, normaliser: float, weights: torch.Tensor
 ) -> torch.Tensor:
-    per_token = -batch.advantages.unsqueeze(1) * logprobs * batch.response_mask
+    per_token = -batch.advantages.unsqueeze(1) * weights * logprobs * batch.response_mask
     return per_token.sum() / normaliser

@@ -1,36 +1,53 @@
-"""Weight sync from the trainer's pushes to the generators, without stopping the trainer.
+"""Getting each published version to the generators, without stopping the trainer.
 
-`publish(v)` records that version v is in the store and returns at once. One
-updater task per generator loads the newest published version whenever the
-generator is free to take it; versions published while a load was queued are
-skipped (only the newest matters). Once every generator has moved past a
-version, it is deleted from the store.
+shm transport: generators watch the channel's LATEST pointer and swap by
+themselves between engine steps; `publish` has nothing to send.
+torchstore transport: one updater task per generator loads the newest
+published version whenever the generator is free to take it (versions
+published meanwhile are skipped), and a version is deleted from the store once
+every generator has moved past it.
 """
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 from forge_async.weights import store
 
+_POLL_S = 0.002
+
 
 class WeightSync:
-    def __init__(self, generators: list):
+    def __init__(self, generators: list, transport: str, on_loaded: Callable[[], Awaitable] | None = None):
         self.generators = generators
-        self.loaded = [0] * len(generators)  # version each generator holds
+        self.on_loaded = on_loaded
+        self.transport = transport
+        self.loaded = [0] * len(generators)  # last version each generator is known to hold
         self.published = 0
         self.last_load_ms = 0.0
         self._wake = [asyncio.Event() for _ in generators]
-        self._loaded_changed = asyncio.Condition()
-        self._tasks = [asyncio.create_task(self._update(i)) for i in range(len(generators))]
+        self._tasks = (
+            [asyncio.create_task(self._update(i)) for i in range(len(generators))]
+            if transport == "torchstore"
+            else []
+        )
 
     def publish(self, version: int) -> None:
         self.published = version
         for event in self._wake:
             event.set()
 
+    def generator_version(self, index: int) -> int:
+        """The oldest version generator `index` can be sampling with from now on."""
+        return self.published if self.transport == "shm" else self.loaded[index]
+
     async def wait_until_loaded(self, version: int) -> None:
-        async with self._loaded_changed:
-            await self._loaded_changed.wait_for(lambda: min(self.loaded) >= version)
+        """Until every generator holds `version` (sync mode: generators are idle here)."""
+        while min(self.loaded) < version:
+            if self.transport == "shm":
+                self.loaded = [await g.get_version.call_one() for g in self.generators]
+            if min(self.loaded) < version:
+                await asyncio.sleep(_POLL_S)
 
     async def _update(self, index: int) -> None:
         generator = self.generators[index]
@@ -45,8 +62,8 @@ class WeightSync:
             self.last_load_ms = (time.perf_counter() - start) * 1e3
             self.loaded[index] = version
             await store.delete_versions_before(min(self.loaded))
-            async with self._loaded_changed:
-                self._loaded_changed.notify_all()
+            if self.on_loaded is not None:
+                await self.on_loaded()
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -1,4 +1,7 @@
-"""Run `python -m apps.grpo` in a subprocess, as a user would, into a given run dir."""
+"""Run `python -m apps.grpo` in a subprocess, as a user would, and read its run directory.
+
+Used by the tests and the benchmarks.
+"""
 
 import json
 import subprocess
@@ -6,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -1,0 +1,84 @@
+"""Admission control: generate only what can still be trained within max_policy_age.
+
+The trainer takes samples first-in first-out, `batch_size` per step. A request
+for n samples admitted now, while Q samples are already queued (in flight or
+buffered), puts its last sample in batch (Q + n - 1) // batch_size counted from
+the trainer's next batch. If the trainer will take that next batch at version
+t and the generator samples with weights of at least version p, that sample's
+policy age is at most
+
+    (t - p) + (Q + n - 1) // batch_size
+
+so a request is admitted only when this is <= max_policy_age, and otherwise
+waits (counted as paused time) until the trainer has consumed enough or new
+weights reached the generator. Stale drops stay in the buffer as the safety
+net; with admission control on they should not happen.
+"""
+
+import asyncio
+import time
+
+
+class AdmissionControl:
+    def __init__(self, batch_size: int, max_policy_age: int, enabled: bool = True):
+        self.batch_size = batch_size
+        self.max_policy_age = max_policy_age
+        self.enabled = enabled
+        self.queued = 0  # samples admitted and not yet taken by the trainer (or dropped)
+        self.in_flight = 0  # of those, samples still being generated
+        self.trainer_version = 0  # version the trainer holds
+        self.training = False  # a step is running: the next batch is taken at version + 1
+        self.paused_s = 0.0
+        self.closed = False
+        self._changed = asyncio.Condition()
+
+    def fits(self, n: int, generator_version: int) -> bool:
+        next_batch_version = self.trainer_version + int(self.training)
+        lag = next_batch_version - generator_version
+        return lag + (self.queued + n - 1) // self.batch_size <= self.max_policy_age
+
+    async def admit(self, n: int, generator_version) -> bool:
+        """Wait until n samples from a generator at `generator_version()` fit, then count them.
+
+        Returns False, admitting nothing, once the run is closing.
+        """
+        start = time.perf_counter()
+        async with self._changed:
+            if self.enabled:
+                await self._changed.wait_for(
+                    lambda: self.closed or self.fits(n, generator_version())
+                )
+            if self.closed:
+                return False
+            self.queued += n
+            self.in_flight += n
+        self.paused_s += time.perf_counter() - start
+        return True
+
+    async def close(self) -> None:
+        async with self._changed:
+            self.closed = True
+            self._changed.notify_all()
+
+    async def generated(self, n: int) -> None:
+        """n admitted samples reached the buffer."""
+        async with self._changed:
+            self.in_flight -= n
+            self._changed.notify_all()
+
+    async def step_started(self, taken: int, newly_dropped: int) -> None:
+        async with self._changed:
+            self.queued -= taken + newly_dropped
+            self.training = True
+            self._changed.notify_all()
+
+    async def step_finished(self, version: int) -> None:
+        async with self._changed:
+            self.trainer_version = version
+            self.training = False
+            self._changed.notify_all()
+
+    async def weights_moved(self) -> None:
+        """A generator picked up new weights: waiting requests may fit now."""
+        async with self._changed:
+            self._changed.notify_all()

@@ -1,0 +1,130 @@
+"""A vLLM engine whose weights may change between steps, tagging every token with its version.
+
+vLLM's LLMEngine is stepped here one engine step at a time. Each step samples at
+most one new token per running request, with the weights in place at that
+moment, so each token is tagged with the version current at its step. `swap`
+replaces the weights between two steps:
+
+- swap_mode=inflight: running requests keep going (with the KV cache they built
+  under the old weights); prefix caching is off, so no *new* request can reuse
+  KV computed by old weights.
+- swap_mode=drain: the caller sets `draining` when a new version waits; no new
+  request is admitted until running ones finish; then `swap` runs with the
+  engine idle and the prefix cache is reset.
+"""
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from forge_async.data.episode import Completion
+
+SWAP_MODES = ("inflight", "drain")
+
+
+@dataclass
+class Request:
+    prompt_ids: list[int]
+    on_done: Callable[[Completion], None] | None = None
+    on_error: Callable[[Exception], None] | None = None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    text: str = ""
+    result: Completion | None = None
+
+
+class VersionedEngine:
+    def __init__(self, llm, swap_mode: str, version: int = 0):
+        if swap_mode not in SWAP_MODES:
+            raise ValueError(f"swap_mode={swap_mode!r}: one of {', '.join(SWAP_MODES)}")
+        self.llm = llm
+        self.engine = llm.llm_engine
+        self.swap_mode = swap_mode
+        self.version = version
+        self.draining = False
+        self.busy_s = 0.0  # time inside engine steps
+        self.swap_pauses_ms: list[float] = []  # pause of each swap made with requests running
+        self._ids = itertools.count()
+        self._queue: list[tuple[str, Request, object]] = []
+        self._running: dict[str, Request] = {}
+
+    @staticmethod
+    def llm_kwargs(swap_mode: str) -> dict:
+        """Engine options this class relies on."""
+        return {"enable_prefix_caching": swap_mode == "drain"}
+
+    @property
+    def running(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._queue) or self.running
+
+    def submit(self, prompt_ids: list[int], params, on_done=None, on_error=None) -> Request:
+        """Queue a request; `params` must use RequestOutputKind.DELTA and logprobs=0."""
+        request = Request(list(prompt_ids), on_done, on_error)
+        self._queue.append((str(next(self._ids)), request, params))
+        return request
+
+    def step(self) -> None:
+        """Admit queued requests (unless draining), then one engine step."""
+        if self._queue and not self.draining:
+            for request_id, request, params in self._queue:
+                self.engine.add_request(request_id, {"prompt_token_ids": request.prompt_ids}, params)
+                self._running[request_id] = request
+            self._queue.clear()
+        if not self.running:
+            return
+        start = time.perf_counter()
+        outputs = self.engine.step()
+        self.busy_s += time.perf_counter() - start
+        for output in outputs:
+            self._record(output)
+
+    def _record(self, output) -> None:
+        request = self._running[output.request_id]
+        delta = output.outputs[0]
+        request.token_ids.extend(delta.token_ids)
+        request.logprobs.extend(lp[tok].logprob for lp, tok in zip(delta.logprobs, delta.token_ids))
+        request.versions.extend([self.version] * len(delta.token_ids))
+        request.text += delta.text
+        if output.finished:
+            del self._running[output.request_id]
+            request.result = Completion(
+                prompt_ids=request.prompt_ids,
+                token_ids=request.token_ids,
+                logprobs=request.logprobs,
+                versions=request.versions,
+                text=request.text,
+                finish_reason=delta.finish_reason or "length",
+            )
+            if request.on_done is not None:
+                request.on_done(request.result)
+
+    def swap(self, state_dict: dict, version: int) -> float:
+        """Load `state_dict` (Hugging Face names) as `version`; returns the pause in ms."""
+        in_flight = self.running
+        start = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        if self.swap_mode == "drain":
+            self.llm.reset_prefix_cache()
+        self.version = version
+        self.draining = False
+        pause_ms = (time.perf_counter() - start) * 1e3
+        if in_flight:
+            self.swap_pauses_ms.append(pause_ms)
+        return pause_ms
+
+    def fail_all(self, error: Exception) -> None:
+        """Drop every queued and running request after an engine error, telling their owners."""
+        failed = [r for _, r, _ in self._queue] + list(self._running.values())
+        if self._running:
+            self.engine.abort_request(list(self._running))
+        self._queue.clear()
+        self._running.clear()
+        for request in failed:
+            if request.on_error is not None:
+                request.on_error(error)

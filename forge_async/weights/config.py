@@ -1,0 +1,31 @@
+"""How weights travel from the trainer to the generators."""
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+
+from forge_async.weights.shared_memory import default_root
+
+TRANSPORTS = ("shm", "torchstore")
+
+
+@dataclass
+class WeightsConfig:
+    # shm: same-host shared-memory files (memory speed; generators pick up new
+    #      versions by themselves between engine steps).
+    # torchstore: per-tensor puts/gets over Monarch RPC (works across hosts; a
+    #      generator loads a version when told to, between generate calls).
+    transport: str = "shm"
+    # Directory of the shared-memory channel; null = a fresh one under /dev/shm per run.
+    channel_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"weights.transport={self.transport!r}: one of {', '.join(TRANSPORTS)}")
+
+    def resolved(self) -> "WeightsConfig":
+        """This config with a channel directory chosen (a fresh one when none is set)."""
+        if self.channel_dir is not None:
+            return self
+        fresh = default_root() / f"forge_async-{uuid.uuid4().hex[:12]}"
+        return dataclasses.replace(self, channel_dir=str(fresh))
