@@ -8,16 +8,14 @@ values' ranges and names the offending key.
 from dataclasses import dataclass, field
 
 from forge_async.actors.generator import GeneratorConfig, SamplingConfig
+from forge_async.errors import ConfigError
+from forge_async.generation.versioned_engine import SWAP_MODES
 from forge_async.actors.trainer import TrainerConfig
 from forge_async.data.tasks import TaskConfig
 from forge_async.models.tiny import TinyModelConfig
 from forge_async.weights.config import WeightsConfig
 
 MODES = ("async", "sync")
-
-
-class ConfigError(ValueError):
-    """A configuration value out of its allowed range, naming the key."""
 
 
 @dataclass
@@ -65,6 +63,10 @@ class GRPOConfig:
         for key, value in positive.items():
             if value < 1:
                 raise ConfigError(f"{key}={value}: must be >= 1")
+        if self.generator.swap_mode not in SWAP_MODES:
+            raise ConfigError(
+                f"generator.swap_mode={self.generator.swap_mode!r}: one of {', '.join(SWAP_MODES)}"
+            )
         if self.max_policy_age < 0:
             raise ConfigError(f"max_policy_age={self.max_policy_age}: must be >= 0")
         if self.prompts_per_rollout > self.prompts_per_step:

@@ -21,6 +21,8 @@ from forge_async.data.episode import Episode
 from forge_async.data.tasks import Task
 from forge_async.metrics import MetricsLog, batch_metrics
 from forge_async.rollout import Rollouts
+from forge_async.weights import store
+from forge_async.weights.shared_memory import SharedMemoryChannel
 from forge_async.weights.sync import WeightSync
 
 _POLL_S = 0.002
@@ -176,6 +178,7 @@ class GRPOLoop:
             "inflight_swaps": len(pauses),
             "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
             "swap_pause_ms_max": max(pauses) if pauses else None,
+            "stored_versions": await self._stored_versions(),
         }
         accounted = (
             summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
@@ -184,6 +187,13 @@ class GRPOLoop:
         summary["accounting_ok"] = accounted == generated
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
+
+
+    async def _stored_versions(self) -> list[int]:
+        """Policy versions still held by the weight transport (hygiene: only those in use)."""
+        if self.config.weights.transport == "shm":
+            return SharedMemoryChannel(self.config.weights.channel_dir).versions()
+        return await store.stored_versions()
 
 
 def _raise_first_error(results: list) -> None:

@@ -7,6 +7,8 @@ import torch
 from conftest import fixed_sequences, spawn_trainer
 from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
+from forge_async.weights.config import WeightsConfig
+from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
 def batch() -> list[Episode]:
@@ -54,3 +56,22 @@ def test_two_ranks_match_one_rank(tiny_checkpoint, weight_store):
     # The step really changed the weights (the comparison above is not vacuous).
     original = tiny_checkpoint.load_hf_state_dict()
     assert max((w_one[k] - original[k]).abs().max().item() for k in original) > 1e-4
+
+
+def test_shared_memory_push_from_two_ranks_keeps_only_the_latest(tiny_checkpoint, tmp_path):
+    """Each rank writes its own shard into the version file; readers see full tensors."""
+    weights = WeightsConfig(transport="shm", channel_dir=str(tmp_path / "channel"))
+    mesh, trainer = spawn_trainer(tiny_checkpoint, procs=2, weights=weights)
+    channel = SharedMemoryChannel(weights.channel_dir)
+    try:
+        for _ in range(3):
+            trainer.train_step.call(batch()).get()
+            pushed = [p for _, p in trainer.push_weights.call().get().items()]
+            assert {p["version"] for p in pushed} == {channel.latest()}
+        assert channel.versions() == [3]
+        full = [w for _, w in trainer.full_state_dict.call().get().items()][0]
+        read = channel.read(3)
+        assert read.keys() == full.keys()
+        assert all(torch.equal(read[k], full[k]) for k in full)
+    finally:
+        asyncio.run(meshes.stop_all(mesh))

@@ -42,20 +42,29 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
         assert not torch.allclose(final(tokens).logits, initial(tokens).logits)
 
 
-def test_max_policy_age_zero_makes_progress_on_policy(tmp_path):
-    run = run_app(tmp_path / "run", "steps=3", "max_policy_age=0")
+@pytest.mark.parametrize("max_age", [0, 2])
+def test_admission_control_keeps_every_sample_trainable(tmp_path, max_age):
+    run = run_app(tmp_path / "run", "steps=6", f"max_policy_age={max_age}")
     assert run.returncode == 0, run.output
-    assert [m["policy_age_max"] for m in run.metrics] == [0, 0, 0]
-    assert_accounting(run.summary)
+    assert len(run.metrics) == 6  # progress, no stall at max_policy_age=0
+    assert max(m["policy_age_max"] for m in run.metrics) <= max_age
+    summary = run.summary
+    assert_accounting(summary)
+    assert summary["dropped_stale"] == 0
+    assert summary["gen_paused_for_admission_s"] > 0  # generation waited instead
+    assert summary["stored_versions"] == [6]  # shm channel: only the version in use
 
 
-def test_sync_mode_trains_on_its_own_fresh_batches(tmp_path):
-    run = run_app(tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0")
+def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
+    run = run_app(
+        tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0", "weights.transport=torchstore"
+    )
     assert run.returncode == 0, run.output
     assert [m["policy_age_max"] for m in run.metrics] == [0, 0, 0]
     summary = run.summary
     assert_accounting(summary)
     assert summary["dropped_stale"] == 0 and summary["generated"] == summary["trained"]
+    assert summary["stored_versions"] == [3]  # versions every generator moved past are deleted
 
 
 @pytest.mark.parametrize(
@@ -67,6 +76,8 @@ def test_sync_mode_trains_on_its_own_fresh_batches(tmp_path):
         ("mode=fast", "mode"),
         ("task.name=dataset task.dataset=/no/such/prompts.jsonl", "/no/such/prompts.jsonl"),
         ("model.path=/no/such/model", "/no/such/model"),
+        ("weights.transport=carrier_pigeon", "weights.transport"),
+        ("prompts_per_rollout=32", "prompts_per_rollout"),
     ],
 )
 def test_bad_input_fails_fast_naming_the_culprit(tmp_path, override, named):

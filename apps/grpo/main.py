@@ -17,7 +17,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.config import ConfigError, GRPOConfig
+from forge_async.config import GRPOConfig
+from forge_async.errors import ConfigError
 from forge_async.data.tasks import TaskError, build_task
 from forge_async.launch import meshes
 from forge_async.loop import GRPOLoop

@@ -4,6 +4,7 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 
+from forge_async.errors import ConfigError
 from forge_async.weights.shared_memory import default_root
 
 TRANSPORTS = ("shm", "torchstore")
@@ -21,7 +22,7 @@ class WeightsConfig:
 
     def __post_init__(self) -> None:
         if self.transport not in TRANSPORTS:
-            raise ValueError(f"weights.transport={self.transport!r}: one of {', '.join(TRANSPORTS)}")
+            raise ConfigError(f"weights.transport={self.transport!r}: one of {', '.join(TRANSPORTS)}")
 
     def resolved(self) -> "WeightsConfig":
         """This config with a channel directory chosen (a fresh one when none is set)."""

@@ -60,8 +60,9 @@ class WeightSync:
             start = time.perf_counter()
             await generator.load_version.call_one(version)
             self.last_load_ms = (time.perf_counter() - start) * 1e3
-            self.loaded[index] = version
-            await store.delete_versions_before(min(self.loaded))
+            holding = [version if i == index else v for i, v in enumerate(self.loaded)]
+            await store.delete_versions_before(min(holding))
+            self.loaded[index] = version  # after the cleanup, so waiters see a tidy store
             if self.on_loaded is not None:
                 await self.on_loaded()
 

@@ -1,0 +1,97 @@
+"""Admission control: generation waits instead of producing samples that would go stale."""
+
+import asyncio
+
+import pytest
+
+from forge_async.admission import AdmissionControl
+
+B = 4  # samples per training batch
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.mark.parametrize("max_age, fits_while_idle", [(0, 1), (1, 2), (2, 3)])
+def test_bound_is_max_age_plus_one_batches_when_the_trainer_waits(max_age, fits_while_idle):
+    async def scenario():
+        gate = AdmissionControl(batch_size=B, max_policy_age=max_age)
+        admitted = 0
+        while gate.fits(B, generator_version=0):
+            assert await gate.admit(B, lambda: 0)
+            admitted += 1
+        return admitted
+
+    assert run(scenario()) == fits_while_idle
+
+
+def test_a_running_step_counts_as_one_version_of_lag():
+    gate = AdmissionControl(batch_size=B, max_policy_age=1)
+    run(gate.step_started(taken=0, newly_dropped=0))
+    # The next batch is taken at version 1; a generator at version 0 may only fill it.
+    assert gate.fits(B, generator_version=0)
+    assert not gate.fits(B + 1, generator_version=0)
+    # A generator already on the new weights gets the full depth back.
+    assert gate.fits(2 * B, generator_version=1)
+
+
+def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
+    """A producer that always wants more and a slow consumer: the producer waits."""
+
+    async def scenario():
+        gate = AdmissionControl(batch_size=B, max_policy_age=1)
+        trained_ages, produced, queue = [], [], []
+        generator_version = 0
+
+        async def producer():
+            while True:
+                if not await gate.admit(B, lambda: generator_version):
+                    return
+                queue.extend([generator_version] * B)  # samples tagged with their version
+                produced.append(B)
+                await gate.generated(B)
+
+        async def slow_trainer(steps: int):
+            nonlocal generator_version
+            version = 0
+            for _ in range(steps):
+                while len(queue) < B:
+                    await asyncio.sleep(0.001)
+                batch = [queue.pop(0) for _ in range(B)]
+                trained_ages.extend(version - v for v in batch)
+                await gate.step_started(taken=B, newly_dropped=0)
+                await asyncio.sleep(0.02)  # slow step
+                version += 1
+                generator_version = version
+                await gate.step_finished(version)
+            await gate.close()
+
+        task = asyncio.create_task(producer())
+        await slow_trainer(steps=10)
+        await task
+        return gate, trained_ages, produced
+
+    gate, ages, produced = run(scenario())
+    assert max(ages) <= 1  # nothing trained past max_policy_age: nothing had to be dropped
+    assert gate.paused_s > 0.1  # the producer spent the slow steps waiting
+    assert sum(produced) <= 10 * B + 2 * B  # at most max_age + 1 batches beyond what was trained
+
+
+def test_close_releases_waiting_producers():
+    async def scenario():
+        gate = AdmissionControl(batch_size=B, max_policy_age=0)
+        assert await gate.admit(B, lambda: 0)
+        waiting = asyncio.create_task(gate.admit(B, lambda: 0))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        await gate.close()
+        return await waiting
+
+    assert run(scenario()) is False
+
+
+def test_disabled_admits_everything():
+    gate = AdmissionControl(batch_size=B, max_policy_age=0, enabled=False)
+    assert all(run(gate.admit(B, lambda: 0)) for _ in range(5))
+    assert gate.queued == 5 * B
