@@ -38,7 +38,7 @@ def generator(tiny_checkpoint, weight_store):
     """A generator on the torchstore transport: it loads versions only when told to."""
     procs, generator, _ = asyncio.run(
         meshes.spawn_generator(
-            tiny_checkpoint, GeneratorConfig(cpu_threads_bind="0"), WeightsConfig("torchstore")
+            tiny_checkpoint, GeneratorConfig(cpu_threads_bind="0", kv_cache_gib=0.25), WeightsConfig("torchstore")
         )
     )
     yield generator

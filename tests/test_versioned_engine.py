@@ -29,6 +29,7 @@ def llm(tiny_checkpoint):
             dtype="float32",
             max_model_len=tiny_checkpoint.shape.max_seq_len,
             enforce_eager=True,
+            kv_cache_memory_bytes=2**28,
             **VersionedEngine.llm_kwargs("inflight"),
         )
     finally:

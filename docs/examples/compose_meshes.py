@@ -41,7 +41,7 @@ async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
         checkpoint, TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id, weights
     )
     generator_procs, generator, timing = await meshes.spawn_generator(
-        checkpoint, GeneratorConfig(), weights
+        checkpoint, GeneratorConfig(kv_cache_gib=0.25), weights  # a tiny model needs little KV
     )
     buffer_procs, buffer = await meshes.spawn_replay_buffer(max_policy_age=0, capacity=1024)
     print(f"meshes up (engine start {timing['engine_start_s']:.1f}s)")

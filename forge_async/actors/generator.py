@@ -40,6 +40,8 @@ class GeneratorConfig:
     # vLLM CPU OpenMP thread binding, e.g. "0" (core 0), "0-3", "auto", "nobind".
     cpu_threads_bind: str = "auto"
     gpu_memory_utilization: float = 0.5
+    # KV cache size in GiB; null = vLLM's default (on CPU it reserves several GiB per engine).
+    kv_cache_gib: float | None = None
 
 
 @dataclass
@@ -91,6 +93,7 @@ class Generator(Actor):
             seed=c.seed,
             enforce_eager=True,
             gpu_memory_utilization=c.gpu_memory_utilization,
+            kv_cache_memory_bytes=int(c.kv_cache_gib * 2**30) if c.kv_cache_gib else None,
             **VersionedEngine.llm_kwargs(c.swap_mode),
         )
         self.engine = VersionedEngine(llm, c.swap_mode)

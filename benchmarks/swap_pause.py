@@ -1,0 +1,106 @@
+"""Generation pause per weight swap: in-flight vs drain, on a real vLLM engine, in one run.
+
+Keeps `--concurrency` requests running (a new one starts as soon as one ends),
+swaps weights every `--swap-every` engine steps, and reports per mode:
+
+- reload: the generation pause of the weight load itself (no engine step runs).
+- latency: from "a new version is available" to "it is in use". In flight that
+  is the reload; drain adds the wait for running requests to finish, during
+  which no new request is admitted and the engine runs below capacity.
+- tokens/s, against the same workload with no swaps (the cost of both).
+
+    .venv/bin/python -m benchmarks.swap_pause [--dim 64 --layers 2]
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+
+import forge_async  # noqa: E402,F401
+from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
+from forge_async.models import Checkpoint, TinyModelConfig, create_tiny_checkpoint  # noqa: E402
+
+
+def params(max_tokens: int):
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        max_tokens=max_tokens, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA
+    )
+
+
+def run(engine: VersionedEngine, weights: dict, args, swap: bool) -> dict:
+    """Steps a saturated engine for args.steps steps; returns tokens/s and swap pauses."""
+    sampling = params(args.max_tokens)
+    requests = [engine.submit([11, 1, 2, 3, 13], sampling) for _ in range(args.concurrency)]
+    tokens, reloads, latencies, version = 0, [], [], engine.version
+    swap_wanted_at = None
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        if swap and step % args.swap_every == 0 and swap_wanted_at is None:
+            swap_wanted_at = time.perf_counter()
+            engine.draining = engine.swap_mode == "drain"
+        if swap_wanted_at is not None and (engine.swap_mode == "inflight" or not engine.running):
+            version += 1
+            reloads.append(engine.swap(weights, version))
+            latencies.append((time.perf_counter() - swap_wanted_at) * 1e3)
+            swap_wanted_at = None
+        engine.step()
+        for i, request in enumerate(requests):
+            if request.result is not None:
+                tokens += len(request.result.token_ids)
+                requests[i] = engine.submit([11, 1, 2, 3, 13], sampling)
+    elapsed = time.perf_counter() - start
+    while engine.has_work:  # leave the engine idle for the next mode
+        engine.draining = False
+        engine.step()
+    return {"tokens_per_s": tokens / elapsed, "reloads": reloads, "latencies": latencies}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--swap-every", type=int, default=20)
+    args = parser.parse_args()
+    from vllm import LLM
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shape = TinyModelConfig(dim=args.dim, n_layers=args.layers, ffn_dim=4 * args.dim, max_seq_len=64)
+        checkpoint = Checkpoint.open(create_tiny_checkpoint(Path(tmp) / "model", shape))
+        weights = checkpoint.load_hf_state_dict()
+        n_params = sum(t.numel() for t in weights.values())
+        print(f"model: {n_params / 1e6:.2f}M params; {args.concurrency} requests kept running, "
+              f"swap every {args.swap_every} steps, {args.steps} steps per mode\n")
+        print(f"{'mode':>10} {'swaps':>6} {'reload mean':>12} {'reload max':>11} {'latency mean':>13} {'tokens/s':>10} {'vs no swap':>11}")
+        for mode in ("inflight", "drain"):
+            llm = LLM(
+                model=str(checkpoint.path), dtype="float32", max_model_len=64, enforce_eager=True,
+                kv_cache_memory_bytes=2**29,
+                **VersionedEngine.llm_kwargs(mode),
+            )
+            engine = VersionedEngine(llm, mode)
+            run(engine, weights, args, swap=False)  # warm-up
+            base = run(engine, weights, args, swap=False)
+            swapped = run(engine, weights, args, swap=True)
+            r, lat = swapped["reloads"], swapped["latencies"]
+            print(
+                f"{mode:>10} {len(r):>6} {statistics.fmean(r):>10.1f}ms {max(r):>9.1f}ms "
+                f"{statistics.fmean(lat):>11.1f}ms "
+                f"{swapped['tokens_per_s']:>10,.0f} {swapped['tokens_per_s'] / base['tokens_per_s']:>10.2f}x",
+                flush=True,
+            )
+            del engine, llm
+
+
+if __name__ == "__main__":
+    main()
