@@ -3,8 +3,8 @@
 Prints wall time, samples/s, trainer and generator idle fractions, the async
 speedup, and each mode's time to the target reward.
 
-    .venv/bin/python benchmarks/sync_vs_async.py            # default config, 150 steps
-    .venv/bin/python benchmarks/sync_vs_async.py --steps 40 -- trainer.procs=2
+    .venv/bin/python -m benchmarks.sync_vs_async            # the default config
+    .venv/bin/python -m benchmarks.sync_vs_async --steps 40 -- trainer.procs=2
 """
 
 import argparse
@@ -21,14 +21,15 @@ def time_to_target(summary: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=None, help="default: the config's own")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
     args = parser.parse_args()
     summaries = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("sync", "async"):
-            print(f"running mode={mode} for {args.steps} steps ...", flush=True)
-            run = run_app(Path(tmp) / mode, f"mode={mode}", f"steps={args.steps}", *args.overrides, timeout=3600)
+            steps = [f"steps={args.steps}"] if args.steps else []
+            print(f"running mode={mode} {' '.join(steps + args.overrides)} ...", flush=True)
+            run = run_app(Path(tmp) / mode, f"mode={mode}", *steps, *args.overrides, timeout=3600)
             if run.returncode != 0:
                 raise SystemExit(f"mode={mode} failed:\n{run.output[-3000:]}")
             summaries[mode] = run.summary

@@ -13,6 +13,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections import deque
 from pathlib import Path
 
 from forge_async.admission import AdmissionControl
@@ -26,6 +27,7 @@ from forge_async.weights.shared_memory import SharedMemoryChannel
 from forge_async.weights.sync import WeightSync
 
 _POLL_S = 0.002
+_RATE_WINDOW = 10  # steps over which generation throughput is measured
 
 
 class GRPOLoop:
@@ -51,8 +53,8 @@ class GRPOLoop:
         self.sync = WeightSync(
             self.generators, self.config.weights.transport, on_loaded=self.admission.weights_moved
         )
-        self.start = self._last = time.perf_counter()
-        self._last_tokens = 0
+        self.start = time.perf_counter()
+        self._token_marks = deque([(self.start, 0)], maxlen=_RATE_WINDOW + 1)
         try:
             if self.config.mode == "async":
                 await self._run_async()
@@ -129,7 +131,8 @@ class GRPOLoop:
         self.trained += len(batch)
         self.rewards.append(record["reward_mean"])
         now = time.perf_counter()
-        tokens = self.rollouts.stats.tokens
+        self._token_marks.append((now, self.rollouts.stats.tokens))
+        (t0, tokens0), (t1, tokens1) = self._token_marks[0], self._token_marks[-1]
         record.update(
             result,
             version=self.version,
@@ -139,13 +142,12 @@ class GRPOLoop:
             buffered=buffer["size"],
             in_flight=self.admission.in_flight,
             gen_paused_s=self.admission.paused_s,
-            gen_tokens_per_s=(tokens - self._last_tokens) / max(now - self._last, 1e-9),
+            gen_tokens_per_s=(tokens1 - tokens0) / max(t1 - t0, 1e-9),
             trainer_idle_frac=self.trainer_idle_s / (now - self.start),
             weight_push_ms=push["push_ms"],
             weight_sync_ms=push["push_ms"] + self.sync.last_load_ms,
             wall_s=now - self.start,
         )
-        self._last, self._last_tokens = now, tokens
         self.metrics.log(record)
         if self.target_reached is None and self.metrics.reward_avg >= self.config.target_reward:
             self.target_reached = {"step": step, "wall_s": record["wall_s"]}

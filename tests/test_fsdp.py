@@ -58,8 +58,8 @@ def test_two_ranks_match_one_rank(tiny_checkpoint, weight_store):
     assert max((w_one[k] - original[k]).abs().max().item() for k in original) > 1e-4
 
 
-def test_shared_memory_push_from_two_ranks_keeps_only_the_latest(tiny_checkpoint, tmp_path):
-    """Each rank writes its own shard into the version file; readers see full tensors."""
+def test_shared_memory_push_from_two_ranks_keeps_two_versions_at_most(tiny_checkpoint, tmp_path):
+    """Each rank writes its own shard into the version's slot; readers see full tensors."""
     weights = WeightsConfig(transport="shm", channel_dir=str(tmp_path / "channel"))
     mesh, trainer = spawn_trainer(tiny_checkpoint, procs=2, weights=weights)
     channel = SharedMemoryChannel(weights.channel_dir)
@@ -68,10 +68,11 @@ def test_shared_memory_push_from_two_ranks_keeps_only_the_latest(tiny_checkpoint
             trainer.train_step.call(batch()).get()
             pushed = [p for _, p in trainer.push_weights.call().get().items()]
             assert {p["version"] for p in pushed} == {channel.latest()}
-        assert channel.versions() == [3]
+        assert channel.versions() == [2, 3]  # the newest and the one before it, nothing older
         full = [w for _, w in trainer.full_state_dict.call().get().items()][0]
-        read = channel.read(3)
-        assert read.keys() == full.keys()
-        assert all(torch.equal(read[k], full[k]) for k in full)
+        with channel.reading(3) as (version, read):
+            assert version == 3
+            assert read.keys() == full.keys()
+            assert all(torch.equal(read[k], full[k]) for k in full)
     finally:
         asyncio.run(meshes.stop_all(mesh))

@@ -50,6 +50,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
 
     config.weights = config.weights.resolved()
     await store.start_store()
+    print(f"spawning trainer x{config.trainer.procs}, generators x{config.generator.count}, replay buffer ...")
     trainer_procs, trainer = await meshes.spawn_trainer(
         checkpoint, config.trainer, pad_id, config.weights
     )
@@ -66,6 +67,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     try:
         loop = GRPOLoop(config, run_dir, task, trainer, [g for _, g, _ in spawned], buffer)
         summary = await loop.run()
+        print("saving the final policy ...")
         final_model = await trainer.save_hf.call(str(run_dir / "final_model"))
         summary["final_model"] = final_model.item(procs=0)
         summary["run_dir"] = str(run_dir)

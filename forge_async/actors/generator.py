@@ -166,20 +166,18 @@ class Generator(Actor):
         if self.engine.running and self.engine.swap_mode == "drain":
             self.engine.draining = True  # no new requests until the running ones finish
             return
-        try:
-            state_dict = self.channel.read(latest)
-        except FileNotFoundError:  # replaced by a newer version meanwhile: next tick gets it
-            return
-        self.engine.swap(state_dict, latest)
+        with self.channel.reading(latest) as (version, state_dict):
+            self.engine.swap(state_dict, version)
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:
-        """Load policy `version` now, from the shared-memory channel or torchstore."""
+        """Load policy `version` now (or a newer one, from the shm channel), between generate calls."""
         start = time.perf_counter()
         if self.channel is not None:
-            state_dict = self.channel.read(version)
-        else:
-            state_dict = await store.get_policy(version)
+            with self.channel.reading(version) as (version, state_dict):
+                self.engine.swap(state_dict, version)
+            return {"version": version, "load_ms": (time.perf_counter() - start) * 1e3}
+        state_dict = await store.get_policy(version)
         fetched = time.perf_counter()
         self.engine.swap(state_dict, version)
         end = time.perf_counter()

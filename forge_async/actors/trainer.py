@@ -57,6 +57,7 @@ class Trainer(Actor):
         self.config = config
         self.pad_id = pad_id
         self.weights = weights
+        self.channel = SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
         self.version = 0
 
     @endpoint
@@ -128,28 +129,29 @@ class Trainer(Actor):
         start = time.perf_counter()
         hf_state_dict = self.adapter.to_hf(self.model.state_dict())
         if (transport or self.weights.transport) == "shm":
+            if self.channel is None:
+                raise ValueError("push_weights(transport='shm') needs weights.channel_dir")
             self._write_shared_memory(hf_state_dict)
         else:
             await store.put_policy(hf_state_dict, self.version)
         return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
 
     def _write_shared_memory(self, hf_state_dict: dict) -> None:
-        """Every rank copies its local shard into the version's file at the shard's global offset."""
-        channel = SharedMemoryChannel(self.weights.channel_dir)
+        """Every rank copies its local shard into the version's slot at the shard's global offset."""
         header, slots, size = plan_layout(
             {name: (tuple(t.shape), t.dtype) for name, t in hf_state_dict.items()}
         )
         if self.rank == 0:
-            channel.create(self.version, header, size)
+            self.channel.begin_write(self.version, header, size)  # waits for readers of the slot
         dist.barrier()
-        buffer = channel.map(self.version, size)
+        buffer = self.channel.writer_buffer(self.version)
         for name, tensor in hf_state_dict.items():
             local, offset = _local_shard(tensor)
-            full = channel.view(buffer, slots[name])
+            full = self.channel.view(buffer, slots[name])
             full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))].copy_(local)
         dist.barrier()
         if self.rank == 0:
-            channel.publish(self.version)
+            self.channel.publish(self.version)
 
     @endpoint
     async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:

@@ -7,6 +7,7 @@ step counts). `DatasetTask` reads prompts from a local JSONL/Parquet file.
 """
 
 import importlib
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +93,7 @@ def load_reward_fn(spec: str) -> Callable[[str, str], float]:
 
 
 class DatasetTask:
-    """Prompts from a local JSONL or Parquet file (Hugging Face `datasets`), in file order shuffled."""
+    """Prompts from a local JSONL or Parquet file, sampled uniformly at random."""
 
     def __init__(self, path: str, reward_fn: str, tokenizer):
         self.name = f"dataset:{Path(path).name}"
@@ -137,17 +138,32 @@ def _read_rows(path: str) -> list[dict]:
     file = Path(path)
     if not file.is_file():
         raise TaskError(f"task.dataset file not found: {file}")
-    kinds = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-    if file.suffix not in kinds:
-        raise TaskError(f"task.dataset {file}: unsupported file type {file.suffix!r} (use .jsonl or .parquet)")
-    import datasets
+    if file.suffix in (".jsonl", ".json"):
+        rows = _read_jsonl(file)
+    elif file.suffix == ".parquet":
+        import datasets
 
-    try:
-        rows = list(datasets.load_dataset(kinds[file.suffix], data_files=str(file), split="train"))
-    except Exception as err:
-        raise TaskError(f"task.dataset {file} cannot be read: {err}") from err
+        try:
+            rows = list(datasets.load_dataset("parquet", data_files=str(file), split="train"))
+        except Exception as err:
+            raise TaskError(f"task.dataset {file} cannot be read: {err}") from err
+    else:
+        raise TaskError(f"task.dataset {file}: unsupported file type {file.suffix!r} (use .jsonl or .parquet)")
     if not rows:
         raise TaskError(f"task.dataset {file} has no rows")
+    return rows
+
+
+def _read_jsonl(file: Path) -> list[dict]:
+    """One JSON object per non-empty line; errors name the line (rows are counted as lines)."""
+    rows = []
+    for number, line in enumerate(file.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise TaskError(f"{file}: row {number} is not valid JSON: {err}") from err
     return rows
 
 

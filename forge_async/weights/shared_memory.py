@@ -1,29 +1,40 @@
-"""Same-host weight transfer through shared-memory files, at memory speed.
+"""Same-host weight transfer through shared memory, at memory speed.
 
-One file per policy version under a channel directory in /dev/shm:
+A channel is a directory (in /dev/shm) holding two slot files that versions take
+in turn (version v goes to slot v % 2), and a `LATEST` file naming the newest
+complete version and its slot. A slot file is
 
-    [8-byte header length][JSON header: name -> dtype, shape, offset][tensor bytes, 64-aligned]
+    [u64 header length][u64 version][JSON header: name -> dtype, shape, offset][tensor bytes, 64-aligned]
 
-Writers put bytes straight into the mapped file: each FSDP rank writes the rows
-of its own shard at their global offset, so no rank gathers the full model.
-Readers map the file and hand vLLM zero-copy views. A `LATEST` file, replaced
-atomically, names the newest complete version; generators poll it between
-engine steps. Older version files are unlinked as soon as a newer one is
-published: a reader that already mapped a file keeps its pages (POSIX unlink
-semantics), so nothing in use is ever pulled away.
+Slots are reused, not recreated: their pages stay allocated, and every process
+keeps its mapping of them, so after the first version a transfer costs two
+memory copies (trainer -> slot, slot -> the generator's parameters) and no page
+faults. Each FSDP rank writes the rows of its own shard at their global offset;
+no rank gathers the whole model.
+
+Safety: a writer holds an exclusive `flock` on the slot while it writes; a reader
+holds a shared one while it copies out, and takes the version from the slot's
+own header under that lock. A writer can therefore never overwrite a slot a
+reader is copying from (it waits for the copy), and a reader never sees a half
+written version. At most two versions exist at any time.
 """
 
+import fcntl
 import json
 import os
 import struct
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 _ALIGN = 64
+_SLOTS = 2
 _LATEST = "LATEST"
+_PREFIX = struct.Struct("<QQ")  # header length, version
 
 
 def default_root() -> Path:
@@ -50,12 +61,14 @@ def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def plan_layout(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> tuple[bytes, dict[str, TensorSlot], int]:
+def plan_layout(
+    shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
+) -> tuple[bytes, dict[str, TensorSlot], int]:
     """Header bytes, slot per tensor, and total file size for tensors of these global shapes."""
-    entries = {name: (str(dtype).removeprefix("torch."), list(shape)) for name, (shape, dtype) in shapes.items()}
+    entries = {n: (str(dtype).removeprefix("torch."), list(shape)) for n, (shape, dtype) in shapes.items()}
     # The header's own length fixes the data offsets, so size it with generous offsets first.
     probe = json.dumps({n: [d, s, 10**15] for n, (d, s) in entries.items()}).encode()
-    offset = _align(8 + len(probe))
+    offset = _align(_PREFIX.size + len(probe))
     slots, header = {}, {}
     for name, (dtype, shape) in entries.items():
         slot = TensorSlot(dtype, tuple(shape), offset)
@@ -65,42 +78,54 @@ def plan_layout(shapes: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> tuple
 
 
 class SharedMemoryChannel:
-    """A directory of versioned weight files plus the LATEST pointer."""
+    """The slot files and LATEST pointer of one run; one instance per process, kept alive."""
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
+        self._maps: dict[int, tuple[int, torch.Tensor]] = {}  # slot -> (inode, mapping)
+        self._write_lock: int | None = None
 
-    def path(self, version: int) -> Path:
-        return self.directory / f"v{version}.bin"
+    def slot_path(self, slot: int) -> Path:
+        return self.directory / f"slot{slot}.bin"
 
-    # -- writing -------------------------------------------------------------
-    def create(self, version: int, header: bytes, size: int) -> torch.Tensor:
-        """Create (size) the file for `version` and map it; the header is written here."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.path(version)
-        with open(path, "wb") as f:
-            f.truncate(size)
-            f.write(struct.pack("<Q", len(header)) + header)
-        return self.map(version, size)
-
-    def map(self, version: int, size: int | None = None) -> torch.Tensor:
-        path = self.path(version)
-        size = size if size is not None else path.stat().st_size
-        return torch.from_file(str(path), shared=True, size=size, dtype=torch.uint8)
+    def _mapping(self, slot: int) -> torch.Tensor:
+        """This process's mapping of a slot file, remade only if the file was replaced."""
+        stat = self.slot_path(slot).stat()
+        cached = self._maps.get(slot)
+        if cached is None or cached[0] != stat.st_ino or cached[1].numel() != stat.st_size:
+            mapping = torch.from_file(str(self.slot_path(slot)), shared=True, size=stat.st_size, dtype=torch.uint8)
+            self._maps[slot] = cached = (stat.st_ino, mapping)
+        return cached[1]
 
     @staticmethod
     def view(buffer: torch.Tensor, slot: TensorSlot) -> torch.Tensor:
-        raw = buffer[slot.offset : slot.offset + slot.nbytes]
-        return raw.view(slot.torch_dtype).view(slot.shape)
+        return buffer[slot.offset : slot.offset + slot.nbytes].view(slot.torch_dtype).view(slot.shape)
+
+    # -- writing (rank 0 begins and publishes; every rank may write into the buffer) --
+    def begin_write(self, version: int, header: bytes, size: int) -> torch.Tensor:
+        """Lock the version's slot exclusively (waiting for readers), size it, write the header."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.slot_path(version % _SLOTS)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+        os.pwrite(fd, _PREFIX.pack(len(header), version) + header, 0)
+        self._write_lock = fd
+        return self._mapping(version % _SLOTS)
+
+    def writer_buffer(self, version: int) -> torch.Tensor:
+        """The mapping of `version`'s slot, for ranks other than the one that began the write."""
+        return self._mapping(version % _SLOTS)
 
     def publish(self, version: int) -> None:
-        """Point LATEST at `version` (atomic rename), then unlink older version files."""
+        """Point LATEST at `version` (atomic rename) and release the slot to readers."""
         tmp = self.directory / f".{_LATEST}.{os.getpid()}"
         tmp.write_text(str(version))
         os.replace(tmp, self.directory / _LATEST)
-        for old in self.versions():
-            if old < version:
-                self.path(old).unlink(missing_ok=True)
+        if self._write_lock is not None:
+            os.close(self._write_lock)  # closing drops the flock
+            self._write_lock = None
 
     # -- reading -------------------------------------------------------------
     def latest(self) -> int | None:
@@ -109,23 +134,39 @@ class SharedMemoryChannel:
         except (FileNotFoundError, ValueError):
             return None
 
-    def versions(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(p.stem[1:]) for p in self.directory.glob("v*.bin"))
+    @contextmanager
+    def reading(self, version: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+        """Shared-locked, zero-copy views of the slot holding `version`: (version found, tensors).
 
-    def read(self, version: int) -> dict[str, torch.Tensor]:
-        """Zero-copy views of every tensor of `version` (FileNotFoundError if already replaced)."""
-        with open(self.path(version), "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(length))
-        buffer = self.map(version)
-        return {
-            name: self.view(buffer, TensorSlot(dtype, tuple(shape), offset))
-            for name, (dtype, shape, offset) in header.items()
-        }
+        The version found is the one in the slot's header, read under the lock: `version`
+        itself, or a newer one written to the same slot meanwhile. Copy out inside the block.
+        """
+        fd = os.open(self.slot_path(version % _SLOTS), os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            length, found = _PREFIX.unpack(os.pread(fd, _PREFIX.size, 0))
+            header = json.loads(os.pread(fd, length, _PREFIX.size))
+            buffer = self._mapping(version % _SLOTS)
+            yield found, {
+                name: self.view(buffer, TensorSlot(dtype, tuple(shape), offset))
+                for name, (dtype, shape, offset) in header.items()
+            }
+        finally:
+            os.close(fd)
+
+    def versions(self) -> list[int]:
+        """Versions currently held in the slots (at most two)."""
+        found = []
+        for slot in range(_SLOTS):
+            try:
+                with open(self.slot_path(slot), "rb") as f:
+                    found.append(_PREFIX.unpack(f.read(_PREFIX.size))[1])
+            except (FileNotFoundError, struct.error):
+                pass
+        return sorted(found)
 
     def remove(self) -> None:
+        self._maps.clear()
         for p in self.directory.glob("*"):
             p.unlink(missing_ok=True)
         if self.directory.is_dir():
