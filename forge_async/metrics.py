@@ -25,7 +25,7 @@ class MetricsLog:
     def __init__(self, run_dir: Path, smoothing: int = 10):
         self.path = run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a")
+        self._file = self.path.open("w")
         self._recent = deque(maxlen=smoothing)
 
     @property

@@ -72,12 +72,13 @@ def test_gradient_matches_hand_computed_reference(tiny_checkpoint, cap):
         assert truncated > 0  # the cap really bites in this case
 
 
-def test_identical_policies_give_unit_weights(tiny_checkpoint):
+@pytest.mark.parametrize("cap", [1.0, 2.0])
+def test_identical_policies_give_unit_weights(tiny_checkpoint, cap):
     model = load(tiny_checkpoint)
     batch = pack_episodes(episodes_from(model), PAD)
     with torch.no_grad():
         logprobs = token_logprobs(model(batch.tokens), batch.tokens)
-    weights, sums = importance_weights(logprobs, batch, is_cap=2.0)
+    weights, sums = importance_weights(logprobs, batch, is_cap=cap)
     mask = batch.response_mask.bool()
     assert torch.allclose(weights[mask], torch.ones(int(mask.sum())), atol=1e-6)
     assert (weights[~mask] == 0).all()

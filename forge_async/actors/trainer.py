@@ -44,8 +44,8 @@ class TrainerConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     # Truncated importance sampling cap c: token weight min(pi_theta / pi_behaviour, c).
-    # null turns the correction off (every weight 1). See docs/staleness.md.
-    is_cap: float | None = 2.0
+    # 1.0 only ever down-weights; null turns the correction off. See docs/staleness.md.
+    is_cap: float | None = 1.0
     threads: int = 1  # torch intra-op threads per trainer proc
 
 

@@ -22,6 +22,10 @@ import torch.nn.functional as F
 
 from forge_async.data.batch import TrainBatch
 
+# A ratio counts as truncated only beyond float noise: with cap 1 and identical
+# policies, ratios of 1 +- 1e-7 are not truncation.
+_TRUNCATION_TOLERANCE = 1e-5
+
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t: shape [B, L-1], fp32."""
@@ -71,7 +75,9 @@ def importance_weights(
         weight=weights.sum(),
         weight_sq=(weights**2).sum(),
         weight_max=(ratio * mask).max() if mask.any() else torch.tensor(1.0),
-        truncated=((ratio > is_cap) * mask).sum() if is_cap is not None else torch.tensor(0.0),
+        truncated=((ratio > is_cap * (1 + _TRUNCATION_TOLERANCE)) * mask).sum()
+        if is_cap is not None
+        else torch.tensor(0.0),
         # k3 estimator of KL(pi_behaviour || pi_theta) on tokens sampled from pi_behaviour.
         mismatch_kl=((ratio - 1 - log_ratio) * mask).sum(),
     )
