@@ -1,6 +1,8 @@
 """The GRPO app end to end: run directory contract, accounting, staleness bounds, bad input."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -40,6 +42,35 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
     tokens = torch.tensor([[11, 3, 1, 4, 13]])
     with torch.no_grad():
         assert not torch.allclose(final(tokens).logits, initial(tokens).logits)
+    # ... and in vLLM, whose logprobs for a fixed sequence match transformers'.
+    assert_vllm_matches_transformers(run.run_dir / "final_model", final)
+
+
+VLLM_SCORE = """
+import json, sys
+import forge_async
+from vllm import LLM, SamplingParams
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, kv_cache_memory_bytes=2**27)
+    out = llm.generate([{"prompt_token_ids": [11, 3, 1, 4, 13, 4, 12]}],
+                       SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)[0]
+    seq = [11, 3, 1, 4, 13, 4, 12]
+    print("LOGPROBS", json.dumps([out.prompt_logprobs[t][seq[t]].logprob for t in range(1, len(seq))]))
+"""
+
+
+def assert_vllm_matches_transformers(model_dir, model) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", VLLM_SCORE, str(model_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("LOGPROBS"))
+    vllm_logprobs = json.loads(line.split(" ", 1)[1])
+    tokens = torch.tensor([[11, 3, 1, 4, 13, 4, 12]])
+    with torch.no_grad():
+        reference = torch.log_softmax(model(tokens).logits[0, :-1], dim=-1)
+    expected = reference.gather(-1, tokens[0, 1:, None])[:, 0].tolist()
+    assert max(abs(a - b) for a, b in zip(vllm_logprobs, expected)) < 1e-4
 
 
 @pytest.mark.parametrize("max_age", [0, 2])

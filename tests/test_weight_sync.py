@@ -90,6 +90,13 @@ def test_weight_round_trip(generator, trainer, tiny_checkpoint):
     assert asyncio.run(store.stored_versions()) == []
 
 
+def test_text_prompts_are_tokenized_by_the_checkpoint_tokenizer(generator):
+    (group,) = generator.generate.call_one(["<bos>31<sep>"], SamplingConfig(max_tokens=2), n=2).get()
+    assert [c.prompt_ids for c in group] == [[11, 3, 1, 13]] * 2
+    assert all(1 <= len(c.token_ids) <= 2 and len(c.logprobs) == len(c.token_ids) for c in group)
+    assert all(c.finish_reason in ("stop", "length") for c in group)
+
+
 def test_prompt_longer_than_context_names_the_prompt(generator, tiny_checkpoint):
     too_long = [11] + [1] * tiny_checkpoint.shape.max_seq_len
     with pytest.raises(Exception, match="exceeds the context"):

@@ -156,13 +156,12 @@ class Trainer(Actor):
     @endpoint
     async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
         """log p(token t | tokens < t) for t >= 1 of each sequence, under the current weights."""
-        batch_tokens = torch.full(
-            (len(sequences), max(map(len, sequences))), self.pad_id, dtype=torch.long
-        )
+        tokens = torch.full((len(sequences), max(map(len, sequences))), self.pad_id, dtype=torch.long)
         for row, seq in enumerate(sequences):
-            batch_tokens[row, : len(seq)] = torch.tensor(seq)
+            tokens[row, : len(seq)] = torch.tensor(seq)
+        tokens = tokens.to(self.device_type)
         with torch.no_grad():
-            logprobs = token_logprobs(self.model(batch_tokens.to(self.device_type)), batch_tokens)
+            logprobs = token_logprobs(self.model(tokens), tokens).cpu()
         return [logprobs[row, : len(seq) - 1].tolist() for row, seq in enumerate(sequences)]
 
     def _full_hf_state_dict(self) -> dict[str, torch.Tensor]:
