@@ -7,6 +7,7 @@ steps, publishes its weights and goes on; generators pick the new version up
 between engine steps.
 sync:  generate a batch, train on it, publish, wait for every generator to hold
 the new weights, repeat. The baseline async is measured against.
+At the end the final policy is saved (Hugging Face format) and summary.json written.
 """
 
 import asyncio
@@ -26,7 +27,7 @@ from forge_async.weights import store
 from forge_async.weights.shared_memory import SharedMemoryChannel
 from forge_async.weights.sync import WeightSync
 
-_POLL_S = 0.002
+_WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
 _RATE_WINDOW = 10  # steps over which generation throughput is measured
 
 
@@ -63,7 +64,10 @@ class GRPOLoop:
         finally:
             await self.sync.close()
             self.metrics.close()
-        return await self._summary()
+        self.wall_s = time.perf_counter() - self.start
+        print("saving the final policy ...", flush=True)
+        final_model = await self.trainer.save_hf.call(str(self.run_dir / "final_model"))
+        return await self._summary(final_model.item(procs=0))
 
     async def _run_async(self) -> None:
         stop = asyncio.Event()
@@ -94,12 +98,17 @@ class GRPOLoop:
         _raise_first_error(results)
 
     async def _next_batch(self, workers: list[asyncio.Task]) -> list[Episode]:
+        """Sample a batch, waiting for rollout workers to add episodes rather than polling."""
         while True:
+            self.rollouts.added.clear()  # before sampling: an add from here on wakes us
             batch = await self.buffer.sample.call_one(self.config.batch_size, self.version)
             if batch is not None:
                 return batch
             _raise_first_error([w.exception() for w in workers if w.done()])
-            await asyncio.sleep(_POLL_S)
+            try:
+                await asyncio.wait_for(self.rollouts.added.wait(), timeout=_WORKER_CHECK_S)
+            except asyncio.TimeoutError:
+                pass
 
     async def _run_sync(self) -> None:
         per_call = self.config.prompts_per_rollout
@@ -152,9 +161,9 @@ class GRPOLoop:
         if self.target_reached is None and self.metrics.reward_avg >= self.config.target_reward:
             self.target_reached = {"step": step, "wall_s": record["wall_s"]}
 
-    async def _summary(self) -> dict:
+    async def _summary(self, final_model: str) -> dict:
         buffer = await self.buffer.stats.call_one()
-        wall = time.perf_counter() - self.start
+        wall = self.wall_s
         generators = [await g.stats.call_one() for g in self.generators]
         pauses = [p for g in generators for p in g["swap_pauses_ms"]]
         window = max(1, min(10, len(self.rewards) // 2))
@@ -187,6 +196,8 @@ class GRPOLoop:
             + summary["left_in_buffer"] + summary["in_flight"]
         )
         summary["accounting_ok"] = accounted == generated
+        summary["final_model"] = final_model
+        summary["run_dir"] = str(self.run_dir)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 

@@ -50,6 +50,7 @@ class Rollouts:
         self.prompts_per_call = prompts_per_call
         self.rng = random.Random(seed)
         self.stats = RolloutStats()
+        self.added = asyncio.Event()  # set whenever episodes reach the buffer
         self._next_group = 0
 
     async def produce(self, generator, num_prompts: int | None = None) -> list[Episode]:
@@ -78,4 +79,5 @@ class Rollouts:
                 return
             episodes = await self.produce(generator)
             await buffer.add.call_one(episodes)
+            self.added.set()
             await admission.generated(size)

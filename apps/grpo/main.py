@@ -7,7 +7,6 @@ Every key of configs/grpo.yaml can be overridden; see docs/configuration.md.
 """
 
 import asyncio
-import json
 import sys
 from pathlib import Path
 
@@ -66,13 +65,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     print(f"meshes up: trainer x{config.trainer.procs}, generators x{len(spawned)} (engine start {starts})")
     try:
         loop = GRPOLoop(config, run_dir, task, trainer, [g for _, g, _ in spawned], buffer)
-        summary = await loop.run()
-        print("saving the final policy ...")
-        final_model = await trainer.save_hf.call(str(run_dir / "final_model"))
-        summary["final_model"] = final_model.item(procs=0)
-        summary["run_dir"] = str(run_dir)
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        return summary
+        return await loop.run()
     finally:
         await meshes.stop_all(*all_procs)
         await store.stop_store()

@@ -81,10 +81,6 @@ class Trainer(Actor):
             weight_decay=c.weight_decay,
         )
 
-    @endpoint
-    async def get_version(self) -> int:
-        return self.version
-
     def _local_rows(self, batch: TrainBatch) -> TrainBatch:
         n = batch.tokens.shape[0]
         if n < self.world:

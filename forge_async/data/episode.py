@@ -5,7 +5,7 @@ policy age, at the moment the trainer would learn from it, is the trainer's
 version minus the oldest token version in the sample.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -42,8 +42,7 @@ class Episode:
     completion: Completion
     reward: float
     advantage: float
-    group_id: int = 0
-    info: dict = field(default_factory=dict)
+    group_id: int = 0  # episodes of one prompt's group share it
 
     @property
     def oldest_version(self) -> int:
