@@ -20,7 +20,7 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
 
 
 class MetricsLog:
-    """Appends one JSON object per training step to `metrics.jsonl` and prints a line."""
+    """Writes one JSON object per training step to `metrics.jsonl` (fresh per run) and prints a line."""
 
     def __init__(self, run_dir: Path, smoothing: int = 10):
         self.path = run_dir / "metrics.jsonl"

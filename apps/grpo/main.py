@@ -49,21 +49,29 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
 
     config.weights = config.weights.resolved()
     await store.start_store()
-    print(f"spawning trainer x{config.trainer.procs}, generators x{config.generator.count}, replay buffer ...")
-    trainer_procs, trainer = await meshes.spawn_trainer(
-        checkpoint, config.trainer, pad_id, config.weights
-    )
-    spawned = await asyncio.gather(
-        *(
-            meshes.spawn_generator(checkpoint, config.generator, config.weights, i)
-            for i in range(config.generator.count)
-        )
-    )
-    buffer_procs, buffer = await meshes.spawn_replay_buffer(config.max_policy_age, config.buffer_capacity)
-    all_procs = [trainer_procs, buffer_procs, *(procs for procs, _, _ in spawned)]
-    starts = ", ".join(f"{t['engine_start_s']:.1f}s" for _, _, t in spawned)
-    print(f"meshes up: trainer x{config.trainer.procs}, generators x{len(spawned)} (engine start {starts})")
+    all_procs = []  # everything spawned so far, stopped however the run ends
     try:
+        print(
+            f"spawning trainer x{config.trainer.procs}, generators x{config.generator.count}, "
+            "replay buffer ..."
+        )
+        trainer_procs, trainer = await meshes.spawn_trainer(
+            checkpoint, config.trainer, pad_id, config.weights
+        )
+        all_procs.append(trainer_procs)
+        spawned = await asyncio.gather(
+            *(
+                meshes.spawn_generator(checkpoint, config.generator, config.weights, i)
+                for i in range(config.generator.count)
+            )
+        )
+        all_procs.extend(procs for procs, _, _ in spawned)
+        buffer_procs, buffer = await meshes.spawn_replay_buffer(
+            config.max_policy_age, config.buffer_capacity
+        )
+        all_procs.append(buffer_procs)
+        starts = ", ".join(f"{t['engine_start_s']:.1f}s" for _, _, t in spawned)
+        print(f"meshes up: trainer x{config.trainer.procs}, generators x{len(spawned)} (engine start {starts})")
         loop = GRPOLoop(config, run_dir, task, trainer, [g for _, g, _ in spawned], buffer)
         return await loop.run()
     finally:
