@@ -32,6 +32,11 @@ class AdmissionControl:
         self.closed = False
         self._changed = asyncio.Condition()
 
+    def restore(self, trainer_version: int, queued: int) -> None:
+        """Start from a checkpoint: the trainer at `trainer_version`, `queued` samples buffered."""
+        self.trainer_version = trainer_version
+        self.queued = queued
+
     def fits(self, n: int, generator_version: int) -> bool:
         next_batch_version = self.trainer_version + int(self.training)
         lag = next_batch_version - generator_version

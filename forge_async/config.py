@@ -8,6 +8,7 @@ values' ranges and names the offending key.
 from dataclasses import dataclass, field
 
 from forge_async.actors.generator import GeneratorConfig, SamplingConfig
+from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.errors import ConfigError
 from forge_async.generation.versioned_engine import SWAP_MODES
 from forge_async.actors.trainer import TrainerConfig
@@ -39,12 +40,15 @@ class GRPOConfig:
     prompts_per_rollout: int = 16  # prompts per generate call
     buffer_capacity: int = 4096  # episodes; beyond it the oldest are evicted (counted)
     target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
+    # A run directory to continue from its newest complete checkpoint, with its saved config.
+    resume: str | None = None
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -67,6 +71,8 @@ class GRPOConfig:
             raise ConfigError(
                 f"generator.swap_mode={self.generator.swap_mode!r}: one of {', '.join(SWAP_MODES)}"
             )
+        if self.generator.max_restarts < 0:
+            raise ConfigError(f"generator.max_restarts={self.generator.max_restarts}: must be >= 0")
         if self.max_policy_age < 0:
             raise ConfigError(f"max_policy_age={self.max_policy_age}: must be >= 0")
         if self.prompts_per_rollout > self.prompts_per_step:

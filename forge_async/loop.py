@@ -1,5 +1,12 @@
 """The GRPO training loop over ready actor meshes, asynchronous or synchronous.
 
+    rollout workers (async: 2+ at once)       trainer (one step at a time)
+    ---------------------------------         ---------------------------------
+    admit? -> generate -> score -> buffer ->  sample batch -> train -> publish
+        ^                                                          |
+        +------------ generators pick up the new version ----------+
+                                                every k steps: whole-run checkpoint
+
 async: rollout workers keep the generators busy into the replay buffer, each
 request admitted only if its samples can still be trained within
 max_policy_age; the trainer takes a batch as soon as the buffer holds one,
@@ -7,24 +14,27 @@ steps, publishes its weights and goes on; generators pick the new version up
 between engine steps.
 sync:  generate a batch, train on it, publish, wait for every generator to hold
 the new weights, repeat. The baseline async is measured against.
-At the end the final policy is saved (Hugging Face format) and summary.json written.
+
+A run ends after `steps`, or early when `request_stop` is called (Ctrl-C):
+either way the step in flight finishes, generation drains into the buffer, and
+the run saves a checkpoint, the final policy and summary.json.
 """
 
 import asyncio
-import json
-import statistics
 import time
 from collections import deque
 from pathlib import Path
 
 from forge_async.admission import AdmissionControl
+from forge_async.checkpoint.checkpointer import Checkpointer
+from forge_async.checkpoint.directory import step_of
 from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Task
+from forge_async.launch.supervision import GeneratorFailed, RunMeshes
 from forge_async.metrics import MetricsLog, batch_metrics
 from forge_async.rollout import Rollouts
-from forge_async.weights import store
-from forge_async.weights.shared_memory import SharedMemoryChannel
+from forge_async.summary import write_summary
 from forge_async.weights.sync import WeightSync
 
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
@@ -32,52 +42,132 @@ _RATE_WINDOW = 10  # steps over which generation throughput is measured
 
 
 class GRPOLoop:
-    def __init__(self, config: GRPOConfig, run_dir: Path, task: Task, trainer, generators, buffer):
+    def __init__(
+        self,
+        config: GRPOConfig,
+        run_dir: Path,
+        task: Task,
+        meshes: RunMeshes,
+        checkpointer: Checkpointer | None = None,
+    ):
         self.config = config
         self.run_dir = run_dir
-        self.trainer, self.generators, self.buffer = trainer, generators, buffer
+        self.meshes = meshes
+        self.trainer, self.buffer = meshes.trainer, meshes.buffer
+        self.checkpointer = checkpointer
         self.rollouts = Rollouts(
             task, config.sampling, config.group_size, config.prompts_per_rollout, config.seed
         )
-        self.metrics = MetricsLog(run_dir)
+        self.step = 0
         self.version = 0
         self.trained = 0
         self.dropped_seen = 0
         self.trainer_idle_s = 0.0
+        self.wall_before_s = 0.0  # wall time of earlier segments of a resumed run
         self.rewards: list[float] = []
         self.target_reached: dict | None = None
+        self.checkpoint_s = 0.0
+        self.stop_reason: str | None = None
+        self._stop = asyncio.Event()
 
-    async def run(self) -> dict:
+    def request_stop(self, reason: str) -> None:
+        """End the run after the step in flight (the run still checkpoints and reports)."""
+        self.stop_reason = reason
+        self._stop.set()
+
+    async def run(self, resume_from: Path | None = None) -> dict:
+        """Train to `config.steps` (from a checkpoint, if given); returns the summary."""
+        self.metrics = MetricsLog(
+            self.run_dir, resume_after_step=None if resume_from is None else step_of(resume_from)
+        )
         self.admission = AdmissionControl(
             self.config.batch_size, self.config.max_policy_age, self.config.admission_control
         )
+        if resume_from is not None:
+            await self._restore(resume_from)
         self.sync = WeightSync(
-            self.generators, self.config.weights.transport, on_loaded=self.admission.weights_moved
+            self.meshes.call_generator,
+            self.meshes.generator_count,
+            self.config.weights.transport,
+            on_loaded=self.admission.weights_moved,
+            version=self.version,
         )
-        self.start = time.perf_counter()
-        self._token_marks = deque([(self.start, 0)], maxlen=_RATE_WINDOW + 1)
+        self.meshes.on_generator_restart = self.sync.generator_replaced
+        self.start = time.perf_counter() - self.wall_before_s
+        self._token_marks = deque([(time.perf_counter(), self.rollouts.tokens)], maxlen=_RATE_WINDOW + 1)
+        failure = None
         try:
             if self.config.mode == "async":
                 await self._run_async()
             else:
                 await self._run_sync()
+        except GeneratorFailed as err:  # the trainer is fine: save what was learned
+            failure = str(err)
         finally:
             await self.sync.close()
             self.metrics.close()
-        self.wall_s = time.perf_counter() - self.start
+        if self.checkpointer is not None:
+            await self._checkpoint()
         print("saving the final policy ...", flush=True)
-        final_model = await self.trainer.save_hf.call(str(self.run_dir / "final_model"))
-        return await self._summary(final_model.item(procs=0))
+        final_model = await self.meshes.call_trainer(
+            lambda t: t.save_hf.call(str(self.run_dir / "final_model"))
+        )
+        return await self.write_summary(final_model.item(procs=0), failure)
+
+    async def _restore(self, path: Path) -> None:
+        state = await Checkpointer.restore(path, self.meshes)
+        self.step, self.version = state["step"], state["version"]
+        self.trained, self.trainer_idle_s = state["trained"], state["trainer_idle_s"]
+        self.wall_before_s, self.checkpoint_s = state["wall_s"], state["checkpoint_s"]
+        self.rewards, self.target_reached = state["rewards"], state["target_reached"]
+        self.rollouts.load_state_dict(state["rollouts"])
+        self.metrics.load_state_dict(state["metrics"])
+        buffer = await self.buffer.stats()
+        self.dropped_seen = buffer["dropped_stale"] + buffer["dropped_other"]
+        self.admission.restore(self.version, queued=buffer["size"])
+        # Generators start from the initial weights: publish the restored ones.
+        await self.meshes.call_trainer(lambda t: t.push_weights.call())
+        print(f"resumed from {path} at step {self.step} (version {self.version})", flush=True)
+
+    def state_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "version": self.version,
+            "trained": self.trained,
+            "trainer_idle_s": self.trainer_idle_s,
+            "wall_s": time.perf_counter() - self.start,
+            "checkpoint_s": self.checkpoint_s,
+            "rewards": list(self.rewards),
+            "target_reached": self.target_reached,
+            "rollouts": self.rollouts.state_dict(),
+            "metrics": self.metrics.state_dict(),
+        }
+
+    async def _checkpoint(self) -> None:
+        saved = await self.checkpointer.save(self.step, self.state_dict(), self.meshes)
+        self.checkpoint_s += saved["seconds"]
+        print(
+            f"checkpoint step {self.step}: {saved['seconds']:.2f}s, "
+            f"{saved['bytes'] / 2**20:.1f} MiB -> {saved['path']}",
+            flush=True,
+        )
+
+    def _due_for_checkpoint(self) -> bool:
+        every = self.config.checkpoint.every_steps
+        return self.checkpointer is not None and every > 0 and self.step % every == 0
+
+    def _steps_left(self) -> bool:
+        return self.step < self.config.steps and not self._stop.is_set()
 
     async def _run_async(self) -> None:
         stop = asyncio.Event()
         workers = []
         for i in range(self.config.rollout_workers):
-            g = i % len(self.generators)
+            g = i % self.meshes.generator_count
             workers.append(
                 asyncio.create_task(
                     self.rollouts.run_worker(
-                        self.generators[g],
+                        lambda *args, g=g: self.meshes.generate(g, *args),
                         lambda g=g: self.sync.generator_version(g),
                         self.buffer,
                         self.admission,
@@ -86,11 +176,14 @@ class GRPOLoop:
                 )
             )
         try:
-            for step in range(1, self.config.steps + 1):
+            await self.sync.wait_until_loaded(self.version)
+            while self._steps_left():
                 waited_from = time.perf_counter()
                 batch = await self._next_batch(workers)
                 self.trainer_idle_s += time.perf_counter() - waited_from
-                await self._train(step, batch)
+                await self._train(batch)
+                if self._due_for_checkpoint() and self._steps_left():
+                    await self._checkpoint()
         finally:
             stop.set()  # workers finish the call in flight and hand it to the buffer
             await self.admission.close()
@@ -101,7 +194,7 @@ class GRPOLoop:
         """Sample a batch, waiting for rollout workers to add episodes rather than polling."""
         while True:
             self.rollouts.added.clear()  # before sampling: an add from here on wakes us
-            batch = await self.buffer.sample.call_one(self.config.batch_size, self.version)
+            batch = await self.buffer.sample(self.config.batch_size, self.version)
             if batch is not None:
                 return batch
             _raise_first_error([w.exception() for w in workers if w.done()])
@@ -112,42 +205,48 @@ class GRPOLoop:
 
     async def _run_sync(self) -> None:
         per_call = self.config.prompts_per_rollout
-        for step in range(1, self.config.steps + 1):
+        count = self.meshes.generator_count
+        await self.sync.wait_until_loaded(self.version)
+        while self._steps_left():
             waited_from = time.perf_counter()
             calls, remaining = [], self.config.prompts_per_step
             while remaining > 0:
-                generator = self.generators[len(calls) % len(self.generators)]
-                calls.append(self.rollouts.produce(generator, min(per_call, remaining)))
+                g = len(calls) % count
+                generate = lambda *args, g=g: self.meshes.generate(g, *args)  # noqa: E731
+                calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
                 remaining -= per_call
             for episodes in await asyncio.gather(*calls):
-                await self.buffer.add.call_one(episodes)
-            batch = await self.buffer.sample.call_one(self.config.batch_size, self.version)
+                await self.buffer.add(episodes)
+            batch = await self.buffer.sample(self.config.batch_size, self.version)
             self.trainer_idle_s += time.perf_counter() - waited_from
-            await self._train(step, batch)
+            await self._train(batch)
             await self.sync.wait_until_loaded(self.version)
+            if self._due_for_checkpoint() and self._steps_left():
+                await self._checkpoint()
 
-    async def _train(self, step: int, batch: list[Episode]) -> None:
-        record = {"step": step, **batch_metrics(batch, self.version)}
-        buffer = await self.buffer.stats.call_one()
-        dropped = buffer["dropped_stale"] + buffer["dropped_overflow"]
+    async def _train(self, batch: list[Episode]) -> None:
+        self.step += 1
+        record = {"step": self.step, **batch_metrics(batch, self.version)}
+        buffer = await self.buffer.stats()
+        dropped = buffer["dropped_stale"] + buffer["dropped_other"]
         await self.admission.step_started(len(batch), dropped - self.dropped_seen)
         self.dropped_seen = dropped
-        result = (await self.trainer.train_step.call(batch)).item(procs=0)
-        push = (await self.trainer.push_weights.call()).item(procs=0)
+        result = (await self.meshes.call_trainer(lambda t: t.train_step.call(batch))).item(procs=0)
+        push = (await self.meshes.call_trainer(lambda t: t.push_weights.call())).item(procs=0)
         self.version = result.pop("version")
         self.sync.publish(self.version)
         await self.admission.step_finished(self.version)
         self.trained += len(batch)
         self.rewards.append(record["reward_mean"])
         now = time.perf_counter()
-        self._token_marks.append((now, self.rollouts.stats.tokens))
+        self._token_marks.append((now, self.rollouts.tokens))
         (t0, tokens0), (t1, tokens1) = self._token_marks[0], self._token_marks[-1]
         record.update(
             result,
             version=self.version,
             samples_trained=self.trained,
             dropped_stale=buffer["dropped_stale"],
-            dropped_other=buffer["dropped_overflow"],
+            dropped_other=buffer["dropped_other"],
             buffered=buffer["size"],
             in_flight=self.admission.in_flight,
             gen_paused_s=self.admission.paused_s,
@@ -155,58 +254,16 @@ class GRPOLoop:
             trainer_idle_frac=self.trainer_idle_s / (now - self.start),
             weight_push_ms=push["push_ms"],
             weight_sync_ms=push["push_ms"] + self.sync.last_load_ms,
+            generator_restarts=self.meshes.generator_restarts,
             wall_s=now - self.start,
         )
         self.metrics.log(record)
         if self.target_reached is None and self.metrics.reward_avg >= self.config.target_reward:
-            self.target_reached = {"step": step, "wall_s": record["wall_s"]}
+            self.target_reached = {"step": self.step, "wall_s": record["wall_s"]}
 
-    async def _summary(self, final_model: str) -> dict:
-        buffer = await self.buffer.stats.call_one()
-        wall = self.wall_s
-        generators = [await g.stats.call_one() for g in self.generators]
-        pauses = [p for g in generators for p in g["swap_pauses_ms"]]
-        window = max(1, min(10, len(self.rewards) // 2))
-        generated = self.rollouts.stats.generated
-        summary = {
-            "mode": self.config.mode,
-            "steps": len(self.rewards),
-            "wall_s": wall,
-            "generated": generated,
-            "trained": self.trained,
-            "dropped_stale": buffer["dropped_stale"],
-            "dropped_other": buffer["dropped_overflow"],
-            "left_in_buffer": buffer["size"],
-            "in_flight": 0,  # workers are drained into the buffer before this point
-            "reward_first": statistics.fmean(self.rewards[:window]) if self.rewards else None,
-            "reward_last": statistics.fmean(self.rewards[-window:]) if self.rewards else None,
-            "target_reward": self.config.target_reward,
-            "target_reached": self.target_reached,
-            "samples_per_s": self.trained / wall,
-            "trainer_idle_frac": self.trainer_idle_s / wall,
-            "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * len(generators)),
-            "gen_paused_for_admission_s": self.admission.paused_s,
-            "inflight_swaps": len(pauses),
-            "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
-            "swap_pause_ms_max": max(pauses) if pauses else None,
-            "stored_versions": await self._stored_versions(),
-        }
-        accounted = (
-            summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
-            + summary["left_in_buffer"] + summary["in_flight"]
-        )
-        summary["accounting_ok"] = accounted == generated
-        summary["final_model"] = final_model
-        summary["run_dir"] = str(self.run_dir)
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        return summary
-
-
-    async def _stored_versions(self) -> list[int]:
-        """Policy versions still held by the weight transport (hygiene: only those in use)."""
-        if self.config.weights.transport == "shm":
-            return SharedMemoryChannel(self.config.weights.channel_dir).versions()
-        return await store.stored_versions()
+    async def write_summary(self, final_model: str | None = None, failure: str | None = None) -> dict:
+        """summary.json from what the loop, the buffer and the generators know now."""
+        return await write_summary(self, final_model, failure)
 
 
 def _raise_first_error(results: list) -> None:

@@ -20,13 +20,32 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
 
 
 class MetricsLog:
-    """Writes one JSON object per training step to `metrics.jsonl` (fresh per run) and prints a line."""
+    """Writes one JSON object per training step to `metrics.jsonl` and prints a line.
 
-    def __init__(self, run_dir: Path, smoothing: int = 10):
+    A fresh run starts the file anew. A resumed run (`resume_after_step=k`) keeps
+    the rows of steps 1..k and appends from there, so every step appears once.
+    """
+
+    def __init__(self, run_dir: Path, smoothing: int = 10, resume_after_step: int | None = None):
         self.path = run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w")
+        if resume_after_step is None:
+            self._file = self.path.open("w")
+        else:
+            self._keep_rows_up_to(resume_after_step)
+            self._file = self.path.open("a")
         self._recent = deque(maxlen=smoothing)
+
+    def _keep_rows_up_to(self, step: int) -> None:
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def state_dict(self) -> dict:
+        return {"recent": list(self._recent)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._recent.extend(state["recent"])
 
     @property
     def reward_avg(self) -> float:

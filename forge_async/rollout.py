@@ -7,19 +7,15 @@ back and hand scored episodes to the buffer.
 
 import asyncio
 import random
-from dataclasses import dataclass
-
+from collections.abc import Awaitable, Callable
 from forge_async.actors.generator import SamplingConfig
 from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Prompt, Task
 from forge_async.losses.advantages import group_advantages
 
-
-@dataclass
-class RolloutStats:
-    generated: int = 0  # episodes produced (and handed to the buffer)
-    tokens: int = 0  # completion tokens produced
+# (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
+Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list]]]
 
 
 def score_groups(
@@ -49,24 +45,30 @@ class Rollouts:
         self.group_size = group_size
         self.prompts_per_call = prompts_per_call
         self.rng = random.Random(seed)
-        self.stats = RolloutStats()
+        self.tokens = 0  # completion tokens produced
         self.added = asyncio.Event()  # set whenever episodes reach the buffer
         self._next_group = 0
 
-    async def produce(self, generator, num_prompts: int | None = None) -> list[Episode]:
-        """One generate call on `generator`, scored into episodes."""
+    async def produce(self, generate: Generate, num_prompts: int | None = None) -> list[Episode]:
+        """One generate call, scored into episodes."""
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
         first_group, self._next_group = self._next_group, self._next_group + len(prompts)
-        groups = await generator.generate.call_one(
-            [p.token_ids for p in prompts], self.sampling, self.group_size
-        )
+        groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
         episodes = score_groups(self.task, prompts, groups, first_group)
-        self.stats.generated += len(episodes)
-        self.stats.tokens += sum(len(e.completion.token_ids) for e in episodes)
+        self.tokens += sum(len(e.completion.token_ids) for e in episodes)
         return episodes
 
+    def state_dict(self) -> dict:
+        """Where the prompt source is: its RNG state and the next group id."""
+        return {"rng": self.rng.getstate(), "next_group": self._next_group, "tokens": self.tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.setstate(state["rng"])
+        self._next_group = state["next_group"]
+        self.tokens = state["tokens"]
+
     async def run_worker(
-        self, generator, generator_version, buffer, admission: AdmissionControl, stop: asyncio.Event
+        self, generate: Generate, generator_version, buffer, admission: AdmissionControl, stop: asyncio.Event
     ) -> None:
         """Generate into the buffer until `stop` is set; finishes the call in flight.
 
@@ -77,7 +79,7 @@ class Rollouts:
         while not stop.is_set():
             if not await admission.admit(size, generator_version):
                 return
-            episodes = await self.produce(generator)
-            await buffer.add.call_one(episodes)
+            episodes = await self.produce(generate)
+            await buffer.add(episodes)
             self.added.set()
             await admission.generated(size)

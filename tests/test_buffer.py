@@ -47,7 +47,8 @@ def test_max_policy_age_zero_keeps_only_current_version():
         "added": 3,
         "sampled": 2,
         "dropped_stale": 1,
-        "dropped_overflow": 0,
+        "dropped_other": 0,
+        "dropped_by_reason": {"stale": 1},
     }
 
 
@@ -64,7 +65,8 @@ def test_capacity_evicts_oldest_and_counts_it():
     buffer = EpisodeBuffer(max_policy_age=10, capacity=2)
     buffer.add([episode([0]), episode([1]), episode([2])])
     assert [e.oldest_version for e in buffer.sample(2, trainer_version=2)] == [1, 2]
-    assert buffer.stats()["dropped_overflow"] == 1
+    assert buffer.stats()["dropped_other"] == 1
+    assert buffer.stats()["dropped_by_reason"] == {"overflow": 1, "stale": 0}
 
 
 def test_accounting_adds_up():
@@ -72,7 +74,18 @@ def test_accounting_adds_up():
     buffer.add([episode([v]) for v in range(8)])
     buffer.sample(batch_size=2, trainer_version=6)
     s = buffer.stats()
-    assert s["added"] == s["sampled"] + s["dropped_stale"] + s["dropped_overflow"] + s["size"]
+    assert s["added"] == s["sampled"] + s["dropped_stale"] + s["dropped_other"] + s["size"]
+
+
+def test_state_dict_round_trip_keeps_episodes_and_counters():
+    buffer = EpisodeBuffer(max_policy_age=1, capacity=5)
+    buffer.add([episode([v]) for v in range(8)])
+    buffer.sample(batch_size=2, trainer_version=6)
+    restored = EpisodeBuffer(max_policy_age=1, capacity=5)
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.stats() == buffer.stats()
+    assert [e.oldest_version for e in restored.sample(1, 7)] == [7]
+    assert restored.stats()["sampled"] == 3
 
 
 @pytest.mark.parametrize("bad", [{"max_policy_age": -1, "capacity": 4}, {"max_policy_age": 0, "capacity": 0}])

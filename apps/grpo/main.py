@@ -7,6 +7,7 @@ Every key of configs/grpo.yaml can be overridden; see docs/configuration.md.
 """
 
 import asyncio
+import signal
 import sys
 from pathlib import Path
 
@@ -16,10 +17,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
+from forge_async.checkpoint.checkpointer import Checkpointer
+from forge_async.checkpoint.directory import CheckpointDirectory, NoCheckpointError
+from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
 from forge_async.data.tasks import TaskError, build_task
-from forge_async.launch import meshes
+from forge_async.interrupt import stop_on_signals
+from forge_async.launch.supervision import RunMeshes, TrainerFailed, keep_controller_alive_on_faults
 from forge_async.loop import GRPOLoop
 from forge_async.models import Checkpoint, CheckpointError, create_tiny_checkpoint
 from forge_async.weights import store
@@ -29,53 +34,52 @@ ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
-USER_ERRORS = (ConfigError, CheckpointError, TaskError)
+USER_ERRORS = (ConfigError, CheckpointError, TaskError, NoCheckpointError)
 
 
 def prepare_checkpoint(config: GRPOConfig, run_dir: Path) -> Checkpoint:
     if config.model.path is not None:
         return Checkpoint.open(config.model.path)
-    return Checkpoint.open(create_tiny_checkpoint(run_dir / "initial_model", config.model.tiny))
+    initial = run_dir / "initial_model"
+    if not (initial / "config.json").is_file():  # a resumed run already has it
+        create_tiny_checkpoint(initial, config.model.tiny)
+    return Checkpoint.open(initial)
 
 
 async def run(config: GRPOConfig, run_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
     checkpoint = prepare_checkpoint(config, run_dir)
+    resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     task = build_task(config.task, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"run dir: {run_dir}\nmodel: {checkpoint.path} | task: {task.name} | mode: {config.mode}")
 
     config.weights = config.weights.resolved()
+    checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
+    keep_controller_alive_on_faults()
     await store.start_store()
-    all_procs = []  # everything spawned so far, stopped however the run ends
+    meshes = RunMeshes(run_dir, checkpoint, config, pad_id)
     try:
         print(
             f"spawning trainer x{config.trainer.procs}, generators x{config.generator.count}, "
             "replay buffer ..."
         )
-        trainer_procs, trainer = await meshes.spawn_trainer(
-            checkpoint, config.trainer, pad_id, config.weights
+        starts = await meshes.start()
+        print(
+            f"meshes up: trainer x{config.trainer.procs}, generators x{len(starts)} "
+            f"(engine start {', '.join(f'{s:.1f}s' for s in starts)}); procs: {run_dir / 'procs.json'}"
         )
-        all_procs.append(trainer_procs)
-        spawned = await asyncio.gather(
-            *(
-                meshes.spawn_generator(checkpoint, config.generator, config.weights, i)
-                for i in range(config.generator.count)
-            )
-        )
-        all_procs.extend(procs for procs, _, _ in spawned)
-        buffer_procs, buffer = await meshes.spawn_replay_buffer(
-            config.max_policy_age, config.buffer_capacity
-        )
-        all_procs.append(buffer_procs)
-        starts = ", ".join(f"{t['engine_start_s']:.1f}s" for _, _, t in spawned)
-        print(f"meshes up: trainer x{config.trainer.procs}, generators x{len(spawned)} (engine start {starts})")
-        loop = GRPOLoop(config, run_dir, task, trainer, [g for _, g, _ in spawned], buffer)
-        return await loop.run()
+        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer)
+        with stop_on_signals(loop.request_stop):
+            try:
+                return await loop.run(resume_from)
+            except TrainerFailed as err:
+                await loop.write_summary(None, str(err))
+                raise
     finally:
-        await meshes.stop_all(*all_procs)
+        await meshes.stop()
         await store.stop_store()
         SharedMemoryChannel(config.weights.channel_dir).remove()
 
@@ -97,22 +101,68 @@ def report(summary: dict) -> None:
         f"trainer idle {100 * summary['trainer_idle_frac']:.0f}%,"
         f" generator idle {100 * summary['generator_idle_frac']:.0f}%,"
         f" {summary['samples_per_s']:.0f} samples/s\n"
-        f"run dir: {summary['run_dir']} (metrics.jsonl, summary.json, config.yaml, final_model/)"
+        f"run dir: {summary['run_dir']} (metrics.jsonl, summary.json, config.yaml, final_model/,"
+        " checkpoints/)"
     )
+    if summary["dropped_other"]:
+        print(f"dropped by reason: {summary['dropped_by_reason']}")
+    if summary["generator_restarts"]:
+        print(
+            f"generator restarts: {summary['generator_restarts']} "
+            f"({summary['lost_requests']} lost requests issued again)"
+        )
+    if summary["failure"]:
+        print(f"stopped early: {summary['failure']}")
+    if summary["stop_reason"]:
+        print(f"interrupted ({summary['stop_reason']}) after step {summary['steps']}")
+    if summary["failure"] or summary["stop_reason"]:
+        print(f"resume with: python -m apps.grpo resume={summary['run_dir']}")
+
+
+def exit_status(summary: dict) -> int:
+    """0 for a run that ran its steps; 1 for one a failure stopped; 128 + signal if interrupted."""
+    if summary["failure"]:
+        return 1
+    if summary["stop_reason"]:
+        return 128 + signal.Signals[summary["stop_reason"]]
+    return 0
+
+
+def load_config(cfg: DictConfig) -> GRPOConfig:
+    """The run's config: the composed one, or, with resume=RUN_DIR, the one saved there."""
+    if cfg.resume:
+        cfg = resumed_config(Path(cfg.resume), HydraConfig.get().overrides.task, cfg)
+        cfg = OmegaConf.merge(OmegaConf.structured(GRPOConfig), cfg)
+    return OmegaConf.to_object(cfg)
 
 
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="grpo")
-def main(cfg: DictConfig) -> None:
+def hydra_main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        config: GRPOConfig = OmegaConf.to_object(cfg)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        config = load_config(cfg)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
         summary = asyncio.run(run(config, run_dir))
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except TrainerFailed as err:
+        print(f"error: {err}\nresume with: python -m apps.grpo resume={run_dir}", file=sys.stderr)
+        sys.exit(1)
     finally:
         from monarch.actor import shutdown_context
 
         shutdown_context().get(timeout=30)
     report(summary)
+    sys.exit(exit_status(summary))
+
+
+def main() -> None:
+    """`resume=RUN_DIR` continues in that directory: Hydra is pointed at it before it starts."""
+    resume = resume_dir_from_argv(sys.argv[1:])
+    if resume is not None:
+        if not Path(resume).is_dir():
+            print(f"error: resume={resume}: no such run directory", file=sys.stderr)
+            sys.exit(2)
+        sys.argv += [f"hydra.run.dir={resume}", "hydra.output_subdir=null"]
+    hydra_main()

@@ -14,8 +14,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from monarch.actor import Actor, endpoint
+from monarch.actor import endpoint
 
+from forge_async.actors.located import LocatedActor
 from forge_async.data.episode import Completion
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
@@ -33,6 +34,7 @@ _IDLE_POLL_S = 0.005
 @dataclass
 class GeneratorConfig:
     count: int = 1  # generator actors (one proc each)
+    max_restarts: int = 3  # generator procs respawned after a crash, over the run; then it stops
     max_model_len: int | None = None  # default: the checkpoint's max_position_embeddings
     dtype: str = "float32"
     seed: int = 0
@@ -69,7 +71,7 @@ def sampling_params(sampling: SamplingConfig):
     )
 
 
-class Generator(Actor):
+class Generator(LocatedActor):
     def __init__(self, checkpoint_path: str, config: GeneratorConfig, weights: WeightsConfig):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
@@ -100,6 +102,21 @@ class Generator(Actor):
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
         return {"engine_start_s": time.perf_counter() - start}
+
+    @endpoint
+    async def rng_state(self) -> dict:
+        """The sampler's random state (vLLM samples with torch's default generators)."""
+        import torch
+
+        return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}
+
+    @endpoint
+    async def set_rng_state(self, state: dict) -> None:
+        import torch
+
+        torch.set_rng_state(state["cpu"])
+        if state["cuda"]:
+            torch.cuda.set_rng_state_all(state["cuda"])
 
     @endpoint
     async def get_version(self) -> int:

@@ -1,12 +1,13 @@
 """ReplayBuffer: the EpisodeBuffer policy behind a Monarch actor, between generators and trainer."""
 
-from monarch.actor import Actor, endpoint
+from monarch.actor import endpoint
 
+from forge_async.actors.located import LocatedActor
 from forge_async.data.buffer import EpisodeBuffer
 from forge_async.data.episode import Episode
 
 
-class ReplayBuffer(Actor):
+class ReplayBuffer(LocatedActor):
     def __init__(self, max_policy_age: int, capacity: int):
         self.buffer = EpisodeBuffer(max_policy_age, capacity)
 
@@ -20,5 +21,13 @@ class ReplayBuffer(Actor):
         return self.buffer.sample(batch_size, trainer_version)
 
     @endpoint
-    async def stats(self) -> dict[str, int]:
+    async def stats(self) -> dict:
         return self.buffer.stats()
+
+    @endpoint
+    async def state_dict(self) -> dict:
+        return self.buffer.state_dict()
+
+    @endpoint
+    async def load_state_dict(self, state: dict) -> None:
+        self.buffer.load_state_dict(state)

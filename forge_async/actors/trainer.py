@@ -14,10 +14,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-from monarch.actor import Actor, endpoint
+from monarch.actor import endpoint
 
+from forge_async.actors.located import LocatedActor
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
 from forge_async.losses.grpo import (
@@ -49,7 +52,7 @@ class TrainerConfig:
     threads: int = 1  # torch intra-op threads per trainer proc
 
 
-class Trainer(Actor):
+class Trainer(LocatedActor):
     def __init__(
         self, checkpoint_path: str, config: TrainerConfig, pad_id: int, weights: WeightsConfig
     ):
@@ -168,6 +171,27 @@ class Trainer(Actor):
     @endpoint
     async def full_state_dict(self) -> dict[str, torch.Tensor]:
         return self._full_hf_state_dict()
+
+    @endpoint
+    async def save_state(self, directory: str) -> dict[str, float]:
+        """Model and optimizer state into `directory`: each rank writes its own shard (DCP)."""
+        start = time.perf_counter()
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        state = {"model": model, "optimizer": optimizer, "version": self.version}
+        dcp.save(state, checkpoint_id=directory)
+        return {"version": self.version, "save_ms": (time.perf_counter() - start) * 1e3}
+
+    @endpoint
+    async def load_state(self, directory: str) -> int:
+        """Restore what `save_state` wrote (any number of ranks may read it); returns the version."""
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        state = {"model": model, "optimizer": optimizer, "version": 0}
+        dcp.load(state, checkpoint_id=directory)
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+        )
+        self.version = state["version"]
+        return self.version
 
     @endpoint
     async def save_hf(self, directory: str) -> str:

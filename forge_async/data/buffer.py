@@ -11,7 +11,8 @@ class EpisodeBuffer:
     `sample(batch_size, trainer_version)` first drops (and counts, as "stale")
     every held episode whose policy age exceeds `max_policy_age`, then returns
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
-    is full, adding evicts the oldest episodes, counted as "overflow".
+    is full, adding evicts the oldest episodes, counted as "overflow". Counters
+    keep every episode accounted for: added = sampled + dropped (by reason) + held.
     """
 
     def __init__(self, max_policy_age: int, capacity: int):
@@ -51,11 +52,26 @@ class EpisodeBuffer:
         self.sampled += batch_size
         return batch
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict:
         return {
             "size": len(self._episodes),
             "added": self.added,
             "sampled": self.sampled,
             "dropped_stale": self.dropped["stale"],
-            "dropped_overflow": self.dropped["overflow"],
+            "dropped_other": sum(n for reason, n in self.dropped.items() if reason != "stale"),
+            "dropped_by_reason": dict(self.dropped),
         }
+
+    def state_dict(self) -> dict:
+        """Held episodes and counters, taken together (for whole-run checkpoints)."""
+        return {
+            "episodes": list(self._episodes),
+            "added": self.added,
+            "sampled": self.sampled,
+            "dropped": dict(self.dropped),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._episodes = deque(state["episodes"])
+        self.added, self.sampled = state["added"], state["sampled"]
+        self.dropped = Counter(state["dropped"])

@@ -18,16 +18,25 @@ _POLL_S = 0.002
 
 
 class WeightSync:
-    def __init__(self, generators: list, transport: str, on_loaded: Callable[[], Awaitable] | None = None):
-        self.generators = generators
+    """`call_generator(i, fn)` runs `fn(generator i)` (through the run's supervision)."""
+
+    def __init__(
+        self,
+        call_generator: Callable,
+        count: int,
+        transport: str,
+        on_loaded: Callable[[], Awaitable] | None = None,
+        version: int = 0,
+    ):
+        self.call_generator = call_generator
         self.on_loaded = on_loaded
         self.transport = transport
-        self.loaded = [0] * len(generators)  # last version each generator is known to hold
-        self.published = 0
+        self.loaded = [version] * count  # last version each generator is known to hold
+        self.published = version
         self.last_load_ms = 0.0
-        self._wake = [asyncio.Event() for _ in generators]
+        self._wake = [asyncio.Event() for _ in range(count)]
         self._tasks = (
-            [asyncio.create_task(self._update(i)) for i in range(len(generators))]
+            [asyncio.create_task(self._update(i)) for i in range(count)]
             if transport == "torchstore"
             else []
         )
@@ -45,12 +54,20 @@ class WeightSync:
         """Until every generator holds `version` (sync mode: generators are idle here)."""
         while min(self.loaded) < version:
             if self.transport == "shm":
-                self.loaded = [await g.get_version.call_one() for g in self.generators]
+                self.loaded = [
+                    await self.call_generator(i, lambda g: g.get_version.call_one())
+                    for i in range(len(self.loaded))
+                ]
             if min(self.loaded) < version:
                 await asyncio.sleep(_POLL_S)
 
+    async def generator_replaced(self, index: int, generator) -> None:
+        """A respawned generator starts from the initial weights: bring it to the newest version."""
+        if self.transport == "torchstore" and self.published > 0:
+            await generator.load_version.call_one(self.published)
+        self.loaded[index] = self.published
+
     async def _update(self, index: int) -> None:
-        generator = self.generators[index]
         while True:
             await self._wake[index].wait()
             self._wake[index].clear()
@@ -58,7 +75,7 @@ class WeightSync:
             if version <= self.loaded[index]:
                 continue
             start = time.perf_counter()
-            await generator.load_version.call_one(version)
+            await self.call_generator(index, lambda g: g.load_version.call_one(version))
             self.last_load_ms = (time.perf_counter() - start) * 1e3
             holding = [version if i == index else v for i, v in enumerate(self.loaded)]
             await store.delete_versions_before(min(holding))

@@ -1,0 +1,264 @@
+"""The run's actor meshes: spawned, located, brought back when they fail, stopped.
+
+Monarch reports a proc that dies (a SIGKILL, an OOM kill) as a SupervisionError
+on every call to its actors. Here that becomes policy:
+
+- a generator is respawned (new proc, current weights) and the generate call it
+  lost is issued again on the new one, up to `generator.max_restarts` times;
+- the replay buffer is respawned empty; the episodes it held are counted as
+  dropped with reason `buffer_lost`, and the call is retried;
+- a failed trainer rank ends the run with a TrainerFailed naming the rank, its
+  host and pid (resume from the last checkpoint).
+
+`procs.json` in the run directory maps every role to its host and pid, and is
+rewritten whenever a proc is replaced, so operators (and tests) can find them.
+"""
+
+import asyncio
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import monarch.actor
+from monarch.actor import MeshFailure
+
+from forge_async.config import GRPOConfig
+from forge_async.data.episode import Episode
+from forge_async.launch import meshes
+from forge_async.models.checkpoint import Checkpoint
+
+_STOP_TIMEOUT_S = 10
+_RANK = re.compile(r"\{'procs': (\d+)/\d+\}")
+
+
+class TrainerFailed(RuntimeError):
+    """A trainer proc died: the run cannot go on (it can be resumed)."""
+
+
+class GeneratorFailed(RuntimeError):
+    """Generators failed more often than generator.max_restarts allows."""
+
+
+def _is_proc_failure(err: BaseException) -> bool:
+    # Monarch's SupervisionError (a RuntimeError from its Rust bindings).
+    return type(err).__name__ == "SupervisionError"
+
+
+def keep_controller_alive_on_faults() -> None:
+    """Monarch's default reaction to an unhandled proc failure ends the controller;
+    here failures are handled where the calls fail, so only note them."""
+    monarch.actor.unhandled_fault_hook = _note_fault
+
+
+def _note_fault(failure: MeshFailure) -> None:
+    print(f"proc failure reported by Monarch: {failure.mesh_name}", file=sys.stderr, flush=True)
+
+
+async def _stop_quietly(procs) -> None:
+    """Stop a mesh that may already be dead; never hang on it."""
+    try:
+        await asyncio.wait_for(procs.stop(), _STOP_TIMEOUT_S)
+    except Exception:
+        pass
+
+
+class RunMeshes:
+    """Every actor mesh of one GRPO run."""
+
+    def __init__(self, run_dir: Path, checkpoint: Checkpoint, config: GRPOConfig, pad_id: int):
+        self.run_dir = run_dir
+        self.checkpoint = checkpoint
+        self.config = config
+        self.pad_id = pad_id
+        self.generator_restarts = 0
+        self.lost_requests = 0  # completions whose generate call died with its generator
+        self.on_generator_restart: Callable[[int, object], Awaitable[None]] | None = None
+        self._procs: dict[str, object] = {}  # role -> proc mesh
+        self._where: dict[str, object] = {"controller": _here()}
+        self._generators: list = []
+        self._restart_locks: list[asyncio.Lock] = []
+
+    async def start(self) -> list[float]:
+        """Spawn trainer, generators and buffer (generators concurrently); returns engine start times."""
+        c = self.config
+        self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
+            self.checkpoint, c.trainer, self.pad_id, c.weights
+        )
+        self._where["trainer"] = list((await self.trainer.where.call()).values())
+        spawned = await asyncio.gather(*(self._spawn_generator(i) for i in range(c.generator.count)))
+        self._generators = [g for g, _ in spawned]
+        self._restart_locks = [asyncio.Lock() for _ in spawned]
+        self.buffer = SupervisedBuffer(self)
+        await self.buffer.spawn()
+        self._write_procs_file()
+        return [t for _, t in spawned]
+
+    async def _spawn_generator(self, index: int) -> tuple[object, float]:
+        c = self.config
+        self._procs[f"generator{index}"], generator, timing = await meshes.spawn_generator(
+            self.checkpoint, c.generator, c.weights, index
+        )
+        self._where[f"generator{index}"] = await generator.where.call_one()
+        return generator, timing["engine_start_s"]
+
+    def generator(self, index: int):
+        return self._generators[index]
+
+    @property
+    def generator_count(self) -> int:
+        return len(self._generators)
+
+    async def call_generator(self, index: int, call: Callable[[object], Awaitable], requests: int = 0):
+        """`call(generator)` on generator `index`; if its proc dies, respawn it and call again.
+
+        `requests`: how many completions the call asks for (counted as lost if it dies).
+        """
+        while True:
+            generator = self._generators[index]
+            try:
+                return await call(generator)
+            except Exception as err:
+                if not _is_proc_failure(err):
+                    raise
+                self.lost_requests += requests
+                await self._restart_generator(index, generator, err)
+
+    async def generate(self, index: int, prompt_ids: list, sampling, n: int) -> list:
+        """Completions from generator `index`; a call lost with its generator is issued again."""
+        return await self.call_generator(
+            index, lambda g: g.generate.call_one(prompt_ids, sampling, n), len(prompt_ids) * n
+        )
+
+    async def _restart_generator(self, index: int, dead, err: Exception) -> None:
+        """Replace generator `index` once per failure, however many callers saw it fail."""
+        async with self._restart_locks[index]:
+            if self._generators[index] is dead:
+                await self._replace_generator(index, err)
+
+    async def _replace_generator(self, index: int, err: Exception) -> None:
+        where = self._where.get(f"generator{index}", {})
+        if self.generator_restarts >= self.config.generator.max_restarts:
+            raise GeneratorFailed(
+                f"generator {index} (pid {where.get('pid')} on {where.get('host')}) failed and "
+                f"generator.max_restarts={self.config.generator.max_restarts} restarts are used up: {err}"
+            )
+        self.generator_restarts += 1
+        start = time.perf_counter()
+        print(
+            f"generator {index} (pid {where.get('pid')} on {where.get('host')}) failed; "
+            f"respawning (restart {self.generator_restarts}/{self.config.generator.max_restarts}) ...",
+            flush=True,
+        )
+        await _stop_quietly(self._procs[f"generator{index}"])
+        self._generators[index], _ = await self._spawn_generator(index)
+        if self.on_generator_restart is not None:
+            await self.on_generator_restart(index, self._generators[index])
+        self._write_procs_file()
+        print(f"generator {index} back in {time.perf_counter() - start:.1f}s", flush=True)
+
+    async def call_trainer(self, call: Callable[[object], Awaitable]):
+        """`call(trainer)`; a dead trainer proc becomes a TrainerFailed naming its rank."""
+        try:
+            return await call(self.trainer)
+        except Exception as err:
+            if not _is_proc_failure(err):
+                raise
+            raise TrainerFailed(self._name_trainer_failure(err)) from None
+
+    def _name_trainer_failure(self, err: Exception) -> str:
+        match = _RANK.search(str(err))
+        if match is None:
+            return f"a trainer proc failed: {err}"
+        rank = int(match.group(1))
+        where = self._where["trainer"][rank]
+        cause = str(err).splitlines()[-1].strip()
+        return f"trainer rank {rank} (pid {where['pid']} on {where['host']}) failed: {cause}"
+
+    def _write_procs_file(self) -> None:
+        path = self.run_dir / "procs.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._where, indent=2))
+        tmp.replace(path)
+
+    async def stop(self) -> None:
+        for procs in self._procs.values():
+            await _stop_quietly(procs)
+
+
+class SupervisedBuffer:
+    """The replay buffer actor, respawned empty if its proc dies.
+
+    Keeps its own count of what went in and came out, so that when a buffer is
+    lost, the episodes it held are counted (`buffer_lost`) in the new buffer's
+    counters and the run's accounting still adds up.
+    """
+
+    def __init__(self, owner: RunMeshes):
+        self.owner = owner
+        self._counters = {"added": 0, "sampled": 0, "dropped": {}}
+
+    async def spawn(self) -> None:
+        c = self.owner.config
+        self.owner._procs["replay_buffer"], self.actor = await meshes.spawn_replay_buffer(
+            c.max_policy_age, c.buffer_capacity
+        )
+        self.owner._where["replay_buffer"] = await self.actor.where.call_one()
+
+    async def _call(self, call: Callable[[object], Awaitable]):
+        while True:
+            actor = self.actor
+            try:
+                return await call(actor)
+            except Exception as err:
+                if not _is_proc_failure(err):
+                    raise
+                if self.actor is actor:
+                    await self._replace(err)
+
+    async def _replace(self, err: Exception) -> None:
+        c = self._counters
+        held = c["added"] - c["sampled"] - sum(c["dropped"].values())
+        dropped = dict(c["dropped"])
+        dropped["buffer_lost"] = dropped.get("buffer_lost", 0) + held
+        where = self.owner._where["replay_buffer"]
+        print(
+            f"replay buffer (pid {where['pid']} on {where['host']}) failed; respawning it, "
+            f"{held} episodes it held are lost (counted as buffer_lost)",
+            flush=True,
+        )
+        await _stop_quietly(self.owner._procs["replay_buffer"])
+        await self.spawn()
+        self._counters = {"added": c["added"], "sampled": c["sampled"], "dropped": dropped}
+        await self.actor.load_state_dict.call_one({"episodes": [], **self._counters})
+        self.owner._write_procs_file()
+
+    async def add(self, episodes: list[Episode]) -> None:
+        await self._call(lambda b: b.add.call_one(episodes))
+        self._counters["added"] += len(episodes)
+
+    async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
+        batch = await self._call(lambda b: b.sample.call_one(batch_size, trainer_version))
+        if batch is not None:
+            self._counters["sampled"] += len(batch)
+        return batch
+
+    async def stats(self) -> dict:
+        stats = await self._call(lambda b: b.stats.call_one())
+        self._counters["dropped"] = dict(stats["dropped_by_reason"])
+        return stats
+
+    async def state_dict(self) -> dict:
+        return await self._call(lambda b: b.state_dict.call_one())
+
+    async def load_state_dict(self, state: dict) -> None:
+        await self._call(lambda b: b.load_state_dict.call_one(state))
+        self._counters = {k: state[k] for k in ("added", "sampled", "dropped")}
+
+
+def _here() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid()}

@@ -1,0 +1,74 @@
+"""summary.json: what a run did, with every generated sample accounted for.
+
+    generated = trained + dropped_stale + dropped_other + left_in_buffer + in_flight
+
+`generated` counts episodes that reached the replay buffer, over the whole run
+(a resumed run continues the counters of its checkpoint). Drops are also given
+by reason (`dropped_by_reason`: stale, overflow, buffer_lost).
+"""
+
+import json
+import statistics
+import time
+
+from forge_async.weights import store
+from forge_async.weights.shared_memory import SharedMemoryChannel
+
+
+async def write_summary(loop, final_model: str | None, failure: str | None) -> dict:
+    """Summarise `loop` (a GRPOLoop) into RUN_DIR/summary.json and return it."""
+    config, meshes = loop.config, loop.meshes
+    buffer = await meshes.buffer.stats()
+    wall = time.perf_counter() - loop.start
+    generators = [
+        await meshes.call_generator(i, lambda g: g.stats.call_one())
+        for i in range(meshes.generator_count)
+    ]
+    pauses = [p for g in generators for p in g["swap_pauses_ms"]]
+    window = max(1, min(10, len(loop.rewards) // 2))
+    summary = {
+        "mode": config.mode,
+        "steps": loop.step,
+        "wall_s": wall,
+        "interrupted": loop.stop_reason is not None,
+        "stop_reason": loop.stop_reason,
+        "failure": failure,
+        "generated": buffer["added"],
+        "trained": loop.trained,
+        "dropped_stale": buffer["dropped_stale"],
+        "dropped_other": buffer["dropped_other"],
+        "dropped_by_reason": buffer["dropped_by_reason"],
+        "left_in_buffer": buffer["size"],
+        "in_flight": 0,  # workers are drained into the buffer before this point
+        "reward_first": statistics.fmean(loop.rewards[:window]) if loop.rewards else None,
+        "reward_last": statistics.fmean(loop.rewards[-window:]) if loop.rewards else None,
+        "target_reward": config.target_reward,
+        "target_reached": loop.target_reached,
+        "samples_per_s": loop.trained / wall,
+        "trainer_idle_frac": loop.trainer_idle_s / wall,
+        "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * len(generators)),
+        "gen_paused_for_admission_s": loop.admission.paused_s,
+        "generator_restarts": meshes.generator_restarts,
+        "lost_requests": meshes.lost_requests,
+        "checkpoint_s": loop.checkpoint_s,
+        "inflight_swaps": len(pauses),
+        "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
+        "swap_pause_ms_max": max(pauses) if pauses else None,
+        "stored_versions": await _stored_versions(config),
+    }
+    accounted = (
+        summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
+        + summary["left_in_buffer"] + summary["in_flight"]
+    )
+    summary["accounting_ok"] = accounted == summary["generated"]
+    summary["final_model"] = final_model
+    summary["run_dir"] = str(loop.run_dir)
+    (loop.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+async def _stored_versions(config) -> list[int]:
+    """Policy versions still held by the weight transport (hygiene: only those in use)."""
+    if config.weights.transport == "shm":
+        return SharedMemoryChannel(config.weights.channel_dir).versions()
+    return await store.stored_versions()
