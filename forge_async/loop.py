@@ -225,8 +225,7 @@ class GRPOLoop:
                 await self._checkpoint()
 
     async def _train(self, batch: list[Episode]) -> None:
-        self.step += 1
-        record = {"step": self.step, **batch_metrics(batch, self.version)}
+        record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
         buffer = await self.buffer.stats()
         dropped = buffer["dropped_stale"] + buffer["dropped_other"]
         await self.admission.step_started(len(batch), dropped - self.dropped_seen)
@@ -234,6 +233,7 @@ class GRPOLoop:
         result = (await self.meshes.call_trainer(lambda t: t.train_step.call(batch))).item(procs=0)
         push = (await self.meshes.call_trainer(lambda t: t.push_weights.call())).item(procs=0)
         self.version = result.pop("version")
+        self.step += 1
         self.sync.publish(self.version)
         await self.admission.step_finished(self.version)
         self.trained += len(batch)

@@ -14,6 +14,9 @@ _DEFAULTS = {
     "TORCHDYNAMO_DISABLE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_LOGGING_LEVEL": "WARNING",
+    # How often Monarch looks for dead procs (its default, 10s, is how long a crash goes
+    # unnoticed). Read when monarch is imported: forge_async must be imported first.
+    "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s",
 }
 
 

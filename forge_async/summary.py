@@ -1,6 +1,7 @@
 """summary.json: what a run did, with every generated sample accounted for.
 
     generated = trained + dropped_stale + dropped_other + left_in_buffer + in_flight
+                + lost_in_failed_step
 
 `generated` counts episodes that reached the replay buffer, over the whole run
 (a resumed run continues the counters of its checkpoint). Drops are also given
@@ -40,6 +41,8 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "dropped_by_reason": buffer["dropped_by_reason"],
         "left_in_buffer": buffer["size"],
         "in_flight": 0,  # workers are drained into the buffer before this point
+        # taken for a step that a failed trainer never finished
+        "lost_in_failed_step": buffer["sampled"] - loop.trained,
         "reward_first": statistics.fmean(loop.rewards[:window]) if loop.rewards else None,
         "reward_last": statistics.fmean(loop.rewards[-window:]) if loop.rewards else None,
         "target_reward": config.target_reward,
@@ -58,7 +61,7 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
     }
     accounted = (
         summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
-        + summary["left_in_buffer"] + summary["in_flight"]
+        + summary["left_in_buffer"] + summary["in_flight"] + summary["lost_in_failed_step"]
     )
     summary["accounting_ok"] = accounted == summary["generated"]
     summary["final_model"] = final_model

@@ -201,6 +201,7 @@ class SupervisedBuffer:
     def __init__(self, owner: RunMeshes):
         self.owner = owner
         self._counters = {"added": 0, "sampled": 0, "dropped": {}}
+        self._replacing = asyncio.Lock()
 
     async def spawn(self) -> None:
         c = self.owner.config
@@ -217,8 +218,9 @@ class SupervisedBuffer:
             except Exception as err:
                 if not _is_proc_failure(err):
                     raise
-                if self.actor is actor:
-                    await self._replace(err)
+                async with self._replacing:  # once per failure, however many callers saw it
+                    if self.actor is actor:
+                        await self._replace(err)
 
     async def _replace(self, err: Exception) -> None:
         c = self._counters
