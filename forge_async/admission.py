@@ -71,9 +71,15 @@ class AdmissionControl:
             self.in_flight -= n
             self._changed.notify_all()
 
-    async def step_started(self, taken: int, newly_dropped: int) -> None:
+    async def dropped(self, n: int) -> None:
+        """n queued samples will never be trained (the buffer dropped or lost them)."""
         async with self._changed:
-            self.queued -= taken + newly_dropped
+            self.queued -= n
+            self._changed.notify_all()
+
+    async def step_started(self, taken: int) -> None:
+        async with self._changed:
+            self.queued -= taken
             self.training = True
             self._changed.notify_all()
 

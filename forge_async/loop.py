@@ -197,6 +197,7 @@ class GRPOLoop:
             batch = await self.buffer.sample(self.config.batch_size, self.version)
             if batch is not None:
                 return batch
+            await self._note_drops()  # dropped samples no longer hold admission back
             _raise_first_error([w.exception() for w in workers if w.done()])
             try:
                 await asyncio.wait_for(self.rollouts.added.wait(), timeout=_WORKER_CHECK_S)
@@ -226,10 +227,8 @@ class GRPOLoop:
 
     async def _train(self, batch: list[Episode]) -> None:
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
-        buffer = await self.buffer.stats()
-        dropped = buffer["dropped_stale"] + buffer["dropped_other"]
-        await self.admission.step_started(len(batch), dropped - self.dropped_seen)
-        self.dropped_seen = dropped
+        buffer = await self._note_drops()
+        await self.admission.step_started(len(batch))
         result = (await self.meshes.call_trainer(lambda t: t.train_step.call(batch))).item(procs=0)
         push = (await self.meshes.call_trainer(lambda t: t.push_weights.call())).item(procs=0)
         self.version = result.pop("version")
@@ -260,6 +259,14 @@ class GRPOLoop:
         self.metrics.log(record)
         if self.target_reached is None and self.metrics.reward_avg >= self.config.target_reward:
             self.target_reached = {"step": self.step, "wall_s": record["wall_s"]}
+
+    async def _note_drops(self) -> dict:
+        """Tell admission control about samples the buffer dropped since last asked; returns its stats."""
+        buffer = await self.buffer.stats()
+        dropped = buffer["dropped_stale"] + buffer["dropped_other"]
+        await self.admission.dropped(dropped - self.dropped_seen)
+        self.dropped_seen = dropped
+        return buffer
 
     async def write_summary(self, final_model: str | None = None, failure: str | None = None) -> dict:
         """summary.json from what the loop, the buffer and the generators know now."""

@@ -21,10 +21,7 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
     config, meshes = loop.config, loop.meshes
     buffer = await meshes.buffer.stats()
     wall = time.perf_counter() - loop.start
-    generators = [
-        await meshes.call_generator(i, lambda g: g.stats.call_one())
-        for i in range(meshes.generator_count)
-    ]
+    generators = [g for g in await meshes.ask_generators(lambda g: g.stats.call_one()) if g]
     pauses = [p for g in generators for p in g["swap_pauses_ms"]]
     window = max(1, min(10, len(loop.rewards) // 2))
     summary = {
@@ -49,7 +46,7 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "target_reached": loop.target_reached,
         "samples_per_s": loop.trained / wall,
         "trainer_idle_frac": loop.trainer_idle_s / wall,
-        "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * len(generators)),
+        "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * max(1, len(generators))),
         "gen_paused_for_admission_s": loop.admission.paused_s,
         "generator_restarts": meshes.generator_restarts,
         "lost_requests": meshes.lost_requests,

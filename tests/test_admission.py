@@ -28,7 +28,7 @@ def test_bound_is_max_age_plus_one_batches_when_the_trainer_waits(max_age, fits_
 
 def test_a_running_step_counts_as_one_version_of_lag():
     gate = AdmissionControl(batch_size=B, max_policy_age=1)
-    run(gate.step_started(taken=0, newly_dropped=0))
+    run(gate.step_started(taken=0))
     # The next batch is taken at version 1; a generator at version 0 may only fill it.
     assert gate.fits(B, generator_version=0)
     assert not gate.fits(B + 1, generator_version=0)
@@ -60,7 +60,7 @@ def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
                     await asyncio.sleep(0.001)
                 batch = [queue.pop(0) for _ in range(B)]
                 trained_ages.extend(version - v for v in batch)
-                await gate.step_started(taken=B, newly_dropped=0)
+                await gate.step_started(taken=B)
                 await asyncio.sleep(0.02)  # slow step
                 version += 1
                 generator_version = version

@@ -17,7 +17,7 @@ METRIC_KEYS = {
 
 
 def assert_accounting(summary: dict) -> None:
-    parts = ("trained", "dropped_stale", "dropped_other", "left_in_buffer", "in_flight")
+    parts = ("trained", "dropped_stale", "dropped_other", "left_in_buffer", "in_flight", "lost_in_failed_step")
     assert summary["generated"] == sum(summary[p] for p in parts), summary
     assert summary["accounting_ok"] is True
 

@@ -149,6 +149,9 @@ def hydra_main(cfg: DictConfig) -> None:
     except TrainerFailed as err:
         print(f"error: {err}\nresume with: python -m apps.grpo resume={run_dir}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet
+        print("interrupted during start-up", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     finally:
         from monarch.actor import shutdown_context
 

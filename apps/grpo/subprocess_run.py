@@ -4,9 +4,14 @@ Used by the tests and the benchmarks.
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,6 +22,8 @@ class AppRun:
     returncode: int
     output: str
     run_dir: Path
+    acted_at: dict[int, float] = field(default_factory=dict)  # step -> time.monotonic() of its action
+    ended_at: float = 0.0  # time.monotonic() when the process exited
 
     @property
     def metrics(self) -> list[dict]:
@@ -26,6 +33,11 @@ class AppRun:
     @property
     def summary(self) -> dict:
         return json.loads((self.run_dir / "summary.json").read_text())
+
+    @property
+    def procs(self) -> dict:
+        """procs.json: role -> {host, pid} (the trainer: a list, one per rank)."""
+        return json.loads((self.run_dir / "procs.json").read_text())
 
 
 def run_app(run_dir: Path, *overrides: str, timeout: int = 600) -> AppRun:
@@ -37,3 +49,38 @@ def run_app(run_dir: Path, *overrides: str, timeout: int = 600) -> AppRun:
         timeout=timeout,
     )
     return AppRun(proc.returncode, proc.stdout + proc.stderr, run_dir)
+
+
+def run_app_acting_at(
+    run_dir: Path,
+    actions: dict[int, Callable[[subprocess.Popen], None]],
+    *overrides: str,
+    timeout: int = 600,
+) -> AppRun:
+    """Like run_app, but calls `actions[k](process)` as soon as the app prints step k.
+
+    The app runs in a session of its own, so `os.killpg(process.pid, SIGINT)` acts
+    like Ctrl-C in a terminal. After `timeout` seconds its process group is killed.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apps.grpo", f"hydra.run.dir={run_dir}", *overrides],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    watchdog = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+    watchdog.start()
+    lines, acted_at = [], {}
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            for step, action in actions.items():
+                if step not in acted_at and line.startswith(f"step {step:4d} |"):
+                    acted_at[step] = time.monotonic()
+                    action(proc)
+        proc.wait()
+    finally:
+        watchdog.cancel()
+    return AppRun(proc.returncode, "".join(lines), run_dir, acted_at, time.monotonic())

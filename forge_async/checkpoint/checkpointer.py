@@ -33,10 +33,7 @@ class Checkpointer:
             "step": step,
             "loop": loop_state,
             "buffer": await meshes.buffer.state_dict(),
-            "generator_rng": [
-                await meshes.call_generator(i, lambda g: g.rng_state.call_one())
-                for i in range(meshes.generator_count)
-            ],
+            "generator_rng": await meshes.ask_generators(lambda g: g.rng_state.call_one()),
         }
         torch.save(state, staging / CONTROLLER_FILE)
         path = self.directory.commit(staging)
@@ -59,5 +56,6 @@ class Checkpointer:
         await meshes.buffer.load_state_dict(state["buffer"])
         # Generator i gets generator i's sampler state back (a sync run then resumes exactly).
         for i, rng in enumerate(state["generator_rng"][: meshes.generator_count]):
-            await meshes.call_generator(i, lambda g, rng=rng: g.set_rng_state.call_one(rng))
+            if rng is not None:  # None: that generator had failed when the checkpoint was taken
+                await meshes.call_generator(i, lambda g, rng=rng: g.set_rng_state.call_one(rng))
         return state["loop"]

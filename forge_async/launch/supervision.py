@@ -128,6 +128,18 @@ class RunMeshes:
                 self.lost_requests += requests
                 await self._restart_generator(index, generator, err)
 
+    async def ask_generators(self, call: Callable[[object], Awaitable]) -> list:
+        """`call(generator)` on each generator as it is; None for one that has failed (no respawn)."""
+        answers = []
+        for generator in self._generators:
+            try:
+                answers.append(await call(generator))
+            except Exception as err:
+                if not _is_proc_failure(err):
+                    raise
+                answers.append(None)
+        return answers
+
     async def generate(self, index: int, prompt_ids: list, sampling, n: int) -> list:
         """Completions from generator `index`; a call lost with its generator is issued again."""
         return await self.call_generator(

@@ -1,0 +1,131 @@
+"""Runs that survive: interrupt + exact resume, generator and buffer crashes, trainer crashes.
+
+Real procs, real signals: the app runs in a subprocess in its own session, and the
+test sends SIGINT to its process group (as Ctrl-C in a terminal would) or SIGKILL to
+a proc it finds in procs.json.
+"""
+
+import os
+import signal
+import statistics
+
+from safetensors.torch import load_file
+
+from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
+from test_grpo_app import assert_accounting
+
+SYNC = ("mode=sync", "steps=12", "checkpoint.every_steps=3")
+
+
+def interrupt(proc) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+
+
+def kill_role(run_dir, role: str, rank: int | None = None):
+    def action(proc) -> None:
+        entry = AppRun(0, "", run_dir).procs[role]
+        os.kill((entry if rank is None else entry[rank])["pid"], signal.SIGKILL)
+
+    return action
+
+
+def final_weights(run: AppRun) -> dict:
+    return load_file(str(run.run_dir / "final_model" / "model.safetensors"))
+
+
+def assert_each_step_once(run: AppRun, steps: int) -> None:
+    assert [m["step"] for m in run.metrics] == list(range(1, steps + 1))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_interrupted_sync_run_resumes_exactly_even_past_a_corrupt_checkpoint(tmp_path):
+    straight = run_app(tmp_path / "straight", *SYNC)
+    assert straight.returncode == 0, straight.output
+
+    run_dir = tmp_path / "interrupted"
+    stopped = run_app_acting_at(run_dir, {5: interrupt}, *SYNC)
+    assert stopped.returncode == 128 + signal.SIGINT, stopped.output
+    assert stopped.ended_at - stopped.acted_at[5] < 15
+    assert f"resume with: python -m apps.grpo resume={run_dir}" in stopped.output
+    summary = stopped.summary
+    assert summary["interrupted"] is True and summary["stop_reason"] == "SIGINT"
+    assert 5 <= summary["steps"] < 12 and summary["final_model"]
+    assert_accounting(summary)
+    assert not any(alive(p["pid"]) for p in [*stopped.procs["trainer"], stopped.procs["generator0"]])
+
+    # The checkpoint written on interrupt is damaged: resume falls back to step 3.
+    newest = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
+    shard = next((newest / "trainer").glob("*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    resumed = run_app(run_dir, f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.output
+    assert f"skipping checkpoint {newest}" in resumed.output
+    assert "resumed from" in resumed.output and "at step 3 " in resumed.output
+    assert_each_step_once(resumed, 12)
+    assert_accounting(resumed.summary)
+    assert resumed.summary["steps"] == 12 and resumed.summary["trained"] == 12 * 128
+
+    # Bit for bit what the uninterrupted run learned, sample for sample.
+    assert [m["reward_mean"] for m in resumed.metrics] == [m["reward_mean"] for m in straight.metrics]
+    expected, got = final_weights(straight), final_weights(resumed)
+    assert all((expected[name] == got[name]).all() for name in expected)
+
+
+def test_generator_and_buffer_killed_mid_run_the_run_goes_on_and_learns(tmp_path):
+    run_dir = tmp_path / "run"
+    actions = {8: kill_role(run_dir, "generator0"), 22: kill_role(run_dir, "replay_buffer")}
+    run = run_app_acting_at(run_dir, actions, "steps=40", "checkpoint.every_steps=0")
+    assert run.returncode == 0, run.output
+    assert_each_step_once(run, 40)
+    summary = run.summary
+    assert summary["generator_restarts"] == 1 and summary["lost_requests"] > 0
+    assert "buffer_lost" in summary["dropped_by_reason"]
+    assert_accounting(summary)
+    assert "generator 0 back in" in run.output
+    rewards = [m["reward_mean"] for m in run.metrics]
+    assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
+
+
+def test_killed_trainer_rank_stops_the_run_naming_it_and_resume_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = ("steps=12", "trainer.procs=2", "checkpoint.every_steps=4")
+    killed = run_app_acting_at(run_dir, {6: kill_role(run_dir, "trainer", rank=1)}, *overrides)
+    pid = killed.procs["trainer"][1]["pid"]
+    assert killed.returncode == 1, killed.output
+    assert killed.ended_at - killed.acted_at[6] < 60
+    assert f"trainer rank 1 (pid {pid} on" in killed.output
+    assert "Traceback" not in killed.output
+    summary = killed.summary
+    assert summary["failure"].startswith("trainer rank 1") and summary["final_model"] is None
+    assert_accounting(summary)
+    procs = killed.procs
+    assert not any(alive(p["pid"]) for p in [*procs["trainer"], procs["generator0"], procs["replay_buffer"]])
+
+    refused = run_app(run_dir, f"resume={run_dir}", "trainer.lr=0.5", timeout=120)
+    assert refused.returncode == 2 and "trainer.lr: cannot be changed when resuming" in refused.output
+
+    resumed = run_app(run_dir, f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.output
+    assert "at step 4 " in resumed.output
+    assert_each_step_once(resumed, 12)
+    assert_accounting(resumed.summary)
+
+
+def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    actions = {4: kill_role(run_dir, "generator0")}
+    run = run_app_acting_at(run_dir, actions, "steps=30", "generator.max_restarts=0")
+    assert run.returncode == 1, run.output
+    summary = run.summary
+    assert "generator 0" in summary["failure"] and "generator.max_restarts=0" in summary["failure"]
+    assert 4 <= summary["steps"] < 30 and summary["final_model"]
+    assert_accounting(summary)
+    assert (run_dir / "checkpoints" / f"step_{summary['steps']:06d}" / "manifest.json").is_file()
+    assert f"resume with: python -m apps.grpo resume={run_dir}" in run.output
