@@ -106,9 +106,6 @@ class RunMeshes:
         self._where[f"generator{index}"] = await generator.where.call_one()
         return generator, timing["engine_start_s"]
 
-    def generator(self, index: int):
-        return self._generators[index]
-
     @property
     def generator_count(self) -> int:
         return len(self._generators)
