@@ -11,6 +11,7 @@ from forge_async.actors.generator import GeneratorConfig, SamplingConfig
 from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.errors import ConfigError
 from forge_async.generation.versioned_engine import SWAP_MODES
+from forge_async.launch.placement import PlacementConfig
 from forge_async.actors.trainer import TrainerConfig
 from forge_async.data.tasks import TaskConfig
 from forge_async.models.tiny import TinyModelConfig
@@ -49,6 +50,7 @@ class GRPOConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -112,7 +112,7 @@ class GRPOLoop:
         final_model = await self.meshes.call_trainer(
             lambda t: t.save_hf.call(str(self.run_dir / "final_model"))
         )
-        return await self.write_summary(final_model.item(procs=0), failure)
+        return await self.write_summary(final_model, failure)
 
     async def _restore(self, path: Path) -> None:
         state = await Checkpointer.restore(path, self.meshes)
@@ -229,8 +229,8 @@ class GRPOLoop:
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
         buffer = await self._note_drops()
         await self.admission.step_started(len(batch))
-        result = (await self.meshes.call_trainer(lambda t: t.train_step.call(batch))).item(procs=0)
-        push = (await self.meshes.call_trainer(lambda t: t.push_weights.call())).item(procs=0)
+        result = await self.meshes.call_trainer(lambda t: t.train_step.call(batch))
+        push = await self.meshes.call_trainer(lambda t: t.push_weights.call())
         self.version = result.pop("version")
         self.step += 1
         self.sync.publish(self.version)

@@ -24,6 +24,7 @@ from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
 from forge_async.data.tasks import TaskError, build_task
 from forge_async.interrupt import stop_on_signals
+from forge_async.launch.hosts import Hosts
 from forge_async.launch.supervision import RunMeshes, TrainerFailed, keep_controller_alive_on_faults
 from forge_async.loop import GRPOLoop
 from forge_async.models import Checkpoint, CheckpointError, create_tiny_checkpoint
@@ -56,11 +57,14 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"run dir: {run_dir}\nmodel: {checkpoint.path} | task: {task.name} | mode: {config.mode}")
 
+    hosts = Hosts.from_env()
+    config.placement.check(hosts.nnodes)
     config.weights = config.weights.resolved()
     checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
     keep_controller_alive_on_faults()
+    await hosts.start()
     await store.start_store()
-    meshes = RunMeshes(run_dir, checkpoint, config, pad_id)
+    meshes = RunMeshes(run_dir, checkpoint, config, pad_id, hosts)
     try:
         print(
             f"spawning trainer x{config.trainer.procs}, generators x{config.generator.count}, "

@@ -40,7 +40,7 @@ class Checkpointer:
         return {
             "path": str(path),
             "seconds": time.perf_counter() - start,
-            "trainer_seconds": trainer_save.item(procs=0)["save_ms"] / 1e3,
+            "trainer_seconds": trainer_save["save_ms"] / 1e3,
             "bytes": sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
         }
 

@@ -1,10 +1,11 @@
-"""Spawn each actor mesh on this host and bring it to a ready state.
+"""Spawn each actor mesh and bring it to a ready state.
 
 These are the building blocks a user composes in their own script (see
-docs/compose.md); the GRPO app uses the same functions.
+docs/compose.md); the GRPO app uses the same functions. Each takes the host
+mesh to spawn on (default: this host; see hosts.py for other nodes).
 """
 
-from monarch.actor import ProcMesh, this_host
+from monarch.actor import HostMesh, ProcMesh, this_host
 from monarch.spmd import setup_torch_elastic_env_async
 
 from forge_async.actors.generator import Generator, GeneratorConfig
@@ -15,21 +16,37 @@ from forge_async.weights.config import WeightsConfig
 
 
 async def spawn_trainer(
-    checkpoint: Checkpoint, config: TrainerConfig, pad_id: int, weights: WeightsConfig
+    checkpoint: Checkpoint,
+    config: TrainerConfig,
+    pad_id: int,
+    weights: WeightsConfig,
+    hosts: HostMesh | None = None,
 ):
-    """A Trainer on `config.procs` procs, torch.distributed initialised, weights loaded."""
-    procs = this_host().spawn_procs(per_host={"procs": config.procs}, name="trainer")
-    await setup_torch_elastic_env_async(procs)
+    """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
+
+    Across several hosts, rank 0's node address (and a free port there) is the
+    rendezvous point of the process group.
+    """
+    procs = (hosts or this_host()).spawn_procs(per_host={"procs": config.procs}, name="trainer")
     trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id, weights)
+    if hosts is None:
+        await setup_torch_elastic_env_async(procs)
+    else:
+        first = await trainer.slice(**{label: 0 for label in procs._labels}).free_address.call_one()
+        await setup_torch_elastic_env_async(procs, *first)
     await trainer.setup.call()
     return procs, trainer
 
 
 async def spawn_generator(
-    checkpoint: Checkpoint, config: GeneratorConfig, weights: WeightsConfig, index: int = 0
+    checkpoint: Checkpoint,
+    config: GeneratorConfig,
+    weights: WeightsConfig,
+    index: int = 0,
+    host: HostMesh | None = None,
 ):
     """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights."""
-    procs = this_host().spawn_procs(per_host={"procs": 1}, name=f"generator{index}")
+    procs = (host or this_host()).spawn_procs(per_host={"procs": 1}, name=f"generator{index}")
     generator = procs.spawn(
         f"generator{index}", Generator, str(checkpoint.path), config, weights
     )
@@ -37,8 +54,8 @@ async def spawn_generator(
     return procs, generator, timing
 
 
-async def spawn_replay_buffer(max_policy_age: int, capacity: int):
-    procs = this_host().spawn_procs(per_host={"procs": 1}, name="replay_buffer")
+async def spawn_replay_buffer(max_policy_age: int, capacity: int, host: HostMesh | None = None):
+    procs = (host or this_host()).spawn_procs(per_host={"procs": 1}, name="replay_buffer")
     buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity)
     return procs, buffer
 

@@ -8,6 +8,7 @@ Slurm set it, so `srun python -m forge_async.launch -- apps.grpo ...` needs no f
     --node-rank     NODE_RANK       SLURM_NODEID
     --master-addr   MASTER_ADDR     first host of SLURM_JOB_NODELIST
     --master-port   MASTER_PORT     (default 29500)
+    --join-timeout  FORGE_ASYNC_JOIN_TIMEOUT (seconds node 0 waits for the others; default 120)
 """
 
 import re
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from forge_async.errors import ConfigError
 
 DEFAULT_PORT = 29500
+DEFAULT_JOIN_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class NodeSpec:
     node_rank: int
     master_addr: str
     master_port: int
+    join_timeout_s: float = DEFAULT_JOIN_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.nnodes < 1:
@@ -41,6 +44,7 @@ class NodeSpec:
         node_rank: int | None,
         master_addr: str | None,
         master_port: int | None,
+        join_timeout_s: float | None,
         environ: Mapping[str, str],
     ) -> "NodeSpec":
         """Flags first, then torchrun's variables, then Slurm's; one node on localhost if none."""
@@ -52,6 +56,8 @@ class NodeSpec:
             or environ.get("MASTER_ADDR")
             or (first_host(nodelist) if nodelist else "127.0.0.1"),
             master_port=_first_int(master_port, environ, "MASTER_PORT", default=DEFAULT_PORT),
+            join_timeout_s=join_timeout_s
+            or float(environ.get("FORGE_ASYNC_JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S)),
         )
 
 

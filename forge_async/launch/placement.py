@@ -14,6 +14,9 @@ class PlacementConfig:
 
     def check(self, nnodes: int) -> None:
         """Fail naming the key if a node rank does not exist in a run of `nnodes` nodes."""
+        trainer = self.trainer_hosts
+        if trainer and sorted(trainer) != list(range(min(trainer), min(trainer) + len(trainer))):
+            raise ConfigError(f"placement.trainer_hosts={trainer}: must be consecutive node ranks")
         for key in ("trainer_hosts", "generator_hosts"):
             ranks = getattr(self, key)
             if not ranks:

@@ -30,10 +30,13 @@ from monarch.actor import MeshFailure
 from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.launch import meshes
+from forge_async.launch.hosts import Hosts, node_address, node_rank
 from forge_async.models.checkpoint import Checkpoint
 
 _STOP_TIMEOUT_S = 10
-_RANK = re.compile(r"\{'procs': (\d+)/\d+\}")
+_RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
+_POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1/2, 'procs': 0/1}
+_COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
 
 
 class TrainerFailed(RuntimeError):
@@ -70,8 +73,11 @@ async def _stop_quietly(procs) -> None:
 class RunMeshes:
     """Every actor mesh of one GRPO run."""
 
-    def __init__(self, run_dir: Path, checkpoint: Checkpoint, config: GRPOConfig, pad_id: int):
+    def __init__(
+        self, run_dir: Path, checkpoint: Checkpoint, config: GRPOConfig, pad_id: int, hosts: Hosts
+    ):
         self.run_dir = run_dir
+        self.hosts = hosts
         self.checkpoint = checkpoint
         self.config = config
         self.pad_id = pad_id
@@ -86,8 +92,10 @@ class RunMeshes:
     async def start(self) -> list[float]:
         """Spawn trainer, generators and buffer (generators concurrently); returns engine start times."""
         c = self.config
+        nodes = c.placement.trainer_hosts
+        on = self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
-            self.checkpoint, c.trainer, self.pad_id, c.weights
+            self.checkpoint, c.trainer, self.pad_id, c.weights, on
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
         spawned = await asyncio.gather(*(self._spawn_generator(i) for i in range(c.generator.count)))
@@ -101,7 +109,7 @@ class RunMeshes:
     async def _spawn_generator(self, index: int) -> tuple[object, float]:
         c = self.config
         self._procs[f"generator{index}"], generator, timing = await meshes.spawn_generator(
-            self.checkpoint, c.generator, c.weights, index
+            self.checkpoint, c.generator, c.weights, index, self.hosts.node(c.placement.generator_host(index))
         )
         self._where[f"generator{index}"] = await generator.where.call_one()
         return generator, timing["engine_start_s"]
@@ -150,43 +158,62 @@ class RunMeshes:
                 await self._replace_generator(index, err)
 
     async def _replace_generator(self, index: int, err: Exception) -> None:
-        where = self._where.get(f"generator{index}", {})
+        where = self._where[f"generator{index}"]
         if self.generator_restarts >= self.config.generator.max_restarts:
             raise GeneratorFailed(
-                f"generator {index} (pid {where.get('pid')} on {where.get('host')}) failed and "
+                f"generator {index} ({_located(where)}) failed and "
                 f"generator.max_restarts={self.config.generator.max_restarts} restarts are used up: {err}"
             )
         self.generator_restarts += 1
         start = time.perf_counter()
         print(
-            f"generator {index} (pid {where.get('pid')} on {where.get('host')}) failed; "
+            f"generator {index} ({_located(where)}) failed; "
             f"respawning (restart {self.generator_restarts}/{self.config.generator.max_restarts}) ...",
             flush=True,
         )
         await _stop_quietly(self._procs[f"generator{index}"])
-        self._generators[index], _ = await self._spawn_generator(index)
+        try:
+            self._generators[index], _ = await asyncio.wait_for(self._spawn_generator(index), _RESPAWN_TIMEOUT_S)
+        except Exception as respawn_err:  # its node is gone (or cannot start procs)
+            raise GeneratorFailed(
+                f"generator {index} ({_located(where)}) failed and could not be respawned on node "
+                f"{where['node']} within {_RESPAWN_TIMEOUT_S}s: {type(respawn_err).__name__} {respawn_err}"
+            ) from None
         if self.on_generator_restart is not None:
             await self.on_generator_restart(index, self._generators[index])
         self._write_procs_file()
         print(f"generator {index} back in {time.perf_counter() - start:.1f}s", flush=True)
 
     async def call_trainer(self, call: Callable[[object], Awaitable]):
-        """`call(trainer)`; a dead trainer proc becomes a TrainerFailed naming its rank."""
+        """`call(trainer)` (an endpoint call on every rank): rank 0's answer.
+
+        A dead trainer proc becomes a TrainerFailed naming its rank.
+        """
         try:
-            return await call(self.trainer)
+            return (await call(self.trainer)).get(0)
         except Exception as err:
             if not _is_proc_failure(err):
                 raise
             raise TrainerFailed(self._name_trainer_failure(err)) from None
 
     def _name_trainer_failure(self, err: Exception) -> str:
-        match = _RANK.search(str(err))
+        match = _POINT.search(str(err))
         if match is None:
             return f"a trainer proc failed: {err}"
-        rank = int(match.group(1))
+        rank = 0  # row-major rank of the failed proc in the trainer's (hosts, procs) mesh
+        for _, index, size in _COORD.findall(match.group(1)):
+            rank = rank * int(size) + int(index)
         where = self._where["trainer"][rank]
         cause = str(err).splitlines()[-1].strip()
-        return f"trainer rank {rank} (pid {where['pid']} on {where['host']}) failed: {cause}"
+        return f"trainer rank {rank} ({_located(where)}) failed: {cause}"
+
+    @property
+    def placement(self) -> dict:
+        """Where each mesh runs, as its actors report it: node ranks."""
+        return {
+            "trainer": sorted({rank["node"] for rank in self._where["trainer"]}),
+            "generators": [self._where[f"generator{i}"]["node"] for i in range(self.generator_count)],
+        }
 
     def _write_procs_file(self) -> None:
         path = self.run_dir / "procs.json"
@@ -215,7 +242,7 @@ class SupervisedBuffer:
     async def spawn(self) -> None:
         c = self.owner.config
         self.owner._procs["replay_buffer"], self.actor = await meshes.spawn_replay_buffer(
-            c.max_policy_age, c.buffer_capacity
+            c.max_policy_age, c.buffer_capacity, self.owner.hosts.node(0)
         )
         self.owner._where["replay_buffer"] = await self.actor.where.call_one()
 
@@ -238,7 +265,7 @@ class SupervisedBuffer:
         dropped["buffer_lost"] = dropped.get("buffer_lost", 0) + held
         where = self.owner._where["replay_buffer"]
         print(
-            f"replay buffer (pid {where['pid']} on {where['host']}) failed; respawning it, "
+            f"replay buffer ({_located(where)}) failed; respawning it, "
             f"{held} episodes it held are lost (counted as buffer_lost)",
             flush=True,
         )
@@ -272,4 +299,8 @@ class SupervisedBuffer:
 
 
 def _here() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    return {"node": node_rank(), "addr": node_address(), "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _located(where: dict) -> str:
+    return f"pid {where['pid']} on node {where['node']}: {where['host']}, {where['addr']}"

@@ -1,0 +1,67 @@
+"""The run's nodes as Monarch host meshes, by node rank.
+
+Without the launcher there is one node: this host. Under `python -m
+forge_async.launch`, every node (node 0 too) serves a Monarch worker, the
+launcher puts their addresses in FORGE_ASYNC_WORKERS, and the controller
+attaches to all of them: node r is host r of one host mesh, so meshes that
+span nodes (an FSDP trainer on nodes 0 and 1) are one proc mesh.
+"""
+
+import os
+import socket
+
+from monarch.actor import HostMesh, attach_to_workers, this_host
+
+NODE_RANK_ENV = "FORGE_ASYNC_NODE_RANK"  # set in every process the launcher starts
+NODE_ADDR_ENV = "FORGE_ASYNC_NODE_ADDR"  # this node's address on the run's network
+WORKERS_ENV = "FORGE_ASYNC_WORKERS"  # node 0: comma-separated worker addresses, node order
+
+
+def node_rank() -> int:
+    return int(os.environ.get(NODE_RANK_ENV, "0"))
+
+
+def node_address() -> str:
+    return os.environ.get(NODE_ADDR_ENV, "127.0.0.1")
+
+
+def free_port(address: str) -> int:
+    """A TCP port free on `address` now."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+class Hosts:
+    def __init__(self, workers: list[str]):
+        self.workers = workers
+        self._mesh: HostMesh | None = None
+
+    @classmethod
+    def from_env(cls) -> "Hosts":
+        workers = os.environ.get(WORKERS_ENV, "")
+        return cls([w for w in workers.split(",") if w])
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, len(self.workers))
+
+    async def start(self) -> None:
+        """Attach to every node's worker (several nodes only)."""
+        if not self.workers:
+            return
+        from monarch.config import configure
+
+        # Remote workers must reach the controller: listen on this node's address, not a unix socket.
+        configure(default_transport=f"tcp://{node_address()}:0")
+        self._mesh = attach_to_workers(ca="trust_all_connections", workers=self.workers, name="nodes")
+        await self._mesh.initialized
+
+    def nodes(self, first: int, last: int) -> HostMesh:
+        """Nodes first..last (consecutive) as one host mesh."""
+        if self._mesh is None:
+            return this_host()
+        return self._mesh.slice(hosts=slice(first, last + 1))
+
+    def node(self, rank: int) -> HostMesh:
+        return self.nodes(rank, rank)
