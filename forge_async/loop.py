@@ -85,14 +85,19 @@ class GRPOLoop:
         )
         if resume_from is not None:
             await self._restore(resume_from)
+        receivers, receiver_of, receivers_are_generators, self.push_targets = self.meshes.weight_routes()
         self.sync = WeightSync(
             self.meshes.call_generator,
             self.meshes.generator_count,
-            self.config.weights.transport,
+            receivers,
+            receiver_of,
+            receivers_are_generators,
             on_loaded=self.admission.weights_moved,
-            version=self.version,
         )
         self.meshes.on_generator_restart = self.sync.generator_replaced
+        if self.version > 0:  # resumed: generators start from the initial weights
+            await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
+            self.sync.publish(self.version)
         self.start = time.perf_counter() - self.wall_before_s
         self._token_marks = deque([(time.perf_counter(), self.rollouts.tokens)], maxlen=_RATE_WINDOW + 1)
         failure = None
@@ -125,8 +130,6 @@ class GRPOLoop:
         buffer = await self.buffer.stats()
         self.dropped_seen = buffer["dropped_stale"] + buffer["dropped_other"]
         self.admission.restore(self.version, queued=buffer["size"])
-        # Generators start from the initial weights: publish the restored ones.
-        await self.meshes.call_trainer(lambda t: t.push_weights.call())
         print(f"resumed from {path} at step {self.step} (version {self.version})", flush=True)
 
     def state_dict(self) -> dict:
@@ -230,7 +233,7 @@ class GRPOLoop:
         buffer = await self._note_drops()
         await self.admission.step_started(len(batch))
         result = await self.meshes.call_trainer(lambda t: t.train_step.call(batch))
-        push = await self.meshes.call_trainer(lambda t: t.push_weights.call())
+        push = await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
         self.version = result.pop("version")
         self.step += 1
         self.sync.publish(self.version)

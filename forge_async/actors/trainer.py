@@ -60,7 +60,7 @@ class Trainer(LocatedActor):
         self.config = config
         self.pad_id = pad_id
         self.weights = weights
-        self.channel = SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
+        self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
         self.version = 0
 
     @endpoint
@@ -123,16 +123,22 @@ class Trainer(LocatedActor):
         }
 
     @endpoint
-    async def push_weights(self, transport: str | None = None) -> dict[str, float]:
-        """Publish the current weights under the current version (default: the configured transport)."""
+    async def push_weights(self, transports: tuple[str, ...] | None = None) -> dict[str, float]:
+        """Publish the current weights under the current version, to each of `transports`.
+
+        "shm": this node's shared-memory channel (every rank must be on this node);
+        "torchstore": the store, one shard per rank (for other nodes and relays).
+        Default: the configured transport.
+        """
         start = time.perf_counter()
         hf_state_dict = self.adapter.to_hf(self.model.state_dict())
-        if (transport or self.weights.transport) == "shm":
-            if self.channel is None:
-                raise ValueError("push_weights(transport='shm') needs weights.channel_dir")
-            self._write_shared_memory(hf_state_dict)
-        else:
-            await store.put_policy(hf_state_dict, self.version)
+        for transport in transports or (self.weights.transport,):
+            if transport == "shm":
+                if self.channel is None:
+                    raise ValueError("push_weights to 'shm' needs weights.channel_dir")
+                self._write_shared_memory(hf_state_dict)
+            else:
+                await store.put_policy(hf_state_dict, self.version)
         return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
 
     def _write_shared_memory(self, hf_state_dict: dict) -> None:

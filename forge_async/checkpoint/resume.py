@@ -1,7 +1,8 @@
 """`resume=RUN_DIR`: continue a run with the config it was started with.
 
 Only keys that do not change the experiment may be overridden on resume (how
-long it runs, how it saves itself, how many crashes it survives); any other
+long it runs, how it saves itself, how many crashes it survives, where its
+meshes run and how weights travel); any other
 override fails, naming the key, since the checkpoint was made under the saved
 value.
 """
@@ -18,6 +19,9 @@ RESUMABLE_KEYS = (
     "checkpoint.every_steps",
     "checkpoint.keep",
     "generator.max_restarts",
+    "weights.transport",
+    "placement.trainer_hosts",
+    "placement.generator_hosts",
 )
 SAVED_CONFIG = "config.yaml"
 

@@ -10,8 +10,13 @@ Monarch workers. Nodes 1..N-1 serve a Monarch worker until node 0 says the run
 is over, or stops answering; then they stop their worker and every proc it ran.
 """
 
-import argparse
 import os
+
+# torch.distributed's C++ warnings (a peer's host name it cannot look up, a store peer that
+# closed its socket at the end of a run) are noise here; errors still raise.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+import argparse  # noqa: E402
 import runpy
 import signal
 import subprocess

@@ -11,6 +11,7 @@ from monarch.spmd import setup_torch_elastic_env_async
 from forge_async.actors.generator import Generator, GeneratorConfig
 from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer, TrainerConfig
+from forge_async.actors.weight_relay import WeightRelay
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.weights.config import WeightsConfig
 
@@ -58,6 +59,12 @@ async def spawn_replay_buffer(max_policy_age: int, capacity: int, host: HostMesh
     procs = (host or this_host()).spawn_procs(per_host={"procs": 1}, name="replay_buffer")
     buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity)
     return procs, buffer
+
+
+async def spawn_weight_relay(channel_dir: str, host: HostMesh, node: int):
+    """A WeightRelay on `host`: torchstore -> that host's shared-memory channel at `channel_dir`."""
+    procs = host.spawn_procs(per_host={"procs": 1}, name=f"weight_relay{node}")
+    return procs, procs.spawn(f"weight_relay{node}", WeightRelay, channel_dir)
 
 
 async def stop_all(*meshes: ProcMesh) -> None:

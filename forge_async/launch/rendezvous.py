@@ -18,6 +18,7 @@ from forge_async.launch.nodes import NodeSpec
 
 _SHUTDOWN = "shutdown"
 _POLL_S = 0.5
+_RELEASE_WAIT_S = 5.0
 
 
 class JoinTimeout(ConfigError):
@@ -26,6 +27,10 @@ class JoinTimeout(ConfigError):
 
 def _worker_key(rank: int) -> str:
     return f"worker/{rank}"
+
+
+def _done_key(rank: int) -> str:
+    return f"done/{rank}"
 
 
 def own_address(master_addr: str) -> str:
@@ -44,18 +49,21 @@ class Rendezvous:
             node.master_port,
             is_master=node.node_rank == 0,
             wait_for_workers=False,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=timedelta(seconds=self.timeout_s),
         )
 
     def register(self, worker_address: str) -> None:
         self.store.set(_worker_key(self.node.node_rank), worker_address)
 
     def should_stop(self) -> bool:
-        """True once node 0 said so, or stopped answering."""
+        """True once node 0 said so (acknowledged), or stopped answering."""
         try:
-            return self.store.check([_SHUTDOWN])
+            if not self.store.check([_SHUTDOWN]):
+                return False
+            self.store.set(_done_key(self.node.node_rank), "1")
         except Exception:  # node 0's store is gone: so is the run
-            return True
+            pass
+        return True
 
     def wait_for_workers(self) -> list[str]:
         """Worker addresses of every node, in node order; fails naming the nodes that never came."""
@@ -75,4 +83,9 @@ class Rendezvous:
             time.sleep(_POLL_S)
 
     def release_workers(self) -> None:
+        """Tell every node the run is over; wait (briefly) until they have heard it."""
         self.store.set(_SHUTDOWN, "1")
+        deadline = time.monotonic() + _RELEASE_WAIT_S
+        others = [_done_key(r) for r in range(1, self.node.nnodes)]
+        while not self.store.check(others) and time.monotonic() < deadline:
+            time.sleep(0.1)

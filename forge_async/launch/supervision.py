@@ -103,8 +103,52 @@ class RunMeshes:
         self._restart_locks = [asyncio.Lock() for _ in spawned]
         self.buffer = SupervisedBuffer(self)
         await self.buffer.spawn()
+        await self._spawn_relays()
         self._write_procs_file()
         return [t for _, t in spawned]
+
+    def _generator_node(self, index: int) -> int:
+        return self.config.placement.generator_host(index)
+
+    async def _spawn_relays(self) -> None:
+        """A weight relay on each generator node that cannot read the trainer's own channel."""
+        c = self.config
+        trainer_nodes = c.placement.trainer_hosts
+        own = set(trainer_nodes) if len(trainer_nodes) == 1 else set()  # one node: its channel
+        generator_nodes = {self._generator_node(i) for i in range(c.generator.count)}
+        self.relay_nodes = sorted(generator_nodes - own) if c.weights.transport == "shm" else []
+        self._relays = []
+        for node in self.relay_nodes:
+            procs, relay = await meshes.spawn_weight_relay(c.weights.channel_dir, self.hosts.node(node), node)
+            self._procs[f"weight_relay{node}"] = procs
+            self._where[f"weight_relay{node}"] = await relay.where.call_one()
+            self._relays.append(relay)
+
+    def weight_routes(self) -> tuple[list, list[int | None], bool, tuple[str, ...]]:
+        """How versions reach the generators (see WeightSync): receivers, the receiver of each
+        generator, whether the receivers are the generators themselves, and the trainer's push targets."""
+        count = self.generator_count
+        if self.config.weights.transport == "torchstore":
+            receivers = [
+                lambda v, i=i: self.call_generator(i, lambda g: g.load_version.call_one(v)) for i in range(count)
+            ]
+            return receivers, list(range(count)), True, ("torchstore",)
+        receivers = [lambda v, j=j: self._relay_load(j, v) for j in range(len(self._relays))]
+        receiver_of = [
+            self.relay_nodes.index(node) if (node := self._generator_node(i)) in self.relay_nodes else None
+            for i in range(count)
+        ]
+        targets = (("shm",) if None in receiver_of else ()) + (("torchstore",) if self._relays else ())
+        return receivers, receiver_of, False, targets
+
+    async def _relay_load(self, index: int, version: int) -> dict:
+        try:
+            return await self._relays[index].load_version.call_one(version)
+        except Exception as err:
+            if not _is_proc_failure(err):
+                raise
+            where = self._where[f"weight_relay{self.relay_nodes[index]}"]
+            raise GeneratorFailed(f"the weight relay ({_located(where)}) failed: {err}") from None
 
     async def _spawn_generator(self, index: int) -> tuple[object, float]:
         c = self.config
@@ -222,6 +266,11 @@ class RunMeshes:
         tmp.replace(path)
 
     async def stop(self) -> None:
+        for relay in getattr(self, "_relays", []):  # their nodes' shared-memory channels
+            try:
+                await asyncio.wait_for(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
+            except Exception:
+                pass
         for procs in self._procs.values():
             await _stop_quietly(procs)
 

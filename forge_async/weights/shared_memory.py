@@ -127,6 +127,14 @@ class SharedMemoryChannel:
             os.close(self._write_lock)  # closing drops the flock
             self._write_lock = None
 
+    def write(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+        """Write and publish whole tensors as `version` (one writer holding every tensor)."""
+        header, slots, size = plan_layout({n: (tuple(t.shape), t.dtype) for n, t in state_dict.items()})
+        buffer = self.begin_write(version, header, size)
+        for name, tensor in state_dict.items():
+            self.view(buffer, slots[name]).copy_(tensor)
+        self.publish(version)
+
     # -- reading -------------------------------------------------------------
     def latest(self) -> int | None:
         try:

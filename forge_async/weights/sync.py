@@ -1,11 +1,14 @@
 """Getting each published version to the generators, without stopping the trainer.
 
-shm transport: generators watch the channel's LATEST pointer and swap by
-themselves between engine steps; `publish` has nothing to send.
-torchstore transport: one updater task per generator loads the newest
-published version whenever the generator is free to take it (versions
-published meanwhile are skipped), and a version is deleted from the store once
-every generator has moved past it.
+Generators that read a shared-memory channel the trainer writes (same node, shm
+transport) pick new versions up by themselves between engine steps: `publish`
+has nothing to send them. Everything else is a *receiver* that must be told to
+load a version from torchstore: each generator (torchstore transport), or the
+weight relay of another node, which writes it into that node's channel for the
+generators there. One updater task per receiver loads the newest published
+version whenever the receiver is free to take it (versions published meanwhile
+are skipped), and a version is deleted from the store once every receiver has
+moved past it.
 """
 
 import asyncio
@@ -16,56 +19,64 @@ from forge_async.weights import store
 
 _POLL_S = 0.002
 
+Load = Callable[[int], Awaitable[dict]]  # load(version): a receiver takes that version
+
 
 class WeightSync:
-    """`call_generator(i, fn)` runs `fn(generator i)` (through the run's supervision)."""
-
     def __init__(
         self,
         call_generator: Callable,
         count: int,
-        transport: str,
+        receivers: list[Load],
+        receiver_of: list[int | None],
+        receivers_are_generators: bool = False,
         on_loaded: Callable[[], Awaitable] | None = None,
-        version: int = 0,
     ):
+        """`call_generator(i, fn)` runs `fn(generator i)`; `receiver_of[i]`: the receiver that
+        brings generator i its weights, or None if it reads the trainer's own channel.
+        `receivers_are_generators`: receiver i is generator i (torchstore transport)."""
         self.call_generator = call_generator
+        self.receivers_are_generators = receivers_are_generators
+        self.count = count
+        self.receivers = receivers
+        self.receiver_of = receiver_of
         self.on_loaded = on_loaded
-        self.transport = transport
-        self.loaded = [version] * count  # last version each generator is known to hold
-        self.published = version
+        self.loaded = [0] * len(receivers)  # last version each receiver is known to hold
+        self.published = 0
         self.last_load_ms = 0.0
-        self._wake = [asyncio.Event() for _ in range(count)]
-        self._tasks = (
-            [asyncio.create_task(self._update(i)) for i in range(count)]
-            if transport == "torchstore"
-            else []
-        )
+        self._wake = [asyncio.Event() for _ in receivers]
+        self._tasks = [asyncio.create_task(self._update(i)) for i in range(len(receivers))]
 
     def publish(self, version: int) -> None:
+        for task in self._tasks:
+            if task.done() and task.exception() is not None:
+                raise task.exception()  # a receiver failed: its generators would never catch up
         self.published = version
         for event in self._wake:
             event.set()
 
     def generator_version(self, index: int) -> int:
         """The oldest version generator `index` can be sampling with from now on."""
-        return self.published if self.transport == "shm" else self.loaded[index]
+        receiver = self.receiver_of[index]
+        return self.published if receiver is None else self.loaded[receiver]
 
     async def wait_until_loaded(self, version: int) -> None:
         """Until every generator holds `version` (sync mode: generators are idle here)."""
-        while min(self.loaded) < version:
-            if self.transport == "shm":
-                self.loaded = [
-                    await self.call_generator(i, lambda g: g.get_version.call_one())
-                    for i in range(len(self.loaded))
-                ]
-            if min(self.loaded) < version:
-                await asyncio.sleep(_POLL_S)
+        while True:
+            held = [
+                await self.call_generator(i, lambda g: g.get_version.call_one()) for i in range(self.count)
+            ]
+            if min(held) >= version:
+                return
+            await asyncio.sleep(_POLL_S)
 
     async def generator_replaced(self, index: int, generator) -> None:
-        """A respawned generator starts from the initial weights: bring it to the newest version."""
-        if self.transport == "torchstore" and self.published > 0:
+        """A respawned generator starts from the initial weights: bring it to the newest version.
+
+        One that reads a shared-memory channel swaps to the newest version by itself.
+        """
+        if self.receivers_are_generators and self.published > 0:
             await generator.load_version.call_one(self.published)
-        self.loaded[index] = self.published
 
     async def _update(self, index: int) -> None:
         while True:
@@ -75,7 +86,7 @@ class WeightSync:
             if version <= self.loaded[index]:
                 continue
             start = time.perf_counter()
-            await self.call_generator(index, lambda g: g.load_version.call_one(version))
+            await self.receivers[index](version)
             self.last_load_ms = (time.perf_counter() - start) * 1e3
             holding = [version if i == index else v for i, v in enumerate(self.loaded)]
             await store.delete_versions_before(min(holding))

@@ -1,0 +1,33 @@
+"""WeightRelay: brings each published version to a node other than the trainer's, once.
+
+The trainer puts a version into torchstore; the relay on a generator node
+fetches it (one network copy for the whole node) and writes it into that node's
+shared-memory channel, where every generator on the node picks it up by itself
+between engine steps, exactly as on the trainer's own node.
+"""
+
+import time
+
+from monarch.actor import endpoint
+
+from forge_async.actors.located import LocatedActor
+from forge_async.weights import store
+from forge_async.weights.shared_memory import SharedMemoryChannel
+
+
+class WeightRelay(LocatedActor):
+    def __init__(self, channel_dir: str):
+        self.channel = SharedMemoryChannel(channel_dir)
+
+    @endpoint
+    async def load_version(self, version: int) -> dict[str, float]:
+        start = time.perf_counter()
+        state_dict = await store.get_policy(version)
+        fetched = time.perf_counter()
+        self.channel.write(version, state_dict)
+        end = time.perf_counter()
+        return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}
+
+    @endpoint
+    async def remove_channel(self) -> None:
+        self.channel.remove()
