@@ -7,7 +7,15 @@ STAMP := $(VENV)/.installed
 # vLLM's CUDA build where an NVIDIA driver is present, its CPU build elsewhere.
 VLLM_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 
-.PHONY: grpo test venv clean-venv
+.PHONY: grpo test venv clean-venv system-deps
+
+# The multi-host tests simulate hosts with network namespaces: `ip` (iproute2) and
+# `nsenter`/`unshare` (util-linux). Installed with apt-get where missing and possible.
+system-deps:
+	@command -v ip >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	    apt-get update -qq && apt-get install -y -qq iproute2 util-linux; } || \
+	  echo "warning: iproute2/util-linux missing and not installable here: multi-host tests will be skipped"
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +32,7 @@ venv: $(STAMP)
 grpo: $(STAMP)
 	$(PY) -m apps.grpo $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q $(ARGS)
 
 clean-venv:

@@ -12,10 +12,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from contextlib import contextmanager
-from pathlib import Path
 
 SUBNET = "192.0.2"
 
@@ -130,15 +130,10 @@ def simulated_hosts(nodes: int):
         cluster.down()
 
 
-def launch_command(nnodes: int, node: int, *app_args: str, port: int = 29400) -> list[str]:
+def launch_command(nnodes: int, node: int, *app_args: str, port: int = 29400, join_timeout: int = 120) -> list[str]:
     """`python -m forge_async.launch` for node `node` of a simulated cluster (master: node 0)."""
-    import sys
-
     return [
         sys.executable, "-m", "forge_async.launch", "--nnodes", str(nnodes), "--node-rank", str(node),
-        "--master-addr", address(0), "--master-port", str(port), "--", *app_args,
+        "--master-addr", address(0), "--master-port", str(port), "--join-timeout", str(join_timeout),
+        "--", *app_args,
     ]
-
-
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]

@@ -21,6 +21,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from monarch.actor import endpoint
 
 from forge_async.actors.located import LocatedActor
+from forge_async.launch.hosts import pin_collectives_to_node_address
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
 from forge_async.losses.grpo import (
@@ -69,6 +70,7 @@ class Trainer(LocatedActor):
         self.device_type = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device_type == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        pin_collectives_to_node_address()
         dist.init_process_group("nccl" if self.device_type == "cuda" else "gloo")
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         shape = self.checkpoint.shape

@@ -7,8 +7,10 @@ attaches to all of them: node r is host r of one host mesh, so meshes that
 span nodes (an FSDP trainer on nodes 0 and 1) are one proc mesh.
 """
 
+import fcntl
 import os
 import socket
+import struct
 
 from monarch.actor import HostMesh, attach_to_workers, this_host
 
@@ -23,6 +25,30 @@ def node_rank() -> int:
 
 def node_address() -> str:
     return os.environ.get(NODE_ADDR_ENV, "127.0.0.1")
+
+
+def interface_of(address: str) -> str | None:
+    """The name of the network interface holding IPv4 `address` (e.g. "eth0"), if any."""
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                info = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:  # no IPv4 address on this interface
+                continue
+        if socket.inet_ntoa(info[20:24]) == address:
+            return name
+    return None
+
+
+def pin_collectives_to_node_address() -> None:
+    """Make gloo / NCCL use this node's run address, not whatever the host name resolves to
+    (often 127.0.1.1): sets GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME unless the user did."""
+    if NODE_ADDR_ENV not in os.environ:
+        return
+    interface = interface_of(node_address())
+    if interface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
 
 
 def free_port(address: str) -> int:

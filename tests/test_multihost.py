@@ -1,0 +1,120 @@
+"""Several hosts, simulated with network namespaces (tests/netns.py): launch, placement, failures.
+
+Every node runs `python -m forge_async.launch ... -- apps.grpo ...` as a user would on a
+cluster; each has its own address (192.0.2.0/24), hostname and /dev/shm, so the
+trainer's shared-memory channel cannot reach a generator on another node: weights must
+cross through torchstore and that node's relay.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from apps.grpo.subprocess_run import run_app
+from netns import available, launch_command, simulated_hosts
+
+# Outside CI a machine without root or iproute2 skips these; CI (CI=true) never skips them.
+pytestmark = pytest.mark.skipif(
+    available() is not None and not os.environ.get("CI"), reason=str(available())
+)
+
+
+def launch(cluster, run_dir, *overrides: str, nodes: int, port: int = 29400) -> list[subprocess.Popen]:
+    """Start the launcher on every node (node 0 last); each node's output goes to run_dir/../nodeI.log."""
+    app = ["apps.grpo", f"hydra.run.dir={run_dir}", *overrides]
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    procs = {}
+    for node in reversed(range(nodes)):
+        log = open(run_dir.parent / f"node{node}.log", "w")
+        procs[node] = cluster.start(
+            node, launch_command(nodes, node, *app, port=port), stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+    return [procs[i] for i in range(nodes)]
+
+
+def output(run_dir, node: int) -> str:
+    return (run_dir.parent / f"node{node}.log").read_text()
+
+
+def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+
+
+def read_metrics(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
+    run_dir = tmp_path / "run"
+    with simulated_hosts(2) as cluster:
+        procs = launch(cluster, run_dir, "steps=40", "placement.generator_hosts=[1]", nodes=2)
+        codes = wait_all(procs, timeout=400)
+        assert codes == [0, 0], output(run_dir, 0)[-3000:] + output(run_dir, 1)[-2000:]
+        assert cluster.pids(0) == [] and cluster.pids(1) == []  # nothing left behind
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["placement"] == {"trainer": [0], "generators": [1]}
+    assert summary["accounting_ok"] and summary["steps"] == 40
+    procs_file = json.loads((run_dir / "procs.json").read_text())
+    assert procs_file["generator0"]["host"] == "node1" and procs_file["trainer"][0]["host"] == "node0"
+    assert procs_file["weight_relay1"]["node"] == 1  # weights crossed through node 1's relay
+    rewards = [m["reward_mean"] for m in read_metrics(run_dir)]
+    assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
+
+
+def test_fsdp_across_two_hosts_computes_what_one_host_computes(tmp_path):
+    common = ("mode=sync", "steps=3", "checkpoint.every_steps=0", "trainer.procs=1")
+    with simulated_hosts(3) as cluster:
+        run_dir = tmp_path / "three_hosts" / "run"
+        procs = launch(
+            cluster, run_dir, *common, "placement.trainer_hosts=[0,1]", "placement.generator_hosts=[2]", nodes=3
+        )
+        codes = wait_all(procs, timeout=400)
+        assert codes == [0, 0, 0], output(run_dir, 0)[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["placement"] == {"trainer": [0, 1], "generators": [2]}
+
+    one_host = run_app(tmp_path / "one_host", *common[:-1], "trainer.procs=2")
+    assert one_host.returncode == 0, one_host.output[-3000:]
+    across, single = read_metrics(run_dir), one_host.metrics
+    assert [m["reward_mean"] for m in across] == [m["reward_mean"] for m in single]  # same samples
+    for a, b in zip(across, single):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+
+
+def test_a_generator_host_that_dies_stops_the_run_naming_it(tmp_path):
+    run_dir = tmp_path / "run"
+    with simulated_hosts(2) as cluster:
+        procs = launch(cluster, run_dir, "steps=400", "placement.generator_hosts=[1]", nodes=2)
+        deadline = time.monotonic() + 300
+        while "step   10 |" not in output(run_dir, 0):
+            assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
+            time.sleep(0.5)
+        killed_at = time.monotonic()
+        cluster.kill_node(1)
+        code = procs[0].wait(timeout=90)
+        elapsed = time.monotonic() - killed_at
+        text = output(run_dir, 0)
+        assert code == 1, text[-3000:]
+        assert elapsed < 60, f"took {elapsed:.0f}s to stop"
+        assert "generator 0" in text and "node 1" in text and "192.0.2.2" in text
+        time.sleep(2)
+        assert cluster.pids(0) == [] and cluster.pids(1) == []  # no orphans on either node
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "node 1" in summary["failure"] and summary["accounting_ok"]
+
+
+def test_a_node_that_never_joins_fails_naming_it(tmp_path):
+    with simulated_hosts(1) as cluster:
+        start = time.monotonic()
+        command = launch_command(3, 0, "apps.grpo", f"hydra.run.dir={tmp_path / 'run'}", join_timeout=5)
+        node0 = cluster.start(0, command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        text, _ = node0.communicate(timeout=120)
+        assert node0.returncode == 2, text
+        assert "node rank(s) 1, 2 of 3 did not join" in text and "192.0.2.1:29400" in text
+        assert time.monotonic() - start < 60
