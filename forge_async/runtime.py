@@ -17,6 +17,9 @@ _DEFAULTS = {
     # How often Monarch looks for dead procs (its default, 10s, is how long a crash goes
     # unnoticed). Read when monarch is imported: forge_async must be imported first.
     "HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY": "1s",
+    # How long a proc on another node may go without reporting before Monarch declares it
+    # stopped (its default, 1m, is how long a dead node goes unnoticed).
+    "HYPERACTOR_MESH_GET_PROC_STATE_MAX_IDLE": "15s",
 }
 
 

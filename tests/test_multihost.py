@@ -15,7 +15,7 @@ import time
 import pytest
 
 from apps.grpo.subprocess_run import run_app
-from netns import available, launch_command, simulated_hosts
+from forge_async.launch.netns import available, launch_command, simulated_hosts
 
 # Outside CI a machine without root or iproute2 skips these; CI (CI=true) never skips them.
 pytestmark = pytest.mark.skipif(

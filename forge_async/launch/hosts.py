@@ -83,6 +83,17 @@ class Hosts:
         self._mesh = attach_to_workers(ca="trust_all_connections", workers=self.workers, name="nodes")
         await self._mesh.initialized
 
+    def reachable(self, rank: int, timeout_s: float = 3.0) -> bool:
+        """Whether node `rank`'s Monarch worker still accepts connections (one host: always)."""
+        if not self.workers:
+            return True
+        host, port = self.workers[rank].removeprefix("tcp://").rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        except OSError:
+            return False
+        return True
+
     def nodes(self, first: int, last: int) -> HostMesh:
         """Nodes first..last (consecutive) as one host mesh."""
         if self._mesh is None:

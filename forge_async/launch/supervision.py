@@ -62,10 +62,21 @@ def _note_fault(failure: MeshFailure) -> None:
     print(f"proc failure reported by Monarch: {failure.mesh_name}", file=sys.stderr, flush=True)
 
 
+async def _within(awaitable: Awaitable, seconds: float):
+    """`awaitable`'s result, or TimeoutError after `seconds`, abandoning it (a Monarch call to a
+    dead node may not end when cancelled, so asyncio.wait_for could wait for it anyway)."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        raise TimeoutError(f"no answer within {seconds:.0f}s")
+    return task.result()
+
+
 async def _stop_quietly(procs) -> None:
     """Stop a mesh that may already be dead; never hang on it."""
     try:
-        await asyncio.wait_for(procs.stop(), _STOP_TIMEOUT_S)
+        await _within(procs.stop(), _STOP_TIMEOUT_S)
     except Exception:
         pass
 
@@ -217,7 +228,9 @@ class RunMeshes:
         )
         await _stop_quietly(self._procs[f"generator{index}"])
         try:
-            self._generators[index], _ = await asyncio.wait_for(self._spawn_generator(index), _RESPAWN_TIMEOUT_S)
+            if not self.hosts.reachable(where["node"]):
+                raise ConnectionError(f"node {where['node']} does not answer")
+            self._generators[index], _ = await _within(self._spawn_generator(index), _RESPAWN_TIMEOUT_S)
         except Exception as respawn_err:  # its node is gone (or cannot start procs)
             raise GeneratorFailed(
                 f"generator {index} ({_located(where)}) failed and could not be respawned on node "
@@ -268,7 +281,7 @@ class RunMeshes:
     async def stop(self) -> None:
         for relay in getattr(self, "_relays", []):  # their nodes' shared-memory channels
             try:
-                await asyncio.wait_for(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
+                await _within(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
             except Exception:
                 pass
         for procs in self._procs.values():

@@ -1,4 +1,4 @@
-"""Simulated hosts for multi-node tests: Linux network namespaces on one machine (root only).
+"""Simulated hosts on one machine: Linux network namespaces (root only), for tests and benchmarks.
 
 Node i gets its own network namespace with address 192.0.2.(i+1)/24 (a documentation
 range, assigned to these namespaces only), joined to the others by a bridge that lives
@@ -79,7 +79,8 @@ class Cluster:
         raise RuntimeError(f"simulated node {node} did not come up")
 
     def _enter(self, node: int, command: list[str]) -> list[str]:
-        return ["nsenter", "-t", str(self.holders[node].pid), "-n", "-m", "-u", "--", *command]
+        # --wd: entering the mount namespace would otherwise reset the working directory to /
+        return ["nsenter", "-t", str(self.holders[node].pid), "-n", "-m", "-u", f"--wd={os.getcwd()}", "--", *command]
 
     def start(self, node: int, command: list[str], **popen) -> subprocess.Popen:
         """Start `command` on simulated node `node` (in the caller's working directory)."""
