@@ -55,6 +55,7 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
         "swap_pause_ms_max": max(pauses) if pauses else None,
         "stored_versions": await _stored_versions(config),
+        "torchstore_versions": await store.stored_versions(),  # versions kept for relays / generators
         "placement": meshes.placement,
     }
     accounted = (

@@ -109,6 +109,8 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
         ("model.path=/no/such/model", "/no/such/model"),
         ("weights.transport=carrier_pigeon", "weights.transport"),
         ("prompts_per_rollout=32", "prompts_per_rollout"),
+        ("placement.generator_hosts=[1]", "placement.generator_hosts"),
+        ("checkpoint.keep=0", "checkpoint.keep"),
     ],
 )
 def test_bad_input_fails_fast_naming_the_culprit(tmp_path, override, named):
