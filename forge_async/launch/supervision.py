@@ -99,6 +99,8 @@ class RunMeshes:
         self._where: dict[str, object] = {"controller": _here()}
         self._generators: list = []
         self._restart_locks: list[asyncio.Lock] = []
+        self.relay_nodes: list[int] = []  # generator nodes reached through a WeightRelay
+        self._relays: list = []
 
     async def start(self) -> list[float]:
         """Spawn trainer, generators and buffer (generators concurrently); returns engine start times."""
@@ -128,7 +130,6 @@ class RunMeshes:
         own = set(trainer_nodes) if len(trainer_nodes) == 1 else set()  # one node: its channel
         generator_nodes = {self._generator_node(i) for i in range(c.generator.count)}
         self.relay_nodes = sorted(generator_nodes - own) if c.weights.transport == "shm" else []
-        self._relays = []
         for node in self.relay_nodes:
             procs, relay = await meshes.spawn_weight_relay(c.weights.channel_dir, self.hosts.node(node), node)
             self._procs[f"weight_relay{node}"] = procs
@@ -164,7 +165,7 @@ class RunMeshes:
     async def _spawn_generator(self, index: int) -> tuple[object, float]:
         c = self.config
         self._procs[f"generator{index}"], generator, timing = await meshes.spawn_generator(
-            self.checkpoint, c.generator, c.weights, index, self.hosts.node(c.placement.generator_host(index))
+            self.checkpoint, c.generator, c.weights, index, self.hosts.node(self._generator_node(index))
         )
         self._where[f"generator{index}"] = await generator.where.call_one()
         return generator, timing["engine_start_s"]
@@ -279,7 +280,7 @@ class RunMeshes:
         tmp.replace(path)
 
     async def stop(self) -> None:
-        for relay in getattr(self, "_relays", []):  # their nodes' shared-memory channels
+        for relay in self._relays:  # their nodes' shared-memory channels
             try:
                 await _within(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
             except Exception:
