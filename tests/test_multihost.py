@@ -65,7 +65,9 @@ def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
     # Staleness bounds and store hygiene hold across hosts: nothing stale, only versions in use kept.
     metrics = read_metrics(run_dir)
     assert max(m["policy_age_max"] for m in metrics) <= 1 and summary["dropped_stale"] == 0
-    assert set(summary["torchstore_versions"]) <= {39, 40}
+    # (the relay may still be fetching the last versions when the run ends: at most
+    # max_policy_age + 1 versions past the one it holds)
+    assert max(summary["torchstore_versions"]) == 40 and min(summary["torchstore_versions"]) >= 38
     rewards = [m["reward_mean"] for m in metrics]
     assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
 

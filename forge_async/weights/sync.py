@@ -61,7 +61,14 @@ class WeightSync:
         return self.published if receiver is None else self.loaded[receiver]
 
     async def wait_until_loaded(self, version: int) -> None:
-        """Until every generator holds `version` (sync mode: generators are idle here)."""
+        """Until every generator holds `version` (sync mode: generators are idle here).
+
+        Receivers first (they count a version as loaded only after tidying the store),
+        then the generators themselves (those that read a shared-memory channel swap by
+        themselves, between engine steps).
+        """
+        while min(self.loaded, default=version) < version:
+            await asyncio.sleep(_POLL_S)
         while True:
             held = [
                 await self.call_generator(i, lambda g: g.get_version.call_one()) for i in range(self.count)
