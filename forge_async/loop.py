@@ -53,7 +53,7 @@ class GRPOLoop:
         self.config = config
         self.run_dir = run_dir
         self.meshes = meshes
-        self.trainer, self.buffer = meshes.trainer, meshes.buffer
+        self.buffer = meshes.buffer
         self.checkpointer = checkpointer
         self.rollouts = Rollouts(
             task, config.sampling, config.group_size, config.prompts_per_rollout, config.seed
@@ -85,19 +85,7 @@ class GRPOLoop:
         )
         if resume_from is not None:
             await self._restore(resume_from)
-        receivers, receiver_of, receivers_are_generators, self.push_targets = self.meshes.weight_routes()
-        self.sync = WeightSync(
-            self.meshes.call_generator,
-            self.meshes.generator_count,
-            receivers,
-            receiver_of,
-            receivers_are_generators,
-            on_loaded=self.admission.weights_moved,
-        )
-        self.meshes.on_generator_restart = self.sync.generator_replaced
-        if self.version > 0:  # resumed: generators start from the initial weights
-            await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
-            self.sync.publish(self.version)
+        await self._start_weight_sync()
         self.start = time.perf_counter() - self.wall_before_s
         self._token_marks = deque([(time.perf_counter(), self.rollouts.tokens)], maxlen=_RATE_WINDOW + 1)
         failure = None
@@ -118,6 +106,21 @@ class GRPOLoop:
             lambda t: t.save_hf.call(str(self.run_dir / "final_model"))
         )
         return await self.write_summary(final_model, failure)
+
+    async def _start_weight_sync(self) -> None:
+        receivers, receiver_of, receivers_are_generators, self.push_targets = self.meshes.weight_routes()
+        self.sync = WeightSync(
+            self.meshes.call_generator,
+            self.meshes.generator_count,
+            receivers,
+            receiver_of,
+            receivers_are_generators,
+            on_loaded=self.admission.weights_moved,
+        )
+        self.meshes.on_generator_restart = self.sync.generator_replaced
+        if self.version > 0:  # resumed: generators start from the initial weights
+            await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
+            self.sync.publish(self.version)
 
     async def _restore(self, path: Path) -> None:
         state = await Checkpointer.restore(path, self.meshes)
