@@ -205,6 +205,7 @@ class GRPOLoop:
                 return batch
             await self._note_drops()  # dropped samples no longer hold admission back
             _raise_first_error([w.exception() for w in workers if w.done()])
+            self.sync.check()  # a failed weight relay would leave admission waiting forever
             try:
                 await asyncio.wait_for(self.rollouts.added.wait(), timeout=_WORKER_CHECK_S)
             except asyncio.TimeoutError:

@@ -108,7 +108,8 @@ def test_a_generator_host_that_dies_stops_the_run_naming_it(tmp_path):
         text = output(run_dir, 0)
         assert code == 1, text[-3000:]
         assert elapsed < 60, f"took {elapsed:.0f}s to stop"
-        assert "generator 0" in text and "node 1" in text and "192.0.2.2" in text
+        # whichever of node 1's actors Monarch reports first: its generator or its weight relay
+        assert ("generator 0" in text or "weight relay" in text) and "node 1" in text and "192.0.2.2" in text
         time.sleep(2)
         assert cluster.pids(0) == [] and cluster.pids(1) == []  # no orphans on either node
     summary = json.loads((run_dir / "summary.json").read_text())

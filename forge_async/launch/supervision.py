@@ -279,14 +279,21 @@ class RunMeshes:
         tmp.write_text(json.dumps(self._where, indent=2))
         tmp.replace(path)
 
+    def _alive(self, role: str) -> bool:
+        """Whether every node `role` runs on still answers (a dead node's procs died with it)."""
+        where = self._where.get(role, [])
+        return all(self.hosts.reachable(w["node"]) for w in (where if isinstance(where, list) else [where]))
+
     async def stop(self) -> None:
-        for relay in self._relays:  # their nodes' shared-memory channels
-            try:
-                await _within(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
-            except Exception:
-                pass
-        for procs in self._procs.values():
-            await _stop_quietly(procs)
+        for node, relay in zip(self.relay_nodes, self._relays):  # their nodes' shared-memory channels
+            if self._alive(f"weight_relay{node}"):
+                try:
+                    await _within(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
+                except Exception:
+                    pass
+        for role, procs in self._procs.items():
+            if self._alive(role):
+                await _stop_quietly(procs)
 
 
 class SupervisedBuffer:

@@ -47,10 +47,14 @@ class WeightSync:
         self._wake = [asyncio.Event() for _ in receivers]
         self._tasks = [asyncio.create_task(self._update(i)) for i in range(len(receivers))]
 
-    def publish(self, version: int) -> None:
+    def check(self) -> None:
+        """Raise a receiver's failure: its generators would never catch up."""
         for task in self._tasks:
-            if task.done() and task.exception() is not None:
-                raise task.exception()  # a receiver failed: its generators would never catch up
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+
+    def publish(self, version: int) -> None:
+        self.check()
         self.published = version
         for event in self._wake:
             event.set()
