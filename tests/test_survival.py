@@ -12,6 +12,7 @@ import statistics
 from safetensors.torch import load_file
 
 from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
+from forge_async.launch.supervision import _failed_rank
 from test_grpo_app import assert_accounting
 
 SYNC = ("mode=sync", "steps=12", "checkpoint.every_steps=3")
@@ -129,3 +130,15 @@ def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):
     assert_accounting(summary)
     assert (run_dir / "checkpoints" / f"step_{summary['steps']:06d}" / "manifest.json").is_file()
     assert f"resume with: python -m apps.grpo resume={run_dir}" in run.output
+
+
+def test_failed_trainer_rank_is_named_from_either_form_of_monarchs_report():
+    exited = "Endpoint call trainer.train_step() failed ... {'hosts': 1/2, 'procs': 0/2} ... exited"
+    silent = (
+        "Endpoint call trainer.train_step() failed, The actor trainer-3<B4U5LbqhcaG>@trainer-3<B4U5LbqhcaG>"
+        '.ipc://@U7km1hrmevpp3Jx3W7Y0WULj,proc_agent and all its descendants have failed:\n  timeout waiting '
+        'for message from proc mesh agent while querying for "trainer-yPf2ZLUznKd". The process likely crashed'
+    )
+    assert _failed_rank(exited) == 2
+    assert _failed_rank(silent) == 3
+    assert _failed_rank("something else entirely") is None

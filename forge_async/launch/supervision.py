@@ -37,6 +37,8 @@ _STOP_TIMEOUT_S = 10
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
 _POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1/2, 'procs': 0/1}
 _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
+# A proc Monarch stopped hearing from is named by its row-major rank: trainer-1<uid>.
+_TRAINER_PROC = re.compile(r"\btrainer-(\d+)<")
 
 
 class TrainerFailed(RuntimeError):
@@ -50,6 +52,22 @@ class GeneratorFailed(RuntimeError):
 def _is_proc_failure(err: BaseException) -> bool:
     # Monarch's SupervisionError (a RuntimeError from its Rust bindings).
     return type(err).__name__ == "SupervisionError"
+
+
+def _failed_rank(message: str) -> int | None:
+    """The row-major rank of the failed trainer proc, from Monarch's error text.
+
+    A proc that exited is reported by its mesh point ({'hosts': 1/2, 'procs': 0/1});
+    one whose agent stopped answering (seen on loaded machines) by its proc name.
+    """
+    point = _POINT.search(message)
+    if point is not None:
+        rank = 0
+        for _, index, size in _COORD.findall(point.group(1)):
+            rank = rank * int(size) + int(index)
+        return rank
+    proc = _TRAINER_PROC.search(message)
+    return None if proc is None else int(proc.group(1))
 
 
 def keep_controller_alive_on_faults() -> None:
@@ -255,15 +273,11 @@ class RunMeshes:
             raise TrainerFailed(self._name_trainer_failure(err)) from None
 
     def _name_trainer_failure(self, err: Exception) -> str:
-        match = _POINT.search(str(err))
-        if match is None:
+        rank = _failed_rank(str(err))
+        if rank is None or rank >= len(self._where["trainer"]):
             return f"a trainer proc failed: {err}"
-        rank = 0  # row-major rank of the failed proc in the trainer's (hosts, procs) mesh
-        for _, index, size in _COORD.findall(match.group(1)):
-            rank = rank * int(size) + int(index)
-        where = self._where["trainer"][rank]
         cause = str(err).splitlines()[-1].strip()
-        return f"trainer rank {rank} ({_located(where)}) failed: {cause}"
+        return f"trainer rank {rank} ({_located(self._where['trainer'][rank])}) failed: {cause}"
 
     @property
     def placement(self) -> dict:
