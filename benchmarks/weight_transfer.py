@@ -20,7 +20,6 @@ generator's parameters):
 import argparse
 import asyncio
 import os
-import statistics
 import time
 from pathlib import Path
 

@@ -12,6 +12,7 @@ from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.errors import ConfigError
 from forge_async.generation.versioned_engine import SWAP_MODES
 from forge_async.launch.placement import PlacementConfig
+from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer import TrainerConfig
 from forge_async.data.tasks import TaskConfig
 from forge_async.models.tiny import TinyModelConfig
@@ -43,6 +44,8 @@ class GRPOConfig:
     target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
     # A run directory to continue from its newest complete checkpoint, with its saved config.
     resume: str | None = None
+    # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
+    verbose: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -51,6 +54,7 @@ class GRPOConfig:
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -23,6 +23,7 @@ the run saves a checkpoint, the final policy and summary.json.
 import asyncio
 import time
 from collections import deque
+from dataclasses import asdict
 from pathlib import Path
 
 from forge_async.admission import AdmissionControl
@@ -32,7 +33,8 @@ from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Task
 from forge_async.launch.supervision import GeneratorFailed, RunMeshes
-from forge_async.metrics import MetricsLog, batch_metrics
+from forge_async.metric_sinks import build_sinks
+from forge_async.metrics import BusyClock, MetricsLog, batch_metrics
 from forge_async.rollout import Rollouts
 from forge_async.summary import write_summary
 from forge_async.weights.sync import WeightSync
@@ -63,6 +65,8 @@ class GRPOLoop:
         self.trained = 0
         self.dropped_seen = 0
         self.trainer_idle_s = 0.0
+        # generator i is busy while a generate call to it is in flight (this segment of the run)
+        self.generating = [BusyClock() for _ in range(meshes.generator_count)]
         self.wall_before_s = 0.0  # wall time of earlier segments of a resumed run
         self.rewards: list[float] = []
         self.target_reached: dict | None = None
@@ -77,8 +81,10 @@ class GRPOLoop:
 
     async def run(self, resume_from: Path | None = None) -> dict:
         """Train to `config.steps` (from a checkpoint, if given); returns the summary."""
+        resumed_at = None if resume_from is None else step_of(resume_from)
+        sinks = build_sinks(self.config.logging, self.run_dir, asdict(self.config), resumed_at)
         self.metrics = MetricsLog(
-            self.run_dir, resume_after_step=None if resume_from is None else step_of(resume_from)
+            self.run_dir, self.config.steps, self.config.target_reward, sinks, resume_after_step=resumed_at
         )
         self.admission = AdmissionControl(
             self.config.batch_size, self.config.max_policy_age, self.config.admission_control
@@ -86,7 +92,8 @@ class GRPOLoop:
         if resume_from is not None:
             await self._restore(resume_from)
         await self._start_weight_sync()
-        self.start = time.perf_counter() - self.wall_before_s
+        self.segment_start = time.perf_counter()
+        self.start = self.segment_start - self.wall_before_s
         self._token_marks = deque([(time.perf_counter(), self.rollouts.tokens)], maxlen=_RATE_WINDOW + 1)
         failure = None
         try:
@@ -173,7 +180,7 @@ class GRPOLoop:
             workers.append(
                 asyncio.create_task(
                     self.rollouts.run_worker(
-                        lambda *args, g=g: self.meshes.generate(g, *args),
+                        lambda *args, g=g: self._generate(g, *args),
                         lambda g=g: self.sync.generator_version(g),
                         self.buffer,
                         self.admission,
@@ -220,7 +227,7 @@ class GRPOLoop:
             calls, remaining = [], self.config.prompts_per_step
             while remaining > 0:
                 g = len(calls) % count
-                generate = lambda *args, g=g: self.meshes.generate(g, *args)  # noqa: E731
+                generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
                 calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
                 remaining -= per_call
             for episodes in await asyncio.gather(*calls):
@@ -231,6 +238,10 @@ class GRPOLoop:
             await self.sync.wait_until_loaded(self.version)
             if self._due_for_checkpoint() and self._steps_left():
                 await self._checkpoint()
+
+    async def _generate(self, index: int, *args) -> list:
+        with self.generating[index]:
+            return await self.meshes.generate(index, *args)
 
     async def _train(self, batch: list[Episode]) -> None:
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
@@ -243,29 +254,34 @@ class GRPOLoop:
         self.sync.publish(self.version)
         await self.admission.step_finished(self.version)
         self.trained += len(batch)
-        self.rewards.append(record["reward_mean"])
+        self.rewards.append(record["reward/mean"])
         now = time.perf_counter()
         self._token_marks.append((now, self.rollouts.tokens))
         (t0, tokens0), (t1, tokens1) = self._token_marks[0], self._token_marks[-1]
+        generating_s = sum(clock.busy_s for clock in self.generating)
+        generator_idle = 1 - generating_s / (len(self.generating) * (now - self.segment_start))
         record.update(
             result,
-            version=self.version,
-            samples_trained=self.trained,
-            dropped_stale=buffer["dropped_stale"],
-            dropped_other=buffer["dropped_other"],
-            buffered=buffer["size"],
-            in_flight=self.admission.in_flight,
-            gen_paused_s=self.admission.paused_s,
-            gen_tokens_per_s=(tokens1 - tokens0) / max(t1 - t0, 1e-9),
-            trainer_idle_frac=self.trainer_idle_s / (now - self.start),
-            weight_push_ms=push["push_ms"],
-            weight_sync_ms=push["push_ms"] + self.sync.last_load_ms,
-            generator_restarts=self.meshes.generator_restarts,
-            wall_s=now - self.start,
+            **{
+                "policy/version": self.version,
+                "samples/trained": self.trained,
+                "samples/dropped_stale": buffer["dropped_stale"],
+                "samples/dropped_other": buffer["dropped_other"],
+                "samples/buffered": buffer["size"],
+                "samples/in_flight": self.admission.in_flight,
+                "generator/paused_s": self.admission.paused_s,
+                "generator/tokens_per_s": (tokens1 - tokens0) / max(t1 - t0, 1e-9),
+                "generator/idle_frac": generator_idle,
+                "generator/restarts": self.meshes.generator_restarts,
+                "train/idle_frac": self.trainer_idle_s / (now - self.start),
+                "weights/push_ms": push["push_ms"],
+                "weights/sync_ms": push["push_ms"] + self.sync.last_load_ms,
+                "time/wall_s": now - self.start,
+            },
         )
         self.metrics.log(record)
-        if self.target_reached is None and self.metrics.reward_avg >= self.config.target_reward:
-            self.target_reached = {"step": self.step, "wall_s": record["wall_s"]}
+        if self.target_reached is None and self.metrics.reward_smoothed >= self.config.target_reward:
+            self.target_reached = {"step": self.step, "wall_s": record["time/wall_s"]}
 
     async def _note_drops(self) -> dict:
         """Tell admission control about samples the buffer dropped since last asked; returns its stats."""

@@ -1,32 +1,81 @@
-"""Per-step metrics: computed here, written here (metrics.jsonl + one console line)."""
+"""Per-step metrics: computed here, written here (metrics.jsonl, the console, optional sinks).
+
+Every metric is named `area/what` (docs/metrics.md lists them): reward/, policy/,
+train/, is/ (importance sampling), samples/, generator/, completion/, weights/, time/.
+A row of metrics.jsonl is one training step: {"step": k, "reward/mean": ..., ...}.
+"""
 
 import json
 import statistics
+import time
 from collections import deque
 from pathlib import Path
 
 from forge_async.data.episode import Episode
+from forge_async.metric_sinks import MetricSink
+
+# Mean entropy (nats per sampled token) below which the policy has collapsed onto
+# near-deterministic outputs: exploration, and with it GRPO's signal, is gone.
+ENTROPY_COLLAPSE = 0.05
 
 
 def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, float]:
     """What the trainer is about to learn from, at `trainer_version` (before the step)."""
     ages = [e.policy_age(trainer_version) for e in episodes]
+    lengths = [len(e.completion.token_ids) for e in episodes]
     return {
-        "reward_mean": statistics.fmean(e.reward for e in episodes),
-        "policy_age_mean": statistics.fmean(ages),
-        "policy_age_max": max(ages),
-        "version_spread_max": max(e.completion.version_spread for e in episodes),
+        "reward/mean": statistics.fmean(e.reward for e in episodes),
+        "policy/age_mean": statistics.fmean(ages),
+        "policy/age_max": max(ages),
+        "policy/version_spread_max": max(e.completion.version_spread for e in episodes),
+        "completion/length_mean": statistics.fmean(lengths),
+        "completion/length_max": max(lengths),
+        "completion/truncated_frac": statistics.fmean(
+            e.completion.finish_reason == "length" for e in episodes
+        ),
     }
 
 
+class BusyClock:
+    """Wall time during which at least one call is in flight (`with clock:` around each)."""
+
+    def __init__(self) -> None:
+        self._in_flight = 0
+        self._since = 0.0
+        self._busy_s = 0.0
+
+    def __enter__(self) -> None:
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+
+    def __exit__(self, *exc) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._busy_s += time.perf_counter() - self._since
+
+    @property
+    def busy_s(self) -> float:
+        running = time.perf_counter() - self._since if self._in_flight else 0.0
+        return self._busy_s + running
+
+
 class MetricsLog:
-    """Writes one JSON object per training step to `metrics.jsonl` and prints a line.
+    """Writes one row per training step to `metrics.jsonl` and the sinks, and prints a line.
 
     A fresh run starts the file anew. A resumed run (`resume_after_step=k`) keeps
     the rows of steps 1..k and appends from there, so every step appears once.
     """
 
-    def __init__(self, run_dir: Path, smoothing: int = 10, resume_after_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int,
+        target_reward: float,
+        sinks: list[MetricSink] = (),
+        smoothing: int = 10,
+        resume_after_step: int | None = None,
+    ):
         self.path = run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_after_step is None:
@@ -34,7 +83,11 @@ class MetricsLog:
         else:
             self._keep_rows_up_to(resume_after_step)
             self._file = self.path.open("a")
+        self.total_steps = total_steps
+        self.target_reward = target_reward
+        self.sinks = list(sinks)
         self._recent = deque(maxlen=smoothing)
+        self._entropy_warned = False
 
     def _keep_rows_up_to(self, step: int) -> None:
         lines = self.path.read_text().splitlines() if self.path.exists() else []
@@ -48,24 +101,46 @@ class MetricsLog:
         self._recent.extend(state["recent"])
 
     @property
-    def reward_avg(self) -> float:
+    def reward_smoothed(self) -> float:
         return statistics.fmean(self._recent) if self._recent else 0.0
 
     def log(self, record: dict) -> None:
-        self._recent.append(record["reward_mean"])
-        record["reward_avg"] = self.reward_avg
+        self._recent.append(record["reward/mean"])
+        record["reward/smoothed"] = self.reward_smoothed
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
-        print(
-            f"step {record['step']:4d} | reward {record['reward_mean']:.2f} "
-            f"(avg{self._recent.maxlen} {self.reward_avg:.2f}) | "
-            f"age {record['policy_age_mean']:.2f}/{record['policy_age_max']} | "
-            f"dropped {record['dropped_stale']} | "
-            f"gen {record['gen_tokens_per_s']:,.0f} tok/s | "
-            f"trainer idle {100 * record['trainer_idle_frac']:.0f}% | "
-            f"sync {record['weight_sync_ms']:.0f} ms | {record['wall_s']:.1f}s",
-            flush=True,
+        scalars = {k: v for k, v in record.items() if k != "step"}
+        for sink in self.sinks:
+            sink.write(record["step"], scalars)
+        print(self._console_line(record), flush=True)
+        self._warn_on_entropy_collapse(record)
+
+    def _console_line(self, record: dict) -> str:
+        step, wall = record["step"], record["time/wall_s"]
+        eta = wall / step * (self.total_steps - step) if step else 0.0
+        return (
+            f"step {step:4d}/{self.total_steps} | reward {record['reward/mean']:.2f} "
+            f"(avg{self._recent.maxlen} {self.reward_smoothed:.2f}) | "
+            f"age {record['policy/age_mean']:.2f}/{record['policy/age_max']} | "
+            f"dropped {record['samples/dropped_stale']} | "
+            f"gen {record['generator/tokens_per_s']:,.0f} tok/s | "
+            f"trainer idle {100 * record['train/idle_frac']:.0f}% | "
+            f"{wall:.1f}s, ETA {eta:.0f}s"
         )
+
+    def _warn_on_entropy_collapse(self, record: dict) -> None:
+        """Once per run: entropy gone while the reward is still short of the target."""
+        collapsed = record["train/entropy"] < ENTROPY_COLLAPSE
+        if collapsed and self.reward_smoothed < self.target_reward and not self._entropy_warned:
+            self._entropy_warned = True
+            print(
+                f"warning: policy entropy collapsed to {record['train/entropy']:.3f} nats/token at "
+                f"step {record['step']}: completions are near-deterministic, little left to learn from "
+                "(raise sampling.temperature or lower trainer.lr)",
+                flush=True,
+            )
 
     def close(self) -> None:
         self._file.close()
+        for sink in self.sinks:
+            sink.close()

@@ -20,6 +20,8 @@ _DEFAULTS = {
     # How long a proc on another node may go without reporting before Monarch declares it
     # stopped (its default, 1m, is how long a dead node goes unnoticed).
     "HYPERACTOR_MESH_GET_PROC_STATE_MAX_IDLE": "15s",
+    # torchstore sets this on import (large tensors in one message) and prints that it did.
+    "HYPERACTOR_CODEC_MAX_FRAME_LENGTH": str(2**40),
 }
 
 

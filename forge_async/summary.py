@@ -55,8 +55,10 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
         "swap_pause_ms_max": max(pauses) if pauses else None,
         "stored_versions": await _stored_versions(config),
-        "torchstore_versions": await store.stored_versions(),  # versions kept for relays / generators
+        # versions kept for relays / generators
+        "torchstore_versions": await store.stored_versions() if meshes.uses_torchstore else [],
         "placement": meshes.placement,
+        "skipped_rows": loop.rollouts.task.skipped_rows,  # dataset rows skipped at load, by reason
     }
     accounted = (
         summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]

@@ -5,7 +5,6 @@ torchstore. Tests talk to actors synchronously through Monarch futures (`.get()`
 """
 
 import asyncio
-from pathlib import Path
 
 import pytest
 

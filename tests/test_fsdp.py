@@ -47,8 +47,8 @@ def test_two_ranks_match_one_rank(tiny_checkpoint, weight_store):
     two, w_two = step(tiny_checkpoint, procs=2)
     assert len(two) == 2
     for rank_metrics in two:
-        assert abs(rank_metrics["loss"] - one["loss"]) < 1e-6
-        assert abs(rank_metrics["grad_norm"] - one["grad_norm"]) < 1e-5
+        assert abs(rank_metrics["train/loss"] - one["train/loss"]) < 1e-6
+        assert abs(rank_metrics["train/grad_norm"] - one["train/grad_norm"]) < 1e-5
     for rank_weights in w_two:
         assert rank_weights.keys() == w_one.keys()
         worst = max((rank_weights[k] - w_one[k]).abs().max().item() for k in w_one)

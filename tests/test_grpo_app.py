@@ -11,8 +11,10 @@ import transformers
 from apps.grpo.subprocess_run import run_app
 
 METRIC_KEYS = {
-    "step", "reward_mean", "policy_age_mean", "policy_age_max", "samples_trained",
-    "dropped_stale", "gen_tokens_per_s", "trainer_idle_frac", "weight_sync_ms", "wall_s",
+    "step", "reward/mean", "reward/smoothed", "policy/age_mean", "policy/age_max", "samples/trained",
+    "samples/dropped_stale", "generator/tokens_per_s", "generator/idle_frac", "train/idle_frac",
+    "train/entropy", "train/loss", "is/mismatch_kl", "completion/length_mean", "weights/sync_ms",
+    "time/wall_s",
 }
 
 
@@ -29,8 +31,8 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     for record in metrics:
         assert METRIC_KEYS <= record.keys()
-        assert record["policy_age_max"] <= 1
-    assert metrics[-1]["samples_trained"] == 4 * 16 * 8
+        assert record["policy/age_max"] <= 1
+    assert metrics[-1]["samples/trained"] == 4 * 16 * 8
     summary = run.summary
     assert_accounting(summary)
     assert summary["trained"] == 4 * 16 * 8
@@ -78,7 +80,7 @@ def test_admission_control_keeps_every_sample_trainable(tmp_path, max_age):
     run = run_app(tmp_path / "run", "steps=6", f"max_policy_age={max_age}")
     assert run.returncode == 0, run.output
     assert len(run.metrics) == 6  # progress, no stall at max_policy_age=0
-    assert max(m["policy_age_max"] for m in run.metrics) <= max_age
+    assert max(m["policy/age_max"] for m in run.metrics) <= max_age
     summary = run.summary
     assert_accounting(summary)
     assert summary["dropped_stale"] == 0
@@ -91,7 +93,7 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
         tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0", "weights.transport=torchstore"
     )
     assert run.returncode == 0, run.output
-    assert [m["policy_age_max"] for m in run.metrics] == [0, 0, 0]
+    assert [m["policy/age_max"] for m in run.metrics] == [0, 0, 0]
     summary = run.summary
     assert_accounting(summary)
     assert summary["dropped_stale"] == 0 and summary["generated"] == summary["trained"]
@@ -123,6 +125,7 @@ def test_bad_input_fails_fast_naming_the_culprit(tmp_path, override, named):
 def test_dataset_prompts_with_custom_reward(tmp_path):
     data = tmp_path / "prompts.jsonl"
     rows = [{"prompt": f"{a}{b}", "answer": str(max(a, b))} for a in range(10) for b in range(10)]
+    rows.append({"prompt": "7" * 70, "answer": "7"})  # leaves no room in the 64-token context
     data.write_text("\n".join(json.dumps(r) for r in rows))
     run = run_app(
         tmp_path / "run",
@@ -130,7 +133,10 @@ def test_dataset_prompts_with_custom_reward(tmp_path):
         "task.name=dataset",
         f"task.dataset={data}",
         "task.reward_fn=forge_async.data.tasks:exact_match",
+        "task.skip_bad_rows=true",
     )
     assert run.returncode == 0, run.output
     assert len(run.metrics) == 2
-    assert "task: dataset:prompts.jsonl" in run.output
+    assert "task dataset:prompts.jsonl" in run.output
+    assert "dataset: kept 100 of 101 rows (skipped: too_long 1)" in run.output
+    assert run.summary["skipped_rows"]["too_long"] == 1

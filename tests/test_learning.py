@@ -11,7 +11,7 @@ WINDOW = 8
 def test_reward_rises_on_the_default_task(tmp_path):
     run = run_app(tmp_path / "run", f"steps={STEPS}", "seed=0")
     assert run.returncode == 0, run.output
-    rewards = [m["reward_mean"] for m in run.metrics]
+    rewards = [m["reward/mean"] for m in run.metrics]
     first = statistics.fmean(rewards[:WINDOW])
     last = statistics.fmean(rewards[-WINDOW:])
     # Sampled reward of 128 episodes swings about +-0.15 step to step; averaged over

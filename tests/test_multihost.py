@@ -68,7 +68,7 @@ def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
     # (the relay may still be fetching the last versions when the run ends: at most
     # max_policy_age + 1 versions past the one it holds)
     assert max(summary["torchstore_versions"]) == 40 and min(summary["torchstore_versions"]) >= 38
-    rewards = [m["reward_mean"] for m in metrics]
+    rewards = [m["reward/mean"] for m in metrics]
     assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
 
 
@@ -87,10 +87,10 @@ def test_fsdp_across_two_hosts_computes_what_one_host_computes(tmp_path):
     one_host = run_app(tmp_path / "one_host", *common[:-1], "trainer.procs=2")
     assert one_host.returncode == 0, one_host.output[-3000:]
     across, single = read_metrics(run_dir), one_host.metrics
-    assert [m["reward_mean"] for m in across] == [m["reward_mean"] for m in single]  # same samples
+    assert [m["reward/mean"] for m in across] == [m["reward/mean"] for m in single]  # same samples
     for a, b in zip(across, single):
-        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
-        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+        assert a["train/loss"] == pytest.approx(b["train/loss"], abs=1e-6)
+        assert a["train/grad_norm"] == pytest.approx(b["train/grad_norm"], rel=1e-5)
 
 
 def test_a_generator_host_that_dies_stops_the_run_naming_it(tmp_path):

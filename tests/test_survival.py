@@ -74,7 +74,7 @@ def test_interrupted_sync_run_resumes_exactly_even_past_a_corrupt_checkpoint(tmp
     assert resumed.summary["steps"] == 12 and resumed.summary["trained"] == 12 * 128
 
     # Bit for bit what the uninterrupted run learned, sample for sample.
-    assert [m["reward_mean"] for m in resumed.metrics] == [m["reward_mean"] for m in straight.metrics]
+    assert [m["reward/mean"] for m in resumed.metrics] == [m["reward/mean"] for m in straight.metrics]
     expected, got = final_weights(straight), final_weights(resumed)
     assert all((expected[name] == got[name]).all() for name in expected)
 
@@ -90,7 +90,7 @@ def test_generator_and_buffer_killed_mid_run_the_run_goes_on_and_learns(tmp_path
     assert "buffer_lost" in summary["dropped_by_reason"]
     assert_accounting(summary)
     assert "generator 0 back in" in run.output
-    rewards = [m["reward_mean"] for m in run.metrics]
+    rewards = [m["reward/mean"] for m in run.metrics]
     assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
 
 

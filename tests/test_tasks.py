@@ -1,8 +1,11 @@
-"""Tasks: built-in digit rewards, JSONL/Parquet prompt files, reward functions, advantages."""
+"""Tasks: built-in digit rewards, prompt datasets checked at load, reward functions, advantages."""
 
+import csv
 import json
 import random
+from pathlib import Path
 
+import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -14,6 +17,7 @@ from forge_async.models.tokenizer import build_digit_tokenizer
 
 TOKENIZER = build_digit_tokenizer()
 EOS = TOKENIZER.eos_token_id
+ROOM = 61  # prompt tokens the tiny model's 64-token context leaves after max_tokens=3
 
 
 def completion(token_ids: list[int]) -> Completion:
@@ -22,7 +26,7 @@ def completion(token_ids: list[int]) -> Completion:
 
 
 def test_max_digit_prompts_and_rewards():
-    task = build_task(TaskConfig(name="max_digit", num_digits=3), TOKENIZER)
+    task = build_task(TaskConfig(name="max_digit", num_digits=3), TOKENIZER, ROOM)
     prompt = task.sample(random.Random(0))
     assert prompt.token_ids[0] == TOKENIZER.bos_token_id and prompt.token_ids[-1] == 13
     digits = [int(d) for d in prompt.text]
@@ -36,39 +40,125 @@ def test_max_digit_prompts_and_rewards():
 
 def test_unknown_task_names_it():
     with pytest.raises(TaskError, match="'sum_digits'"):
-        build_task(TaskConfig(name="sum_digits"), TOKENIZER)
+        build_task(TaskConfig(name="sum_digits"), TOKENIZER, ROOM)
+
+
+def test_digit_prompts_that_cannot_fit_the_context_fail_naming_num_digits():
+    build_task(TaskConfig(name="first_digit", num_digits=59), TOKENIZER, ROOM)  # BOS 59 SEP = 61
+    with pytest.raises(TaskError, match=r"task.num_digits=60 makes 62-token prompts; .* leaves 61"):
+        build_task(TaskConfig(name="first_digit", num_digits=60), TOKENIZER, ROOM)
+
+
+def test_max_tokens_that_fill_the_context_fail_naming_it():
+    with pytest.raises(TaskError, match="sampling.max_tokens leaves no room"):
+        build_task(TaskConfig(name="max_digit"), TOKENIZER, 0)
 
 
 def rows():
-    return [{"prompt": "47", "answer": "7"}, {"prompt": "31", "answer": "3"}]
+    return [{"prompt": "47", "answer": "7"}, {"prompt": "031", "answer": "3"}]
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
-def test_dataset_files_give_chat_formatted_prompts(tmp_path, suffix):
-    path = tmp_path / f"prompts{suffix}"
-    if suffix == ".jsonl":
-        path.write_text("\n".join(json.dumps(r) for r in rows()))
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    """`rows` in the format `path`'s suffix names; no suffix: a save_to_disk directory."""
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    elif path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
     else:
-        pq.write_table(pa.Table.from_pylist(rows()), path)
-    task = build_task(TaskConfig(name="dataset", dataset=str(path)), TOKENIZER)
+        datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    return path
+
+
+def dataset_task(path: Path, **options):
+    return build_task(TaskConfig(name="dataset", dataset=str(path), **options), TOKENIZER, ROOM)
+
+
+@pytest.mark.parametrize("name", ["prompts.jsonl", "prompts.parquet", "prompts.csv", "saved_dataset"])
+def test_each_source_gives_chat_formatted_prompts(tmp_path, capfd, name):
+    path = write_rows(tmp_path / name, rows())
+    capfd.readouterr()  # what writing it printed
+    task = dataset_task(path)
     prompts = {p.text: p for p in task.prompts}
     assert prompts["47"].token_ids == [11, 4, 7, 13] and prompts["47"].answer == "7"
+    assert prompts["031"].token_ids == [11, 0, 3, 1, 13]  # CSV text stays text: no "31" or 31.0
     assert task.reward(prompts["47"], completion([7, EOS])) == 1.0
     assert task.reward(prompts["47"], completion([4, EOS])) == 0.0
+    assert task.skipped_rows == {"missing_column": 0, "empty_prompt": 0, "too_long": 0}
+    out, err = capfd.readouterr()
+    assert out == "dataset: kept 2 of 2 rows\n"
+    assert err == ""  # no progress bars or log lines from `datasets`
 
 
-def test_malformed_row_names_file_and_row(tmp_path):
-    path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(rows()[0]) + "\n" + json.dumps({"prompt": "12"}))
-    with pytest.raises(TaskError, match=r"bad.jsonl: row 2 needs"):
-        build_task(TaskConfig(name="dataset", dataset=str(path)), TOKENIZER)
+def test_column_mapping_and_chat_message_prompts(tmp_path):
+    path = write_rows(
+        tmp_path / "chat.jsonl",
+        [{"question": [{"role": "user", "content": "58"}], "solution": 8, "id": 1}],
+    )
+    task = dataset_task(path, prompt_column="question", answer_column="solution")
+    assert task.prompts[0].token_ids == [11, 5, 8, 13]
+    assert task.prompts[0].answer == "8" and task.prompts[0].text == "58"
+
+
+def test_a_column_the_dataset_lacks_is_named_with_the_columns_it_has(tmp_path):
+    path = write_rows(tmp_path / "p.csv", [{"question": "47", "answer": "7"}])
+    named = r"p.csv has no column 'prompt' \(task.prompt_column\); its columns: question, answer"
+    with pytest.raises(TaskError, match=named):
+        dataset_task(path)
+
+
+BAD_ROWS = {
+    "missing_column": ({"prompt": "12"}, r"row 2: no value in column 'answer'"),
+    "empty_prompt": ({"prompt": "  ", "answer": "1"}, r"row 2: the prompt is empty"),
+    "too_long": ({"prompt": "1" * 60, "answer": "1"}, r"row 2: the prompt is 62 tokens; the context leaves 61"),
+}
+
+
+@pytest.mark.parametrize("reason", BAD_ROWS)
+def test_a_bad_row_fails_at_load_naming_file_and_row(tmp_path, reason):
+    bad_row, problem = BAD_ROWS[reason]
+    path = write_rows(tmp_path / "bad.jsonl", [rows()[0], bad_row, rows()[1]])
+    with pytest.raises(TaskError, match=rf"bad.jsonl: {problem}.*task.skip_bad_rows=true"):
+        dataset_task(path)
+
+
+def test_skip_bad_rows_skips_and_counts_them_by_reason(tmp_path, capsys):
+    bad = [BAD_ROWS[reason][0] for reason in ("too_long", "missing_column", "too_long", "empty_prompt")]
+    task = dataset_task(write_rows(tmp_path / "p.jsonl", bad + rows()), skip_bad_rows=True)
+    assert [p.text for p in task.prompts] == ["47", "031"]
+    assert task.skipped_rows == {"missing_column": 1, "empty_prompt": 1, "too_long": 2}
+    assert capsys.readouterr().out == (
+        "dataset: kept 2 of 6 rows (skipped: missing_column 1, empty_prompt 1, too_long 2)\n"
+    )
+
+
+def test_a_dataset_with_every_row_skipped_is_an_error(tmp_path):
+    path = write_rows(tmp_path / "p.jsonl", [BAD_ROWS["too_long"][0]])
+    with pytest.raises(TaskError, match=r"p.jsonl: every row was skipped \(too_long 1\)"):
+        dataset_task(path, skip_bad_rows=True)
+
+
+def test_a_prompt_that_is_neither_text_nor_messages_is_named(tmp_path):
+    path = write_rows(tmp_path / "p.jsonl", [{"prompt": 47, "answer": "7"}])
+    with pytest.raises(TaskError, match=r"p.jsonl: row 1: column 'prompt' holds int 47"):
+        dataset_task(path, skip_bad_rows=True)  # not a row to skip: the column is wrong
+
+
+def test_an_unreadable_file_names_it_and_what_is_wrong(tmp_path):
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"prompt": "47", "answer": "7"}\n{"prompt": "31"\n')
+    with pytest.raises(TaskError, match=r"broken.jsonl cannot be read: JSON parse error"):
+        dataset_task(path)
 
 
 def test_reward_function_that_cannot_be_imported(tmp_path):
-    path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps(rows()[0]))
+    path = write_rows(tmp_path / "p.jsonl", rows())
     with pytest.raises(TaskError, match="no_such_module:score"):
-        build_task(TaskConfig(name="dataset", dataset=str(path), reward_fn="no_such_module:score"), TOKENIZER)
+        dataset_task(path, reward_fn="no_such_module:score")
 
 
 def broken_reward(answer: str, text: str) -> float:
@@ -76,11 +166,7 @@ def broken_reward(answer: str, text: str) -> float:
 
 
 def test_reward_function_that_raises_names_it_and_the_sample(tmp_path):
-    path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps(rows()[0]))
-    task = build_task(
-        TaskConfig(name="dataset", dataset=str(path), reward_fn="test_tasks:broken_reward"), TOKENIZER
-    )
+    task = dataset_task(write_rows(tmp_path / "p.jsonl", rows()), reward_fn="test_tasks:broken_reward")
     with pytest.raises(TaskError, match=r"test_tasks:broken_reward raised KeyError.*'47'"):
         task.reward(task.prompts[0], completion([7, EOS]))
 

@@ -21,6 +21,7 @@ from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, NoCheckpointError
 from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
+from forge_async.console import keep_console_for_own_lines, since_launch
 from forge_async.errors import ConfigError
 from forge_async.data.tasks import TaskError, build_task
 from forge_async.interrupt import stop_on_signals
@@ -28,7 +29,7 @@ from forge_async.launch.hosts import Hosts
 from forge_async.launch.supervision import RunMeshes, TrainerFailed, keep_controller_alive_on_faults
 from forge_async.loop import GRPOLoop
 from forge_async.models import Checkpoint, CheckpointError, create_tiny_checkpoint
-from forge_async.weights import store
+from forge_async.plot import PlotError, draw_plots
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
@@ -50,12 +51,14 @@ def prepare_checkpoint(config: GRPOConfig, run_dir: Path) -> Checkpoint:
 async def run(config: GRPOConfig, run_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
+    print(f"run dir: {run_dir}", flush=True)
     checkpoint = prepare_checkpoint(config, run_dir)
     resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
-    task = build_task(config.task, tokenizer)
+    context = config.generator.max_model_len or checkpoint.shape.max_seq_len
+    task = build_task(config.task, tokenizer, context - config.sampling.max_tokens)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    print(f"run dir: {run_dir}\nmodel: {checkpoint.path} | task: {task.name} | mode: {config.mode}")
+    print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
 
     hosts = Hosts.from_env()
     config.placement.check(hosts.nnodes)
@@ -63,17 +66,18 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
     keep_controller_alive_on_faults()
     await hosts.start()
-    await store.start_store()
     meshes = RunMeshes(run_dir, checkpoint, config, pad_id, hosts)
     try:
         print(
-            f"spawning trainer x{config.trainer.procs}, generators x{config.generator.count}, "
-            "replay buffer ..."
+            f"{since_launch()} spawning trainer x{config.trainer.procs}, "
+            f"generators x{config.generator.count}, replay buffer ...",
+            flush=True,
         )
         starts = await meshes.start()
         print(
-            f"meshes up: trainer x{config.trainer.procs}, generators x{len(starts)} "
-            f"(engine start {', '.join(f'{s:.1f}s' for s in starts)}); procs: {run_dir / 'procs.json'}"
+            f"{since_launch()} meshes up (engine start {', '.join(f'{s:.1f}s' for s in starts)}); "
+            f"procs: {run_dir / 'procs.json'}",
+            flush=True,
         )
         loop = GRPOLoop(config, run_dir, task, meshes, checkpointer)
         with stop_on_signals(loop.request_stop):
@@ -83,9 +87,18 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
                 await loop.write_summary(None, str(err))
                 raise
     finally:
+        plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
         await meshes.stop()
-        await store.stop_store()
         SharedMemoryChannel(config.weights.channel_dir).remove()
+        await plots
+
+
+def draw_plots_if_any(run_dir: Path) -> Path | None:
+    """RUN_DIR/plots.png, for a run that trained at least one step."""
+    try:
+        return draw_plots(run_dir)
+    except PlotError:
+        return None
 
 
 def report(summary: dict) -> None:
@@ -105,8 +118,8 @@ def report(summary: dict) -> None:
         f"trainer idle {100 * summary['trainer_idle_frac']:.0f}%,"
         f" generator idle {100 * summary['generator_idle_frac']:.0f}%,"
         f" {summary['samples_per_s']:.0f} samples/s\n"
-        f"run dir: {summary['run_dir']} (metrics.jsonl, summary.json, config.yaml, final_model/,"
-        " checkpoints/)"
+        f"run dir: {summary['run_dir']} (metrics.jsonl, plots.png, summary.json, config.yaml, final_model/,"
+        " checkpoints/, logs/)"
     )
     if summary["dropped_other"]:
         print(f"dropped by reason: {summary['dropped_by_reason']}")
@@ -146,6 +159,8 @@ def hydra_main(cfg: DictConfig) -> None:
     try:
         config = load_config(cfg)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+        if not config.verbose:
+            keep_console_for_own_lines(run_dir / "logs")
         summary = asyncio.run(run(config, run_dir))
     except USER_ERRORS as err:
         print(f"error: {err}", file=sys.stderr)

@@ -29,8 +29,9 @@ from forge_async.weights.config import WeightsConfig
 async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
     tokenizer = build_digit_tokenizer()
     checkpoint = Checkpoint.open(create_tiny_checkpoint(workdir / "model"))
-    task = build_task(TaskConfig(name="max_digit", num_digits=3), tokenizer)
     sampling = SamplingConfig(max_tokens=3)
+    prompt_budget = checkpoint.shape.max_seq_len - sampling.max_tokens
+    task = build_task(TaskConfig(name="max_digit", num_digits=3), tokenizer, prompt_budget)
     # torchstore transport: weights go through the store by name and version, and the
     # generator loads a version when told to (the shm transport would let it pick
     # new versions up by itself).

@@ -24,9 +24,15 @@ from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
-# On every in-place reload vLLM warns "RotaryEmbedding: Failed to load weights": the
-# rotary cache has no checkpoint tensor and is (correctly) kept as it was.
-logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+
+def _not_rotary_reload_warning(record: logging.LogRecord) -> bool:
+    """On every in-place reload vLLM warns "RotaryEmbedding: Failed to load weights": the
+    rotary cache has no checkpoint tensor and is (correctly) kept as it was. A filter, not
+    a level: vLLM's logging set-up resets the levels of its child loggers."""
+    return not record.getMessage().startswith("RotaryEmbedding: Failed to load weights")
+
+
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_not_rotary_reload_warning)
 
 _IDLE_POLL_S = 0.005
 

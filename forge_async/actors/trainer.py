@@ -28,6 +28,7 @@ from forge_async.losses.grpo import (
     OffPolicySums,
     importance_weights,
     policy_gradient_loss,
+    token_entropy,
     token_logprobs,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
@@ -99,7 +100,9 @@ class Trainer(LocatedActor):
         start = time.perf_counter()
         batch = pack_episodes(episodes, self.pad_id)
         local = self._local_rows(batch)
-        logprobs = token_logprobs(self.model(local.tokens), local.tokens)
+        logits = self.model(local.tokens)
+        logprobs = token_logprobs(logits, local.tokens)
+        entropy = (token_entropy(logits) * local.response_mask).sum()
         weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
         loss = policy_gradient_loss(logprobs, local, batch.num_response_tokens, weights)
         loss.backward()
@@ -107,21 +110,21 @@ class Trainer(LocatedActor):
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
-        global_loss = loss.detach().clone()
-        dist.all_reduce(global_loss)
+        global_loss, global_entropy = _all_reduce_sum(loss.detach(), entropy)
         sums = off_policy.as_tensor()
         dist.all_reduce(sums)
         weight_max = off_policy.weight_max.detach().clone()
         dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
         return {
             **OffPolicySums.summary(sums, weight_max.item()),
-            "loss": global_loss.item(),
-            "grad_norm": grad_norm.full_tensor().item()
+            "train/loss": global_loss,
+            "train/grad_norm": grad_norm.full_tensor().item()
             if hasattr(grad_norm, "full_tensor")
             else grad_norm.item(),
-            "response_tokens": batch.num_response_tokens,
+            "train/entropy": global_entropy / max(batch.num_response_tokens, 1),
+            "train/response_tokens": batch.num_response_tokens,
+            "train/step_ms": (time.perf_counter() - start) * 1e3,
             "version": self.version,
-            "step_ms": (time.perf_counter() - start) * 1e3,
         }
 
     @endpoint
@@ -208,6 +211,13 @@ class Trainer(LocatedActor):
         if self.rank == 0:
             save_checkpoint(directory, self.checkpoint.hf_config, full, self.checkpoint.path)
         return directory
+
+
+def _all_reduce_sum(*scalars: torch.Tensor) -> list[float]:
+    """Sums of per-rank scalars over the trainer's ranks, in one collective."""
+    totals = torch.stack([s.detach().float() for s in scalars])
+    dist.all_reduce(totals)
+    return totals.tolist()
 
 
 def _local_shard(tensor) -> tuple[torch.Tensor, tuple[int, ...]]:

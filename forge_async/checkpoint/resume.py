@@ -22,6 +22,10 @@ RESUMABLE_KEYS = (
     "weights.transport",
     "placement.trainer_hosts",
     "placement.generator_hosts",
+    "verbose",
+    "logging.tensorboard",
+    "logging.wandb",
+    "logging.wandb_project",
 )
 SAVED_CONFIG = "config.yaml"
 

@@ -3,14 +3,13 @@
 A task hands out prompts (token ids plus whatever the reward needs) and scores a
 completion. Built-in digit tasks need no downloads: a random tiny model starts
 near chance on them and GRPO alone lifts it (see docs/tasks.md for the measured
-step counts). `DatasetTask` reads prompts from a local JSONL/Parquet file.
+step counts). `forge_async.data.dataset.DatasetTask` reads prompts from local
+files with Hugging Face `datasets`.
 """
 
 import importlib
-import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Protocol
 
 from forge_async.data.episode import Completion
@@ -26,6 +25,7 @@ class Prompt:
 
 class Task(Protocol):
     name: str
+    skipped_rows: dict[str, int]  # dataset rows skipped at load, by reason ({} for other tasks)
 
     def sample(self, rng: random.Random) -> Prompt: ...
 
@@ -36,12 +36,34 @@ class Task(Protocol):
 class TaskConfig:
     name: str = "max_digit"  # max_digit | first_digit | dataset
     num_digits: int = 3
-    dataset: str | None = None  # local .jsonl / .parquet with `prompt` and `answer` columns
+    dataset: str | None = None  # .jsonl / .json / .parquet / .csv file, or a save_to_disk directory
+    prompt_column: str = "prompt"  # text, or a list of chat messages ({role, content})
+    answer_column: str = "answer"  # handed to the reward function as text
+    skip_bad_rows: bool = False  # skip and count bad rows instead of failing at start
     reward_fn: str = "forge_async.data.tasks:exact_match"  # "module:function" for datasets
 
 
 class TaskError(ValueError):
     """A task that cannot be built: unknown name, missing or malformed dataset, bad reward fn."""
+
+
+ChatMessages = list[dict[str, str]]
+
+
+def prompt_token_ids(tokenizer, prompt: str | ChatMessages) -> list[int]:
+    """The prompt as the model sees it.
+
+    With a chat template: the messages (a text prompt is one user message) rendered with
+    the generation prompt added. Without one: a text prompt encoded as it is.
+    """
+    if not tokenizer.chat_template:
+        if not isinstance(prompt, str):
+            raise TaskError("chat-message prompts need a tokenizer with a chat template")
+        return tokenizer.encode(prompt)
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    # A list or a BatchEncoding, depending on the tokenizer.
+    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
 
 def single_digit_reward(answer: str, completion: Completion, eos_id: int) -> float:
@@ -55,22 +77,27 @@ def single_digit_reward(answer: str, completion: Completion, eos_id: int) -> flo
 class DigitTask:
     """Prompt = BOS d1..dn SEP; the answer is one digit computed from the prompt's digits."""
 
-    def __init__(self, name: str, num_digits: int, tokenizer):
+    def __init__(self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int):
         rules = {"max_digit": max, "first_digit": lambda digits: digits[0]}
         if name not in rules:
             raise TaskError(f"unknown task {name!r}; built-in tasks: {', '.join(rules)}, or 'dataset'")
         if num_digits < 1:
             raise TaskError(f"task.num_digits must be >= 1, got {num_digits}")
+        prompt_tokens = len(prompt_token_ids(tokenizer, "9" * num_digits))
+        if prompt_tokens > max_prompt_tokens:
+            raise TaskError(
+                f"task.num_digits={num_digits} makes {prompt_tokens}-token prompts; the context "
+                f"leaves {max_prompt_tokens} after sampling.max_tokens"
+            )
         self.name, self.num_digits, self.rule = name, num_digits, rules[name]
         self.tokenizer = tokenizer
+        self.skipped_rows: dict[str, int] = {}  # prompts are generated: no rows to skip
 
     def sample(self, rng: random.Random) -> Prompt:
         digits = [rng.randrange(10) for _ in range(self.num_digits)]
         text = "".join(map(str, digits))
-        ids = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        return Prompt(token_ids=list(_ids(ids)), answer=str(self.rule(digits)), text=text)
+        ids = prompt_token_ids(self.tokenizer, text)
+        return Prompt(token_ids=ids, answer=str(self.rule(digits)), text=text)
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         return single_digit_reward(prompt.answer, completion, self.tokenizer.eos_token_id)
@@ -92,84 +119,25 @@ def load_reward_fn(spec: str) -> Callable[[str, str], float]:
     return fn
 
 
-class DatasetTask:
-    """Prompts from a local JSONL or Parquet file, sampled uniformly at random."""
+def build_task(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
+    """The task `config` names, every prompt checked to fit in `max_prompt_tokens`.
 
-    def __init__(self, path: str, reward_fn: str, tokenizer):
-        self.name = f"dataset:{Path(path).name}"
-        self.rows = _read_rows(path)
-        self.score = load_reward_fn(reward_fn)
-        self.reward_fn_name = reward_fn
-        self.prompts = [self._prompt(i, row, tokenizer, path) for i, row in enumerate(self.rows)]
+    `max_prompt_tokens` is the context length minus sampling.max_tokens: what a prompt
+    may take so that a full-length completion still fits.
+    """
+    if max_prompt_tokens < 1:
+        raise TaskError(
+            f"sampling.max_tokens leaves no room for a prompt in the context ({max_prompt_tokens} tokens)"
+        )
+    if config.name != "dataset":
+        return DigitTask(config.name, config.num_digits, tokenizer, max_prompt_tokens)
+    if not config.dataset:
+        raise TaskError(
+            "task.name=dataset needs task.dataset=<.jsonl/.json/.parquet/.csv file or save_to_disk directory>"
+        )
+    # Imported here: dataset.py builds on this module, and `datasets` takes seconds to import.
+    from forge_async.data.dataset import DatasetTask
 
-    @staticmethod
-    def _prompt(index: int, row: dict, tokenizer, path: str) -> Prompt:
-        if not isinstance(row.get("prompt"), str) or row.get("answer") is None:
-            raise TaskError(
-                f"{path}: row {index + 1} needs a string 'prompt' and an 'answer'; got {row!r}"
-            )
-        if tokenizer.chat_template:
-            ids = tokenizer.apply_chat_template(
-                [{"role": "user", "content": row["prompt"]}], add_generation_prompt=True, tokenize=True
-            )
-        else:
-            ids = tokenizer.encode(row["prompt"])
-        return Prompt(token_ids=list(_ids(ids)), answer=str(row["answer"]), text=row["prompt"])
-
-    def sample(self, rng: random.Random) -> Prompt:
-        return rng.choice(self.prompts)
-
-    def reward(self, prompt: Prompt, completion: Completion) -> float:
-        try:
-            return float(self.score(prompt.answer, completion.text))
-        except Exception as err:
-            raise TaskError(
-                f"reward function {self.reward_fn_name} raised {type(err).__name__}: {err} "
-                f"(prompt {prompt.text!r}, completion {completion.text!r})"
-            ) from err
-
-
-def _ids(encoded) -> list[int]:
-    """apply_chat_template returns a list or a BatchEncoding depending on the tokenizer."""
-    return encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-
-
-def _read_rows(path: str) -> list[dict]:
-    file = Path(path)
-    if not file.is_file():
-        raise TaskError(f"task.dataset file not found: {file}")
-    if file.suffix in (".jsonl", ".json"):
-        rows = _read_jsonl(file)
-    elif file.suffix == ".parquet":
-        import datasets
-
-        try:
-            rows = list(datasets.load_dataset("parquet", data_files=str(file), split="train"))
-        except Exception as err:
-            raise TaskError(f"task.dataset {file} cannot be read: {err}") from err
-    else:
-        raise TaskError(f"task.dataset {file}: unsupported file type {file.suffix!r} (use .jsonl or .parquet)")
-    if not rows:
-        raise TaskError(f"task.dataset {file} has no rows")
-    return rows
-
-
-def _read_jsonl(file: Path) -> list[dict]:
-    """One JSON object per non-empty line; errors name the line (rows are counted as lines)."""
-    rows = []
-    for number, line in enumerate(file.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise TaskError(f"{file}: row {number} is not valid JSON: {err}") from err
-    return rows
-
-
-def build_task(config: TaskConfig, tokenizer) -> Task:
-    if config.name == "dataset":
-        if not config.dataset:
-            raise TaskError("task.name=dataset needs task.dataset=<path to .jsonl or .parquet>")
-        return DatasetTask(config.dataset, config.reward_fn, tokenizer)
-    return DigitTask(config.name, config.num_digits, tokenizer)
+    task = DatasetTask(config, tokenizer, max_prompt_tokens)
+    print(task.load_report())
+    return task

@@ -32,6 +32,7 @@ from forge_async.data.episode import Episode
 from forge_async.launch import meshes
 from forge_async.launch.hosts import Hosts, node_address, node_rank
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.weights import store
 
 _STOP_TIMEOUT_S = 10
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
@@ -110,6 +111,7 @@ class RunMeshes:
         self.checkpoint = checkpoint
         self.config = config
         self.pad_id = pad_id
+        self.log_dir = None if config.verbose else run_dir / "logs"  # procs' own output
         self.generator_restarts = 0
         self.lost_requests = 0  # completions whose generate call died with its generator
         self.on_generator_restart: Callable[[int, object], Awaitable[None]] | None = None
@@ -121,22 +123,33 @@ class RunMeshes:
         self._relays: list = []
 
     async def start(self) -> list[float]:
-        """Spawn trainer, generators and buffer (generators concurrently); returns engine start times."""
+        """Spawn trainer, generators, buffer and weight relays, all at once; returns engine start times."""
+        self.buffer = SupervisedBuffer(self)
+        spawned, *_ = await asyncio.gather(
+            asyncio.gather(*(self._spawn_generator(i) for i in range(self.config.generator.count))),
+            self._spawn_trainer(),
+            self.buffer.spawn(),
+            self._spawn_relays(),
+            store.start_store() if self.uses_torchstore else asyncio.sleep(0),
+        )
+        self._generators = [g for g, _ in spawned]
+        self._restart_locks = [asyncio.Lock() for _ in spawned]
+        self._write_procs_file()
+        return [t for _, t in spawned]
+
+    @property
+    def uses_torchstore(self) -> bool:
+        """Whether weights may travel through torchstore: its transport, or relays to other nodes."""
+        return self.config.weights.transport == "torchstore" or self.hosts.nnodes > 1
+
+    async def _spawn_trainer(self) -> None:
         c = self.config
         nodes = c.placement.trainer_hosts
         on = self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
-            self.checkpoint, c.trainer, self.pad_id, c.weights, on
+            self.checkpoint, c.trainer, self.pad_id, c.weights, on, self.log_dir
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
-        spawned = await asyncio.gather(*(self._spawn_generator(i) for i in range(c.generator.count)))
-        self._generators = [g for g, _ in spawned]
-        self._restart_locks = [asyncio.Lock() for _ in spawned]
-        self.buffer = SupervisedBuffer(self)
-        await self.buffer.spawn()
-        await self._spawn_relays()
-        self._write_procs_file()
-        return [t for _, t in spawned]
 
     def _generator_node(self, index: int) -> int:
         return self.config.placement.generator_host(index)
@@ -149,7 +162,9 @@ class RunMeshes:
         generator_nodes = {self._generator_node(i) for i in range(c.generator.count)}
         self.relay_nodes = sorted(generator_nodes - own) if c.weights.transport == "shm" else []
         for node in self.relay_nodes:
-            procs, relay = await meshes.spawn_weight_relay(c.weights.channel_dir, self.hosts.node(node), node)
+            procs, relay = await meshes.spawn_weight_relay(
+                c.weights.channel_dir, self.hosts.node(node), node, self.log_dir
+            )
             self._procs[f"weight_relay{node}"] = procs
             self._where[f"weight_relay{node}"] = await relay.where.call_one()
             self._relays.append(relay)
@@ -183,7 +198,8 @@ class RunMeshes:
     async def _spawn_generator(self, index: int) -> tuple[object, float]:
         c = self.config
         self._procs[f"generator{index}"], generator, timing = await meshes.spawn_generator(
-            self.checkpoint, c.generator, c.weights, index, self.hosts.node(self._generator_node(index))
+            self.checkpoint, c.generator, c.weights, index,
+            self.hosts.node(self._generator_node(index)), self.log_dir,
         )
         self._where[f"generator{index}"] = await generator.where.call_one()
         return generator, timing["engine_start_s"]
@@ -299,15 +315,19 @@ class RunMeshes:
         return all(self.hosts.reachable(w["node"]) for w in (where if isinstance(where, list) else [where]))
 
     async def stop(self) -> None:
-        for node, relay in zip(self.relay_nodes, self._relays):  # their nodes' shared-memory channels
-            if self._alive(f"weight_relay{node}"):
-                try:
-                    await _within(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
-                except Exception:
-                    pass
-        for role, procs in self._procs.items():
-            if self._alive(role):
-                await _stop_quietly(procs)
+        """Stop every proc that can still be reached, all at once, then the store."""
+        await asyncio.gather(*(self._remove_channel(node, relay) for node, relay in zip(self.relay_nodes, self._relays)))
+        await asyncio.gather(*(_stop_quietly(procs) for role, procs in self._procs.items() if self._alive(role)))
+        if self.uses_torchstore:
+            await store.stop_store()
+
+    async def _remove_channel(self, node: int, relay) -> None:
+        """A relay's node keeps its shared-memory channel until told to remove it."""
+        if self._alive(f"weight_relay{node}"):
+            try:
+                await _within(relay.remove_channel.call_one(), _STOP_TIMEOUT_S)
+            except Exception:
+                pass
 
 
 class SupervisedBuffer:
@@ -326,7 +346,7 @@ class SupervisedBuffer:
     async def spawn(self) -> None:
         c = self.owner.config
         self.owner._procs["replay_buffer"], self.actor = await meshes.spawn_replay_buffer(
-            c.max_policy_age, c.buffer_capacity, self.owner.hosts.node(0)
+            c.max_policy_age, c.buffer_capacity, self.owner.hosts.node(0), self.owner.log_dir
         )
         self.owner._where["replay_buffer"] = await self.actor.where.call_one()
 

@@ -33,6 +33,13 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return logprobs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of the next-token distribution at every position but the last: [B, L-1]."""
+    logprobs = F.log_softmax(logits[:, :-1].float(), dim=-1)
+    return -(logprobs.exp() * logprobs).sum(-1)
+
+
 @dataclass
 class OffPolicySums:
     """Per-rank sums over response tokens; all-reduce them, then call `summary`."""
@@ -52,12 +59,12 @@ class OffPolicySums:
         tokens, weight, weight_sq, truncated, kl = summed.tolist()
         tokens = max(tokens, 1.0)
         return {
-            "is_weight_mean": weight / tokens,
-            "is_weight_max": weight_max,
-            "is_truncated_frac": truncated / tokens,
+            "is/weight_mean": weight / tokens,
+            "is/weight_max": weight_max,
+            "is/truncated_frac": truncated / tokens,
             # Kish effective sample size of the token weights, as a fraction of the tokens.
-            "is_ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
-            "mismatch_kl": kl / tokens,
+            "is/ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
+            "is/mismatch_kl": kl / tokens,
         }
 
 
