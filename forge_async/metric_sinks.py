@@ -5,6 +5,7 @@ dir, so a resumed run continues the same curves: TensorBoard drops events past t
 checkpoint's step, W&B reattaches to the run id saved in the run dir.
 """
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -55,7 +56,7 @@ class WandbSink:
 
         id_file = run_dir / "wandb_id"
         if not id_file.exists():
-            id_file.write_text(wandb.util.generate_id())
+            id_file.write_text(secrets.token_hex(4))
         self.run = wandb.init(
             project=project,
             id=id_file.read_text().strip(),
@@ -71,7 +72,7 @@ class WandbSink:
         self.run.log(scalars, step=step)
 
     def close(self) -> None:
-        self.run.finish(quiet=True)
+        self.run.finish()
 
 
 def build_sinks(

@@ -1,12 +1,15 @@
 """The GRPO app end to end: run directory contract, accounting, staleness bounds, bad input."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 import transformers
+from matplotlib.image import imread
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from apps.grpo.subprocess_run import run_app
 
@@ -25,8 +28,12 @@ def assert_accounting(summary: dict) -> None:
 
 
 def test_short_async_run_writes_the_run_directory_contract(tmp_path):
-    run = run_app(tmp_path / "run", "steps=4", "max_policy_age=1", "trainer.procs=2")
+    run = run_app(
+        tmp_path / "run", "steps=4", "max_policy_age=1", "trainer.procs=2",
+        "logging.tensorboard=true", "logging.wandb=offline",
+    )
     assert run.returncode == 0, run.output
+    assert_console_is_our_own(run)
     metrics = run.metrics
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     for record in metrics:
@@ -46,6 +53,31 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
         assert not torch.allclose(final(tokens).logits, initial(tokens).logits)
     # ... and in vLLM, whose logprobs for a fixed sequence match transformers'.
     assert_vllm_matches_transformers(run.run_dir / "final_model", final)
+    # The sinks and the plots hold every step.
+    assert tensorboard_steps(run.run_dir / "tensorboard", "reward/mean") == [1, 2, 3, 4]
+    assert wandb_records(run.run_dir).count(b"train/entropy") >= 4  # a history row per step
+    assert imread(run.run_dir / "plots.png").shape[1] >= 800
+
+
+def assert_console_is_our_own(run) -> None:
+    """No third-party line on the console; they are in RUN_DIR/logs."""
+    for line in run.output.splitlines():
+        assert not re.search(r"warn|\[W\d|WARNING|Traceback|it/s\]", line, re.IGNORECASE), line
+    assert "WARNING" in (run.run_dir / "logs" / "generator0.log").read_text()  # vLLM's, kept
+    assert run.output.count("meshes up") == 1 and "step    4/4 |" in run.output
+
+
+def tensorboard_steps(log_dir, tag: str) -> list[int]:
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return [event.step for event in events.Scalars(tag)]
+
+
+def wandb_records(run_dir) -> bytes:
+    """The offline W&B run's record file (protobuf records; metric names appear as text)."""
+    (offline_run,) = (run_dir / "wandb").glob("offline-run-*")
+    (records,) = offline_run.glob("*.wandb")
+    return records.read_bytes()
 
 
 VLLM_SCORE = """

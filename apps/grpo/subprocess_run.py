@@ -77,7 +77,7 @@ def run_app_acting_at(
         for line in proc.stdout:
             lines.append(line)
             for step, action in actions.items():
-                if step not in acted_at and line.startswith(f"step {step:4d} |"):
+                if step not in acted_at and line.startswith(f"step {step:4d}/"):
                     acted_at[step] = time.monotonic()
                     action(proc)
         proc.wait()

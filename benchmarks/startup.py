@@ -1,0 +1,89 @@
+"""Start-up and teardown of `python -m apps.grpo`, from outside, as a user sees them.
+
+    python -m benchmarks.startup [--runs 3] [--steps 20] [--repo PATH] [-- overrides ...]
+
+Runs the app `--runs` times (after one warm-up run that fills the OS file cache) and
+timestamps every console line against the launch. Prints, per run and as medians:
+launch -> start-up phases (the app's own `[ t.ts] ...` lines) -> first training step,
+and last step -> final save -> report -> process exit. `--repo` points at another
+checkout (e.g. an older commit in a git worktree) to measure it the same way.
+"""
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_STEP = re.compile(r"^step +(\d+)[ /]")
+_MODEL = re.compile(r"(^|\] )model[: ]")
+
+# (label, how to recognise the line that ends the phase); phases missing from a run are skipped.
+MILESTONES = (
+    ("run dir printed", lambda line: line.startswith("run dir:")),
+    ("model ready", lambda line: _MODEL.search(line) is not None),
+    ("meshes up", lambda line: "meshes up" in line),
+    ("first step", lambda line: _STEP.match(line) is not None),
+)
+
+
+def timed_run(repo: Path, steps: int, overrides: list[str]) -> list[tuple[float, str]]:
+    """(seconds since launch, line) for every console line, and the exit as the last entry."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "apps.grpo", f"hydra.run.dir={run_dir}/run", f"steps={steps}", *overrides],
+            cwd=repo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        lines = [(time.perf_counter() - start, line.rstrip()) for line in proc.stdout]
+        if proc.wait() != 0:
+            raise SystemExit("the app failed:\n" + "\n".join(line for _, line in lines[-30:]))
+        return lines + [(time.perf_counter() - start, "<exit>")]
+
+
+def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
+    """Seconds since launch of each start-up milestone, and the teardown intervals."""
+    found = {}
+    for label, matches in MILESTONES:
+        hit = next((t for t, line in lines if matches(line)), None)
+        if hit is not None:
+            found[label] = hit
+    last_step = max(t for t, line in lines if _STEP.match(line))
+    saving = next((t for t, line in lines if line.startswith("saving the final policy")), last_step)
+    report = next(t for t, line in lines if line.startswith("== "))
+    found["last step -> final save starts"] = saving - last_step
+    found["final save -> report"] = report - saving
+    found["report -> exit"] = lines[-1][0] - report
+    found["last step -> exit, without the final save"] = lines[-1][0] - last_step - (report - saving)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repo", type=Path, default=REPO)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    print(f"warm-up run ({args.repo}) ...", flush=True)
+    timed_run(args.repo, args.steps, args.overrides)
+    results = []
+    for i in range(args.runs):
+        results.append(phases(timed_run(args.repo, args.steps, args.overrides)))
+        print(f"run {i + 1}: " + ", ".join(f"{k} {v:.1f}s" for k, v in results[-1].items()), flush=True)
+    print(f"\nmedian of {args.runs} runs ({args.steps} steps each):")
+    for key in results[0]:
+        values = [r[key] for r in results if key in r]
+        kind = "since launch" if key in dict(MILESTONES) else "interval"
+        print(f"  {key:<45} {statistics.median(values):6.1f}s  ({kind})")
+
+
+if __name__ == "__main__":
+    main()
