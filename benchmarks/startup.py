@@ -56,12 +56,19 @@ def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
         if hit is not None:
             found[label] = hit
     last_step = max(t for t, line in lines if _STEP.match(line))
-    saving = next((t for t, line in lines if line.startswith("saving the final policy")), last_step)
+    saving = next(t for t, line in lines if line.startswith("saving the final policy"))
+    saved = next((t for t, line in lines if line.startswith("final policy saved")), None)
     report = next(t for t, line in lines if line.startswith("== "))
+    exit_at = lines[-1][0]
     found["last step -> final save starts"] = saving - last_step
-    found["final save -> report"] = report - saving
-    found["report -> exit"] = lines[-1][0] - report
-    found["last step -> exit, without the final save"] = lines[-1][0] - last_step - (report - saving)
+    if saved is not None:  # older versions do not print it: the save and the teardown together
+        found["final save"] = saved - saving
+        found["final save done -> report"] = report - saved
+    else:
+        found["final save + teardown -> report"] = report - saving
+    found["report -> exit"] = exit_at - report
+    found["last step -> exit"] = exit_at - last_step
+    found["last step -> exit, less the final save"] = exit_at - last_step - (saved - saving if saved else 0)
     return found
 
 

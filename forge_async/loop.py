@@ -109,9 +109,11 @@ class GRPOLoop:
         if self.checkpointer is not None:
             await self._checkpoint()
         print("saving the final policy ...", flush=True)
+        started = time.perf_counter()
         final_model = await self.meshes.call_trainer(
             lambda t: t.save_hf.call(str(self.run_dir / "final_model"))
         )
+        print(f"final policy saved in {time.perf_counter() - started:.1f}s: {final_model}", flush=True)
         return await self.write_summary(final_model, failure)
 
     async def _start_weight_sync(self) -> None:

@@ -12,7 +12,8 @@ import forge_async  # noqa: F401  (process-wide runtime settings)
 from forge_async.actors.generator import GeneratorConfig
 from forge_async.actors.trainer import TrainerConfig
 from forge_async.launch import meshes
-from forge_async.models import Checkpoint, create_tiny_checkpoint
+from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig

@@ -6,13 +6,9 @@ import pytest
 import torch
 import transformers
 
-from forge_async.models import (
-    Checkpoint,
-    CheckpointError,
-    TinyModelConfig,
-    UnsupportedModelError,
-    create_tiny_checkpoint,
-)
+from forge_async.models.checkpoint import Checkpoint, CheckpointError
+from forge_async.models.shape import UnsupportedModelError
+from forge_async.models.tiny import TinyModelConfig, create_tiny_checkpoint
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 

@@ -28,8 +28,8 @@ from forge_async.interrupt import stop_on_signals
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.supervision import RunMeshes, TrainerFailed, keep_controller_alive_on_faults
 from forge_async.loop import GRPOLoop
-from forge_async.models import Checkpoint, CheckpointError, create_tiny_checkpoint
-from forge_async.plot import PlotError, draw_plots
+from forge_async.models.checkpoint import Checkpoint, CheckpointError
+from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
@@ -95,6 +95,8 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
 
 def draw_plots_if_any(run_dir: Path) -> Path | None:
     """RUN_DIR/plots.png, for a run that trained at least one step."""
+    from forge_async.plot import PlotError, draw_plots  # matplotlib: 1-2 s to import
+
     try:
         return draw_plots(run_dir)
     except PlotError:

@@ -19,7 +19,8 @@ from forge_async.actors.generator import GeneratorConfig, SamplingConfig
 from forge_async.actors.trainer import TrainerConfig
 from forge_async.data.tasks import TaskConfig, build_task
 from forge_async.launch import meshes
-from forge_async.models import Checkpoint, create_tiny_checkpoint
+from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.rollout import score_groups
 from forge_async.weights import store

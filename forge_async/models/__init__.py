@@ -1,15 +1,11 @@
-"""Checkpoints and models: create, load, convert between Hugging Face and TorchTitan."""
+"""Checkpoints and models: create, load, convert between Hugging Face and TorchTitan.
 
-from forge_async.models.checkpoint import Checkpoint, CheckpointError, save_checkpoint
-from forge_async.models.tiny import TinyModelConfig, create_tiny_checkpoint
-from forge_async.models.titan import ModelShape, UnsupportedModelError
+    checkpoint.py  Hugging Face checkpoint directories (Checkpoint, save_checkpoint)
+    shape.py       a config.json's network shape (no torch, no TorchTitan)
+    titan.py       the TorchTitan model and its state-dict adapter
+    tiny.py        a tiny random checkpoint, created locally
+    tokenizer.py   the digit tokenizer of the tiny model
 
-__all__ = [
-    "Checkpoint",
-    "CheckpointError",
-    "ModelShape",
-    "TinyModelConfig",
-    "UnsupportedModelError",
-    "create_tiny_checkpoint",
-    "save_checkpoint",
-]
+Import from the module itself: importing TorchTitan costs seconds, and processes that
+only read checkpoints (generators, the controller) should not pay for it.
+"""

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from forge_async.models.titan import ModelShape
+from forge_async.models.shape import ModelShape
 
 TOKENIZER_FILES = (
     "tokenizer.json",

@@ -12,7 +12,8 @@ from pathlib import Path
 from transformers import Qwen3Config
 
 from forge_async.models.checkpoint import save_checkpoint
-from forge_async.models.titan import ModelShape, build_titan_model, state_dict_adapter
+from forge_async.models.shape import ModelShape
+from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 
 

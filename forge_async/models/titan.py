@@ -8,9 +8,7 @@ so no document masks are needed, and SDPA has a CPU backward (flex has none).
 """
 
 import logging
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -22,62 +20,14 @@ from torchtitan.models.qwen3 import Qwen3Model
 from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
+from forge_async.models.shape import ModelShape
+
 # TorchTitan logs every config build at INFO; only its warnings matter here.
 logging.getLogger("torchtitan").setLevel(logging.WARNING)
-
-SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 _INIT_STD = 0.02
 _LINEAR_INIT = {"weight": partial(nn.init.normal_, std=_INIT_STD), "bias": nn.init.zeros_}
 _NORM_INIT = {"weight": nn.init.ones_}
-
-
-class UnsupportedModelError(ValueError):
-    """The checkpoint's architecture or settings have no TorchTitan mapping here."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The fields of a Hugging Face Qwen3 config.json that define the network."""
-
-    vocab_size: int
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn_dim: int
-    norm_eps: float
-    rope_theta: float
-    max_seq_len: int
-    tie_embeddings: bool
-
-    @classmethod
-    def from_hf_config(cls, hf: dict[str, Any], source: str) -> "ModelShape":
-        architectures = hf.get("architectures") or [hf.get("model_type", "unknown")]
-        if architectures[0] not in SUPPORTED_ARCHITECTURES:
-            raise UnsupportedModelError(
-                f"{source}: architecture {architectures[0]!r} is not supported; "
-                f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
-        rope = hf.get("rope_parameters") or {}
-        rope_type = rope.get("rope_type", "default")
-        if rope_type != "default" or hf.get("rope_scaling"):
-            raise UnsupportedModelError(f"{source}: RoPE scaling {rope_type!r} is not supported")
-        n_heads = hf["num_attention_heads"]
-        return cls(
-            vocab_size=hf["vocab_size"],
-            dim=hf["hidden_size"],
-            n_layers=hf["num_hidden_layers"],
-            n_heads=n_heads,
-            n_kv_heads=hf.get("num_key_value_heads") or n_heads,
-            head_dim=hf.get("head_dim") or hf["hidden_size"] // n_heads,
-            ffn_dim=hf["intermediate_size"],
-            norm_eps=hf.get("rms_norm_eps", 1e-6),
-            rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
-            max_seq_len=hf["max_position_embeddings"],
-            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        )
 
 
 def _norm(dim: int, eps: float) -> RMSNorm.Config:
