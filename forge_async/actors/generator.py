@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from monarch.actor import endpoint
 
-from forge_async.actors.located import LocatedActor
+from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.episode import Completion
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
@@ -77,7 +77,7 @@ def sampling_params(sampling: SamplingConfig):
     )
 
 
-class Generator(LocatedActor):
+class Generator(ProcActor):
     def __init__(self, checkpoint_path: str, config: GeneratorConfig, weights: WeightsConfig):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config

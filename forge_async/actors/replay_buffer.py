@@ -2,12 +2,12 @@
 
 from monarch.actor import endpoint
 
-from forge_async.actors.located import LocatedActor
+from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.buffer import EpisodeBuffer
 from forge_async.data.episode import Episode
 
 
-class ReplayBuffer(LocatedActor):
+class ReplayBuffer(ProcActor):
     def __init__(self, max_policy_age: int, capacity: int):
         self.buffer = EpisodeBuffer(max_policy_age, capacity)
 

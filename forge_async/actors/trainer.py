@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from monarch.actor import endpoint
 
-from forge_async.actors.located import LocatedActor
+from forge_async.actors.proc_actor import ProcActor
 from forge_async.launch.hosts import pin_collectives_to_node_address
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
@@ -54,7 +54,7 @@ class TrainerConfig:
     threads: int = 1  # torch intra-op threads per trainer proc
 
 
-class Trainer(LocatedActor):
+class Trainer(ProcActor):
     def __init__(
         self, checkpoint_path: str, config: TrainerConfig, pad_id: int, weights: WeightsConfig
     ):

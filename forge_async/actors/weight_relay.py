@@ -10,12 +10,12 @@ import time
 
 from monarch.actor import endpoint
 
-from forge_async.actors.located import LocatedActor
+from forge_async.actors.proc_actor import ProcActor
 from forge_async.weights import store
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
-class WeightRelay(LocatedActor):
+class WeightRelay(ProcActor):
     def __init__(self, channel_dir: str):
         self.channel = SharedMemoryChannel(channel_dir)
 
