@@ -62,7 +62,7 @@ async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
             await store.delete_versions_before(loaded["version"])  # no one needs older ones
             reward = sum(e.reward for e in batch) / len(batch)
             print(
-                f"step {step}: reward {reward:.2f}, loss {result['loss']:.4f}, "
+                f"step {step}: reward {reward:.2f}, loss {result['train/loss']:.4f}, "
                 f"trainer v{result['version']}, generator now v{loaded['version']}"
             )
         print("stored policy versions:", await store.stored_versions())
