@@ -1,16 +1,17 @@
 """The GRPO run's configuration: dataclasses that mirror configs/grpo.yaml key for key.
 
 Hydra validates every override against these types (an unknown key or a value
-of the wrong type fails at start, naming the key); `__post_init__` checks the
-values' ranges and names the offending key.
+of the wrong type fails at start, naming the key); each section's `__post_init__`
+checks its values' ranges (forge_async/config_checks.py) and names the offending
+key; GRPOConfig's also checks what spans sections.
 """
 
 from dataclasses import dataclass, field
 
 from forge_async.actors.generator import GeneratorConfig, SamplingConfig
 from forge_async.checkpoint.config import CheckpointConfig
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, Range, check_range
 from forge_async.errors import ConfigError
-from forge_async.generation.versioned_engine import SWAP_MODES
 from forge_async.launch.placement import PlacementConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer import TrainerConfig
@@ -59,28 +60,14 @@ class GRPOConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
-        positive = {
-            "steps": self.steps,
-            "group_size": self.group_size,
-            "prompts_per_step": self.prompts_per_step,
-            "rollout_workers": self.rollout_workers,
-            "prompts_per_rollout": self.prompts_per_rollout,
-            "buffer_capacity": self.buffer_capacity,
-            "generator.count": self.generator.count,
-            "trainer.procs": self.trainer.procs,
-            "sampling.max_tokens": self.sampling.max_tokens,
-        }
-        for key, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"{key}={value}: must be >= 1")
-        if self.generator.swap_mode not in SWAP_MODES:
-            raise ConfigError(
-                f"generator.swap_mode={self.generator.swap_mode!r}: one of {', '.join(SWAP_MODES)}"
-            )
-        if self.generator.max_restarts < 0:
-            raise ConfigError(f"generator.max_restarts={self.generator.max_restarts}: must be >= 0")
-        if self.max_policy_age < 0:
-            raise ConfigError(f"max_policy_age={self.max_policy_age}: must be >= 0")
+        for key in ("steps", "prompts_per_step", "rollout_workers", "prompts_per_rollout", "buffer_capacity"):
+            check_range(key, getattr(self, key), AT_LEAST_1)
+        check_range(
+            "group_size", self.group_size, Range(2),
+            note="group-relative advantages need at least two completions per prompt",
+        )
+        check_range("max_policy_age", self.max_policy_age, AT_LEAST_0)
+        check_range("target_reward", self.target_reward, Range())
         if self.prompts_per_rollout > self.prompts_per_step:
             # A rollout larger than a batch could never be admitted at max_policy_age=0.
             raise ConfigError(

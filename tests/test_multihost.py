@@ -64,7 +64,7 @@ def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
     assert procs_file["weight_relay1"]["node"] == 1  # weights crossed through node 1's relay
     # Staleness bounds and store hygiene hold across hosts: nothing stale, only versions in use kept.
     metrics = read_metrics(run_dir)
-    assert max(m["policy_age_max"] for m in metrics) <= 1 and summary["dropped_stale"] == 0
+    assert max(m["policy/age_max"] for m in metrics) <= 1 and summary["dropped_stale"] == 0
     # (the relay may still be fetching the last versions when the run ends: at most
     # max_policy_age + 1 versions past the one it holds)
     assert max(summary["torchstore_versions"]) == 40 and min(summary["torchstore_versions"]) >= 38
@@ -98,7 +98,7 @@ def test_a_generator_host_that_dies_stops_the_run_naming_it(tmp_path):
     with simulated_hosts(2) as cluster:
         procs = launch(cluster, run_dir, "steps=400", "placement.generator_hosts=[1]", nodes=2)
         deadline = time.monotonic() + 300
-        while "step   10 |" not in output(run_dir, 0):
+        while "step   10/" not in output(run_dir, 0):
             assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
             time.sleep(0.5)
         killed_at = time.monotonic()

@@ -155,6 +155,23 @@ def test_an_unreadable_file_names_it_and_what_is_wrong(tmp_path):
         dataset_task(path)
 
 
+# Line 3 holds "5é6" in Latin-1 (é = the single byte 0xe9); line 2 a UTF-8 "é" (two bytes), which is fine.
+NOT_UTF8 = {
+    "p.jsonl": (b'{"prompt": "47", "answer": "7"}\n{"prompt": "\xc3\xa9", "answer": "7"}\n{"prompt": "5\xe96"}\n', 14),
+    "p.json": (b'[{"prompt": "47", "answer": "7"},\n{"prompt": "\xc3\xa9", "answer": "7"},\n{"prompt": "5\xe96"}]', 14),
+    "p.csv": (b"prompt,answer\n\xc3\xa9,7\n5\xe96,6\n", 2),
+}
+
+
+@pytest.mark.parametrize("name", NOT_UTF8)
+def test_a_text_file_that_is_not_utf8_names_the_file_and_line(tmp_path, name):
+    content, byte = NOT_UTF8[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TaskError, match=rf"{name}: line 3 is not valid UTF-8 \(0xe9 at byte {byte} of the line\)"):
+        dataset_task(path)
+
+
 def test_reward_function_that_cannot_be_imported(tmp_path):
     path = write_rows(tmp_path / "p.jsonl", rows())
     with pytest.raises(TaskError, match="no_such_module:score"):

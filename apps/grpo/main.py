@@ -7,8 +7,6 @@ Every key of configs/grpo.yaml can be overridden; see docs/configuration.md.
 """
 
 import asyncio
-import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -25,6 +23,7 @@ from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
 from forge_async.console import keep_console_for_own_lines, since_launch
 from forge_async.errors import ConfigError
+from forge_async.exit import exit_app
 from forge_async.data.tasks import TaskError, build_task
 from forge_async.interrupt import stop_on_signals
 from forge_async.launch.hosts import Hosts
@@ -194,15 +193,5 @@ def main() -> None:
     try:
         hydra_main()
     except SystemExit as done:
-        exit_now(done.code)
+        exit_app(done.code)
 
-
-def exit_now(code: int | str | None) -> None:
-    """Exit without the interpreter's finalisation: with torch, vLLM and Monarch loaded it
-    takes ~1.5 s, and the run has written everything it keeps by now."""
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    logging.shutdown()
-    os._exit(code if isinstance(code, int) else int(code is not None))

@@ -21,6 +21,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_range
 from forge_async.launch.hosts import pin_collectives_to_node_address
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
@@ -52,6 +53,17 @@ class TrainerConfig:
     # 1.0 only ever down-weights; null turns the correction off. See docs/staleness.md.
     is_cap: float | None = 1.0
     threads: int = 1  # torch intra-op threads per trainer proc
+
+    def __post_init__(self) -> None:
+        check_range("trainer.procs", self.procs, AT_LEAST_1)
+        check_range("trainer.lr", self.lr, POSITIVE)
+        check_range("trainer.beta1", self.beta1, Range(0, 1, high_open=True))
+        check_range("trainer.beta2", self.beta2, Range(0, 1, high_open=True))
+        check_range("trainer.eps", self.eps, POSITIVE)
+        check_range("trainer.weight_decay", self.weight_decay, AT_LEAST_0)
+        check_range("trainer.grad_clip", self.grad_clip, POSITIVE)
+        check_range("trainer.is_cap", self.is_cap, POSITIVE, nullable=True, note="null = no correction")
+        check_range("trainer.threads", self.threads, AT_LEAST_1)
 
 
 class Trainer(ProcActor):

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from forge_async.errors import ConfigError
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, check_range
 
 
 @dataclass
@@ -11,10 +11,8 @@ class CheckpointConfig:
     keep: int = 2  # newest complete checkpoints kept; older ones are deleted
 
     def __post_init__(self) -> None:
-        if self.every_steps < 0:
-            raise ConfigError(f"checkpoint.every_steps={self.every_steps}: must be >= 0 (0 = off)")
-        if self.keep < 1:
-            raise ConfigError(f"checkpoint.keep={self.keep}: must be >= 1")
+        check_range("checkpoint.every_steps", self.every_steps, AT_LEAST_0, note="0 = off")
+        check_range("checkpoint.keep", self.keep, AT_LEAST_1)
 
     @property
     def enabled(self) -> bool:

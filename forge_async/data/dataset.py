@@ -7,6 +7,7 @@ starts, so a bad row costs a second at start rather than a crash mid-run: a miss
 value, an empty prompt, or a prompt that leaves no room for sampling.max_tokens in the
 context stops the load with one error naming the file and row, or, with
 `task.skip_bad_rows=true`, is skipped and counted by reason (summary.json `skipped_rows`).
+A text file (.jsonl, .json, .csv) must be UTF-8; the first line that is not is named.
 """
 
 import logging
@@ -30,6 +31,7 @@ from forge_async.data.tasks import (
 
 # The `datasets` builder for each file suffix; a directory is read with load_from_disk.
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+TEXT_SUFFIXES = (".jsonl", ".json", ".csv")  # read as UTF-8 text
 SKIP_REASONS = ("missing_column", "empty_prompt", "too_long")
 
 
@@ -83,6 +85,8 @@ def read_rows(config: TaskConfig) -> datasets.Dataset:
         )
     if path.is_file() and path.stat().st_size == 0:
         raise TaskError(f"task.dataset {path} has no rows (the file is empty)")
+    if path.suffix in TEXT_SUFFIXES and path.is_file():
+        _check_utf8(path)
     try:
         with _quiet_datasets():
             if path.is_dir():
@@ -93,6 +97,19 @@ def read_rows(config: TaskConfig) -> datasets.Dataset:
         raise TaskError(f"task.dataset {path} cannot be read: {_innermost(err)}") from err
     _check_shape(rows, path, config)
     return rows
+
+
+def _check_utf8(path: Path) -> None:
+    """Name the first line that is not UTF-8: `datasets` would fail without saying where."""
+    with path.open("rb") as file:
+        for number, line in enumerate(file, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise TaskError(
+                    f"task.dataset {path}: line {number} is not valid UTF-8 "
+                    f"(0x{line[err.start]:02x} at byte {err.start + 1} of the line); save the file as UTF-8"
+                ) from None
 
 
 def _load_file(path: Path, config: TaskConfig) -> datasets.Dataset:

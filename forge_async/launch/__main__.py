@@ -24,6 +24,7 @@ import sys
 import time
 
 from forge_async.errors import ConfigError
+from forge_async.exit import defer_to_caller, exit_now
 from forge_async.launch.hosts import NODE_ADDR_ENV, NODE_RANK_ENV, WORKERS_ENV, free_port
 from forge_async.launch.nodes import NodeSpec
 from forge_async.launch.rendezvous import Rendezvous, own_address
@@ -125,6 +126,7 @@ def _descendants(pid: int) -> list[int]:
 
 def main() -> None:
     args, app = parse_args(sys.argv[1:])
+    defer_to_caller()  # the app's exit leaves this node's worker to be stopped below
     try:
         node = NodeSpec.resolve(
             args.nnodes, args.node_rank, args.master_addr, args.master_port, args.join_timeout, os.environ
@@ -139,4 +141,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as done:
+        exit_now(done.code)
