@@ -40,7 +40,7 @@ def send_output_to_log(log_dir: str, name: str) -> None:
     os.close(log)
 
 
-def keep_console_for_own_lines(log_dir: Path) -> Path:
+def keep_console_for_own_lines(log_dir: Path) -> None:
     """In the controller: third-party output to LOG_DIR/controller.log, ours to the console.
 
     `print` and Python tracebacks use sys.stdout / sys.stderr, rebound here to the
@@ -58,6 +58,5 @@ def keep_console_for_own_lines(log_dir: Path) -> Path:
     sys.stderr = io.TextIOWrapper(os.fdopen(console_err, "wb", buffering=0), line_buffering=True)
     logging.captureWarnings(True)
     warnings_log = logging.getLogger("py.warnings")
-    warnings_log.addHandler(logging.FileHandler(log_dir / "controller.log"))
+    warnings_log.addHandler(logging.StreamHandler(sys.__stderr__))  # descriptor 2: the log
     warnings_log.propagate = False
-    return log_dir / "controller.log"

@@ -37,12 +37,12 @@ class TensorBoardSink:
         from torch.utils.tensorboard import SummaryWriter
 
         purge = None if resume_after_step is None else resume_after_step + 1
-        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=purge)
+        # Written out every few seconds (and at close), not on every step's critical path.
+        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=purge, flush_secs=5)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         for name, value in scalars.items():
             self.writer.add_scalar(name, value, step)
-        self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()

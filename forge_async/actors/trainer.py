@@ -28,7 +28,9 @@ from forge_async.data.episode import Episode
 from forge_async.losses.grpo import (
     OffPolicySums,
     importance_weights,
+    next_token_log_probs,
     policy_gradient_loss,
+    sampled_logprobs,
     token_entropy,
     token_logprobs,
 )
@@ -112,9 +114,9 @@ class Trainer(ProcActor):
         start = time.perf_counter()
         batch = pack_episodes(episodes, self.pad_id)
         local = self._local_rows(batch)
-        logits = self.model(local.tokens)
-        logprobs = token_logprobs(logits, local.tokens)
-        entropy = (token_entropy(logits) * local.response_mask).sum()
+        log_probs = next_token_log_probs(self.model(local.tokens))  # one softmax for both
+        logprobs = sampled_logprobs(log_probs, local.tokens)
+        entropy = (token_entropy(log_probs) * local.response_mask).sum()
         weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
         loss = policy_gradient_loss(logprobs, local, batch.num_response_tokens, weights)
         loss.backward()

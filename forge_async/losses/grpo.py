@@ -27,17 +27,25 @@ from forge_async.data.batch import TrainBatch
 _TRUNCATION_TOLERANCE = 1e-5
 
 
+def next_token_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """log p(. | tokens[:, :t+1]) over the vocabulary for every t: shape [B, L-1, V], fp32."""
+    return F.log_softmax(logits[:, :-1].float(), dim=-1)
+
+
+def sampled_logprobs(log_probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t, from `next_token_log_probs`: [B, L-1]."""
+    return log_probs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t: shape [B, L-1], fp32."""
-    logprobs = F.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logprobs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return sampled_logprobs(next_token_log_probs(logits), tokens)
 
 
 @torch.no_grad()
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of the next-token distribution at every position but the last: [B, L-1]."""
-    logprobs = F.log_softmax(logits[:, :-1].float(), dim=-1)
-    return -(logprobs.exp() * logprobs).sum(-1)
+def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each next-token distribution, from `next_token_log_probs`: [B, L-1]."""
+    return -(log_probs.exp() * log_probs).sum(-1)
 
 
 @dataclass
