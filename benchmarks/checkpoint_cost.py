@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.actors.trainer import TrainerConfig
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.tiny import create_tiny_checkpoint
-from forge_async.models.tiny import TinyModelConfig
+from forge_async.models.config import TinyModelConfig
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.weights.config import WeightsConfig
 

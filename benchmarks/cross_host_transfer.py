@@ -44,7 +44,8 @@ def drive(argv: list[str]) -> int:
 async def measure(hosts, millions: int, repeats: int) -> dict[str, float]:
     from benchmarks.weight_transfer import Endpoint, memcpy_s
     from forge_async.launch.meshes import spawn_weight_relay
-    from forge_async.weights.shared_memory import SharedMemoryChannel, default_root
+    from forge_async.weights.config import default_root
+    from forge_async.weights.shared_memory import SharedMemoryChannel
 
     channel_dir = str(default_root() / f"forge_async-bench-{uuid.uuid4().hex[:8]}")  # same path, each node's /dev/shm
     node0 = hosts.node(0).spawn_procs(per_host={"procs": 2})

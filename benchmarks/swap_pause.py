@@ -24,7 +24,8 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 import forge_async  # noqa: E402,F401
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
 from forge_async.models.checkpoint import Checkpoint  # noqa: E402
-from forge_async.models.tiny import TinyModelConfig, create_tiny_checkpoint  # noqa: E402
+from forge_async.models.config import TinyModelConfig
+from forge_async.models.tiny import create_tiny_checkpoint  # noqa: E402
 
 
 def params(max_tokens: int):

@@ -28,7 +28,8 @@ from monarch.actor import Actor, endpoint, this_host
 
 import forge_async  # noqa: F401
 from forge_async.weights import store
-from forge_async.weights.shared_memory import SharedMemoryChannel, default_root, plan_layout
+from forge_async.weights.config import default_root
+from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
 
 LAYER_PARAMS = 4 * 1024 * 1024  # ~4M parameters per tensor, like one projection of a 1-2B model
 

@@ -7,26 +7,20 @@ key; GRPOConfig's also checks what spans sections.
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from forge_async.actors.generator import GeneratorConfig, SamplingConfig
+from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
 from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, Range, check_range
 from forge_async.errors import ConfigError
 from forge_async.launch.placement import PlacementConfig
 from forge_async.metric_sinks import LoggingConfig
-from forge_async.actors.trainer import TrainerConfig
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.tasks import TaskConfig
-from forge_async.models.tiny import TinyModelConfig
+from forge_async.models.config import ModelConfig
 from forge_async.weights.config import WeightsConfig
 
 MODES = ("async", "sync")
-
-
-@dataclass
-class ModelConfig:
-    # A local Hugging Face checkpoint directory; null = create the tiny model in the run dir.
-    path: str | None = None
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
 
 @dataclass
@@ -79,6 +73,14 @@ class GRPOConfig:
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
                 f"({self.batch_size} = prompts_per_step * group_size)"
             )
+
+    def check_paths(self) -> None:
+        """Fail naming the key if an input file or directory is missing: called before any proc
+        starts, so a typo costs a second, not a start-up (the loaders check again, in detail)."""
+        if self.model.path is not None and not Path(self.model.path).expanduser().is_dir():
+            raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
+        if self.task.name == "dataset" and self.task.dataset and not Path(self.task.dataset).exists():
+            raise ConfigError(f"task.dataset not found: {self.task.dataset}")
 
     @property
     def batch_size(self) -> int:

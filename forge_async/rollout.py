@@ -8,7 +8,7 @@ back and hand scored episodes to the buffer.
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from forge_async.actors.generator import SamplingConfig
+from forge_async.actors.generator_config import SamplingConfig
 from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Prompt, Task

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.actors.generator import GeneratorConfig
-from forge_async.actors.trainer import TrainerConfig
+from forge_async.actors.generator_config import GeneratorConfig
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch import meshes
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.tiny import create_tiny_checkpoint

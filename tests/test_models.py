@@ -8,7 +8,8 @@ import transformers
 
 from forge_async.models.checkpoint import Checkpoint, CheckpointError
 from forge_async.models.shape import UnsupportedModelError
-from forge_async.models.tiny import TinyModelConfig, create_tiny_checkpoint
+from forge_async.models.config import TinyModelConfig
+from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import fixed_sequences, spawn_trainer
-from forge_async.actors.generator import SamplingConfig
+from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Episode
 from forge_async.launch import meshes
 from forge_async.weights import store

@@ -17,91 +17,43 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.checkpoint.checkpointer import Checkpointer
-from forge_async.checkpoint.directory import CheckpointDirectory, NoCheckpointError
 from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
 from forge_async.console import keep_console_for_own_lines, since_launch
-from forge_async.errors import ConfigError
+from forge_async.errors import TrainerFailed, UserError
 from forge_async.exit import exit_app
-from forge_async.data.tasks import TaskError, build_task
-from forge_async.interrupt import stop_on_signals
 from forge_async.launch.hosts import Hosts
-from forge_async.launch.supervision import RunMeshes, TrainerFailed, keep_controller_alive_on_faults
-from forge_async.loop import GRPOLoop
-from forge_async.models.checkpoint import Checkpoint, CheckpointError
-from forge_async.models.tiny import create_tiny_checkpoint
-from forge_async.weights.shared_memory import SharedMemoryChannel
+from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults
 
 ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
-USER_ERRORS = (ConfigError, CheckpointError, TaskError, NoCheckpointError)
-
-
-def prepare_checkpoint(config: GRPOConfig, run_dir: Path) -> Checkpoint:
-    if config.model.path is not None:
-        return Checkpoint.open(config.model.path)
-    initial = run_dir / "initial_model"
-    if not (initial / "config.json").is_file():  # a resumed run already has it
-        create_tiny_checkpoint(initial, config.model.tiny)
-    return Checkpoint.open(initial)
 
 
 async def run(config: GRPOConfig, run_dir: Path) -> dict:
-    from transformers import AutoTokenizer
-
+    """Spawn the run's procs first (they start importing vLLM and TorchTitan at once), then
+    import the training half, which needs torch (its ~5 s of imports overlap theirs)."""
     print(f"run dir: {run_dir}", flush=True)
-    checkpoint = prepare_checkpoint(config, run_dir)
-    resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
-    context = config.generator.max_model_len or checkpoint.shape.max_seq_len
-    task = build_task(config.task, tokenizer, context - config.sampling.max_tokens)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
-
+    config.check_paths()
     hosts = Hosts.from_env()
     config.placement.check(hosts.nnodes)
     config.weights = config.weights.resolved()
-    checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
     keep_controller_alive_on_faults()
     await hosts.start()
-    meshes = RunMeshes(run_dir, checkpoint, config, pad_id, hosts)
+    procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs")
+    procs.spawn_all()
+    print(
+        f"{since_launch()} spawning trainer x{config.trainer.procs}, "
+        f"generators x{config.generator.count}, replay buffer ...",
+        flush=True,
+    )
     try:
-        print(
-            f"{since_launch()} spawning trainer x{config.trainer.procs}, "
-            f"generators x{config.generator.count}, replay buffer ...",
-            flush=True,
-        )
-        starts = await meshes.start()
-        print(
-            f"{since_launch()} meshes up (engine start {', '.join(f'{s:.1f}s' for s in starts)}); "
-            f"procs: {run_dir / 'procs.json'}",
-            flush=True,
-        )
-        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer)
-        with stop_on_signals(loop.request_stop):
-            try:
-                return await loop.run(resume_from)
-            except TrainerFailed as err:
-                await loop.write_summary(None, str(err))
-                raise
+        from apps.grpo.training import train
+
+        return await train(config, run_dir, procs)
     finally:
-        plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
-        await meshes.stop()
-        SharedMemoryChannel(config.weights.channel_dir).remove()
-        await plots
-
-
-def draw_plots_if_any(run_dir: Path) -> Path | None:
-    """RUN_DIR/plots.png, for a run that trained at least one step."""
-    from forge_async.plot import PlotError, draw_plots  # matplotlib: 1-2 s to import
-
-    try:
-        return draw_plots(run_dir)
-    except PlotError:
-        return None
+        await procs.stop_unused()
 
 
 def report(summary: dict) -> None:
@@ -165,7 +117,7 @@ def hydra_main(cfg: DictConfig) -> None:
         if not config.verbose:
             keep_console_for_own_lines(run_dir / "logs")
         summary = asyncio.run(run(config, run_dir))
-    except USER_ERRORS as err:
+    except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except TrainerFailed as err:

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.actors.generator import GeneratorConfig, SamplingConfig
-from forge_async.actors.trainer import TrainerConfig
+from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.tasks import TaskConfig, build_task
 from forge_async.launch import meshes
 from forge_async.models.checkpoint import Checkpoint

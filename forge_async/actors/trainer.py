@@ -10,7 +10,6 @@ that version: into a shared-memory file that every rank writes its own shard of
 
 import os
 import time
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -21,7 +20,7 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
-from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_range
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch.hosts import pin_collectives_to_node_address
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
@@ -37,35 +36,8 @@ from forge_async.losses.grpo import (
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.parallelize import apply_fsdp
 from forge_async.models.titan import build_titan_model, state_dict_adapter
-from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
-
-
-@dataclass
-class TrainerConfig:
-    procs: int = 1
-    lr: float = 1e-3
-    beta1: float = 0.9
-    beta2: float = 0.99
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    # Truncated importance sampling cap c: token weight min(pi_theta / pi_behaviour, c).
-    # 1.0 only ever down-weights; null turns the correction off. See docs/staleness.md.
-    is_cap: float | None = 1.0
-    threads: int = 1  # torch intra-op threads per trainer proc
-
-    def __post_init__(self) -> None:
-        check_range("trainer.procs", self.procs, AT_LEAST_1)
-        check_range("trainer.lr", self.lr, POSITIVE)
-        check_range("trainer.beta1", self.beta1, Range(0, 1, high_open=True))
-        check_range("trainer.beta2", self.beta2, Range(0, 1, high_open=True))
-        check_range("trainer.eps", self.eps, POSITIVE)
-        check_range("trainer.weight_decay", self.weight_decay, AT_LEAST_0)
-        check_range("trainer.grad_clip", self.grad_clip, POSITIVE)
-        check_range("trainer.is_cap", self.is_cap, POSITIVE, nullable=True, note="null = no correction")
-        check_range("trainer.threads", self.threads, AT_LEAST_1)
 
 
 class Trainer(ProcActor):
@@ -157,6 +129,8 @@ class Trainer(ProcActor):
                     raise ValueError("push_weights to 'shm' needs weights.channel_dir")
                 self._write_shared_memory(hf_state_dict)
             else:
+                from forge_async.weights import store  # torchstore: ~1 s to import, only for its transport
+
                 await store.put_policy(hf_state_dict, self.version)
         return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
 

@@ -16,11 +16,13 @@ import shutil
 import sys
 from pathlib import Path
 
+from forge_async.errors import UserError
+
 _FINAL = re.compile(r"^step_(\d+)$")
 MANIFEST = "manifest.json"
 
 
-class NoCheckpointError(ValueError):
+class NoCheckpointError(UserError):
     """A run directory with no usable checkpoint to resume from."""
 
 

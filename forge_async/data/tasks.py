@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from forge_async.data.episode import Completion
+from forge_async.errors import UserError
 
 
 @dataclass
@@ -43,7 +44,7 @@ class TaskConfig:
     reward_fn: str = "forge_async.data.tasks:exact_match"  # "module:function" for datasets
 
 
-class TaskError(ValueError):
+class TaskError(UserError):
     """A task that cannot be built: unknown name, missing or malformed dataset, bad reward fn."""
 
 

@@ -19,20 +19,17 @@ import json
 import os
 import re
 import socket
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import monarch.actor
-from monarch.actor import MeshFailure
-
 from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
+from forge_async.errors import TrainerFailed
 from forge_async.launch import meshes
-from forge_async.launch.hosts import Hosts, node_address, node_rank
+from forge_async.launch.hosts import node_address, node_rank
+from forge_async.launch.procs import RunProcs
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.weights import store
 
 _STOP_TIMEOUT_S = 10
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
@@ -40,10 +37,6 @@ _POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1
 _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
 # A proc Monarch stopped hearing from is named by its row-major rank: trainer-1<uid>.
 _TRAINER_PROC = re.compile(r"\btrainer-(\d+)<")
-
-
-class TrainerFailed(RuntimeError):
-    """A trainer proc died: the run cannot go on (it can be resumed)."""
 
 
 class GeneratorFailed(RuntimeError):
@@ -71,16 +64,6 @@ def _failed_rank(message: str) -> int | None:
     return None if proc is None else int(proc.group(1))
 
 
-def keep_controller_alive_on_faults() -> None:
-    """Monarch's default reaction to an unhandled proc failure ends the controller;
-    here failures are handled where the calls fail, so only note them."""
-    monarch.actor.unhandled_fault_hook = _note_fault
-
-
-def _note_fault(failure: MeshFailure) -> None:
-    print(f"proc failure reported by Monarch: {failure.mesh_name}", file=sys.stderr, flush=True)
-
-
 async def _within(awaitable: Awaitable, seconds: float):
     """`awaitable`'s result, or TimeoutError after `seconds`, abandoning it (a Monarch call to a
     dead node may not end when cancelled, so asyncio.wait_for could wait for it anyway)."""
@@ -103,15 +86,13 @@ async def _stop_quietly(procs) -> None:
 class RunMeshes:
     """Every actor mesh of one GRPO run."""
 
-    def __init__(
-        self, run_dir: Path, checkpoint: Checkpoint, config: GRPOConfig, pad_id: int, hosts: Hosts
-    ):
+    def __init__(self, run_dir: Path, checkpoint: Checkpoint, pad_id: int, procs: RunProcs):
         self.run_dir = run_dir
-        self.hosts = hosts
+        self.procs = procs
+        self.hosts = procs.hosts
         self.checkpoint = checkpoint
-        self.config = config
+        self.config: GRPOConfig = procs.config
         self.pad_id = pad_id
-        self.log_dir = None if config.verbose else run_dir / "logs"  # procs' own output
         self.generator_restarts = 0
         self.lost_requests = 0  # completions whose generate call died with its generator
         self.on_generator_restart: Callable[[int, object], Awaitable[None]] | None = None
@@ -130,12 +111,18 @@ class RunMeshes:
             self._spawn_trainer(),
             self.buffer.spawn(),
             self._spawn_relays(),
-            store.start_store() if self.uses_torchstore else asyncio.sleep(0),
+            self._start_store(),
         )
         self._generators = [g for g, _ in spawned]
         self._restart_locks = [asyncio.Lock() for _ in spawned]
         self._write_procs_file()
         return [t for _, t in spawned]
+
+    async def _start_store(self) -> None:
+        if self.uses_torchstore:
+            from forge_async.weights import store  # torchstore: ~1 s to import, only where it is used
+
+            await store.start_store()
 
     @property
     def uses_torchstore(self) -> bool:
@@ -144,10 +131,9 @@ class RunMeshes:
 
     async def _spawn_trainer(self) -> None:
         c = self.config
-        nodes = c.placement.trainer_hosts
-        on = self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
-            self.checkpoint, c.trainer, self.pad_id, c.weights, on, self.log_dir
+            self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host("trainer"),
+            procs=self.procs.take("trainer"),
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
 
@@ -163,7 +149,7 @@ class RunMeshes:
         self.relay_nodes = sorted(generator_nodes - own) if c.weights.transport == "shm" else []
         for node in self.relay_nodes:
             procs, relay = await meshes.spawn_weight_relay(
-                c.weights.channel_dir, self.hosts.node(node), node, self.log_dir
+                c.weights.channel_dir, self.hosts.node(node), node, procs=self.procs.take(f"weight_relay{node}")
             )
             self._procs[f"weight_relay{node}"] = procs
             self._where[f"weight_relay{node}"] = await relay.where.call_one()
@@ -198,8 +184,7 @@ class RunMeshes:
     async def _spawn_generator(self, index: int) -> tuple[object, float]:
         c = self.config
         self._procs[f"generator{index}"], generator, timing = await meshes.spawn_generator(
-            self.checkpoint, c.generator, c.weights, index,
-            self.hosts.node(self._generator_node(index)), self.log_dir,
+            self.checkpoint, c.generator, c.weights, index, procs=self.procs.take(f"generator{index}")
         )
         self._where[f"generator{index}"] = await generator.where.call_one()
         return generator, timing["engine_start_s"]
@@ -318,7 +303,10 @@ class RunMeshes:
         """Stop every proc that can still be reached, all at once, then the store."""
         await asyncio.gather(*(self._remove_channel(node, relay) for node, relay in zip(self.relay_nodes, self._relays)))
         await asyncio.gather(*(_stop_quietly(procs) for role, procs in self._procs.items() if self._alive(role)))
+        await self.procs.stop_unused()
         if self.uses_torchstore:
+            from forge_async.weights import store
+
             await store.stop_store()
 
     async def _remove_channel(self, node: int, relay) -> None:
@@ -346,7 +334,7 @@ class SupervisedBuffer:
     async def spawn(self) -> None:
         c = self.owner.config
         self.owner._procs["replay_buffer"], self.actor = await meshes.spawn_replay_buffer(
-            c.max_policy_age, c.buffer_capacity, self.owner.hosts.node(0), self.owner.log_dir
+            c.max_policy_age, c.buffer_capacity, procs=self.owner.procs.take("replay_buffer")
         )
         self.owner._where["replay_buffer"] = await self.actor.where.call_one()
 

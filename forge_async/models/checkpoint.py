@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from forge_async.errors import UserError
 from forge_async.models.shape import ModelShape
 
 TOKENIZER_FILES = (
@@ -24,7 +25,7 @@ TOKENIZER_FILES = (
 )
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint path that cannot be used, with the reason."""
 
 

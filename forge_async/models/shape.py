@@ -8,10 +8,12 @@ TorchTitan (seconds per process at start-up).
 from dataclasses import dataclass
 from typing import Any
 
+from forge_async.errors import UserError
+
 SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(UserError):
     """The checkpoint's architecture or settings have no TorchTitan mapping here."""
 
 

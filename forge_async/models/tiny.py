@@ -6,36 +6,15 @@ beside a config.json and the digit tokenizer. vLLM, transformers and the
 trainer all load the result like any downloaded checkpoint.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import Qwen3Config
 
-from forge_async.config_checks import AT_LEAST_1, check_range
-from forge_async.errors import ConfigError
 from forge_async.models.checkpoint import save_checkpoint
+from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import ModelShape
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
-
-
-@dataclass
-class TinyModelConfig:
-    """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...)."""
-
-    dim: int = 64
-    n_layers: int = 2
-    n_heads: int = 2
-    head_dim: int = 32
-    ffn_dim: int = 256
-    max_seq_len: int = 64
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len"):
-            check_range(f"model.tiny.{name}", getattr(self, name), AT_LEAST_1)
-        if self.head_dim % 2:
-            raise ConfigError(f"model.tiny.head_dim={self.head_dim}: must be even (RoPE rotates pairs)")
 
 
 def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:

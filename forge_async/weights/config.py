@@ -1,13 +1,21 @@
 """How weights travel from the trainer to the generators."""
 
 import dataclasses
+import os
+import tempfile
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from forge_async.errors import ConfigError
-from forge_async.weights.shared_memory import default_root
 
 TRANSPORTS = ("shm", "torchstore")
+
+
+def default_root() -> Path:
+    """/dev/shm where it can be written (memory), else the temporary directory."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
 @dataclass

@@ -23,7 +23,6 @@ import fcntl
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,11 +34,6 @@ _ALIGN = 64
 _SLOTS = 2
 _LATEST = "LATEST"
 _PREFIX = struct.Struct("<QQ")  # header length, version
-
-
-def default_root() -> Path:
-    shm = Path("/dev/shm")
-    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,104 @@
+"""The run's procs: where each role runs, and the first set spawned before anything heavy.
+
+A proc spends most of its start-up importing: vLLM ~8 s, TorchTitan ~5 s on a
+2-core box. Spawned first thing, with those imports in the proc's bootstrap, the
+procs import while the controller imports its own (torch, TorchTitan,
+transformers) and builds the tiny checkpoint; the actors spawned on them later
+find their modules loaded. This module therefore imports nothing heavy itself.
+
+Roles: `trainer`, `generator<i>`, `replay_buffer`, `weight_relay<node>`.
+"""
+
+import asyncio
+import importlib
+import sys
+from functools import partial
+from pathlib import Path
+
+import monarch.actor
+from monarch.actor import HostMesh, MeshFailure, ProcMesh, this_host
+
+from forge_async.config import GRPOConfig
+from forge_async.console import send_output_to_log
+from forge_async.launch.hosts import Hosts
+
+# What each role's actor imports, by role name less its index.
+PRELOAD = {
+    "trainer": ("forge_async.actors.trainer",),
+    "generator": ("forge_async.actors.generator", "vllm.entrypoints.llm"),
+    "replay_buffer": ("forge_async.actors.replay_buffer",),
+    "weight_relay": ("forge_async.actors.weight_relay",),
+}
+
+
+def start_proc(log_dir: str | None, name: str, modules: tuple[str, ...]) -> None:
+    """A proc's bootstrap: its output to LOG_DIR/NAME.log (none: the console), then `modules` imported."""
+    if log_dir is not None:
+        send_output_to_log(log_dir, name)
+    for module in modules:
+        importlib.import_module(module)
+
+
+def spawn_procs(
+    host: HostMesh | None, procs: int, name: str, log_dir: Path | None, preload: tuple[str, ...] = ()
+) -> ProcMesh:
+    """`procs` procs per host of `host` (default: this host), started by `start_proc`; returns at once."""
+    bootstrap = partial(start_proc, None if log_dir is None else str(log_dir), name, preload)
+    return (host or this_host()).spawn_procs(per_host={"procs": procs}, bootstrap=bootstrap, name=name)
+
+
+def keep_controller_alive_on_faults() -> None:
+    """Monarch's default reaction to an unhandled proc failure ends the controller;
+    here failures are handled where the calls fail (launch/supervision.py), so only note them."""
+    monarch.actor.unhandled_fault_hook = _note_fault
+
+
+def _note_fault(failure: MeshFailure) -> None:
+    print(f"proc failure reported by Monarch: {failure.mesh_name}", file=sys.stderr, flush=True)
+
+
+class RunProcs:
+    """Each role's proc mesh: the first ones spawned together by `spawn_all`, new ones on demand."""
+
+    def __init__(self, config: GRPOConfig, hosts: Hosts, log_dir: Path | None):
+        self.config = config
+        self.hosts = hosts
+        self.log_dir = log_dir
+        self._early: dict[str, ProcMesh] = {}
+
+    def host(self, role: str) -> HostMesh | None:
+        """The node(s) `role` runs on; None for a trainer on this host alone."""
+        placement = self.config.placement
+        if role == "trainer":
+            nodes = placement.trainer_hosts
+            return self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
+        if role.startswith("generator"):
+            return self.hosts.node(placement.generator_host(int(role.removeprefix("generator"))))
+        if role.startswith("weight_relay"):
+            return self.hosts.node(int(role.removeprefix("weight_relay")))
+        return self.hosts.node(0)  # the replay buffer, beside the controller
+
+    def spawn(self, role: str) -> ProcMesh:
+        """New procs for `role`, importing what its actor needs as they start."""
+        procs = self.config.trainer.procs if role == "trainer" else 1
+        preload = PRELOAD[role.rstrip("0123456789")]
+        return spawn_procs(self.host(role), procs, role, self.log_dir, preload)
+
+    def spawn_all(self) -> None:
+        """Trainer, generators and replay buffer, all at once (weight relays are spawned when needed)."""
+        roles = ["trainer", "replay_buffer", *(f"generator{i}" for i in range(self.config.generator.count))]
+        self._early = {role: self.spawn(role) for role in roles}
+
+    def take(self, role: str) -> ProcMesh:
+        """`role`'s early procs the first time; new ones after (a respawn)."""
+        early = self._early.pop(role, None)
+        return early if early is not None else self.spawn(role)
+
+    async def stop_unused(self, timeout_s: float = 1) -> None:
+        """Stop early procs no actor was spawned on (start-up failed before it got to them).
+
+        A stop waits for the proc's bootstrap (its imports, seconds); these procs hold
+        nothing, so after `timeout_s` they are left to end with the controller."""
+        unused, self._early = list(self._early.values()), {}
+        if unused:
+            await asyncio.wait([asyncio.ensure_future(procs.stop()) for procs in unused], timeout=timeout_s)
