@@ -18,6 +18,7 @@ from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.tasks import TaskConfig
 from forge_async.models.config import ModelConfig
+from forge_async.tracing import TraceConfig
 from forge_async.weights.config import WeightsConfig
 
 MODES = ("async", "sync")
@@ -50,6 +51,7 @@ class GRPOConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -21,6 +21,7 @@ the run saves a checkpoint, the final policy and summary.json.
 """
 
 import asyncio
+import json
 import time
 from collections import deque
 from dataclasses import asdict
@@ -37,10 +38,12 @@ from forge_async.metric_sinks import build_sinks
 from forge_async.metrics import BusyClock, MetricsLog, batch_metrics
 from forge_async.rollout import Rollouts
 from forge_async.summary import write_summary
+from forge_async.tracing import TRACER, trace_events
 from forge_async.weights.sync import WeightSync
 
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
 _RATE_WINDOW = 10  # steps over which generation throughput is measured
+LOOP = "trainer loop"  # the controller's lane for the trainer's side (tracing.py)
 
 
 class GRPOLoop:
@@ -114,7 +117,17 @@ class GRPOLoop:
             lambda t: t.save_hf.call(str(self.run_dir / "final_model"))
         )
         print(f"final policy saved in {time.perf_counter() - started:.1f}s: {final_model}", flush=True)
+        if self.config.trace.enabled:
+            await self._write_trace()
         return await self.write_summary(final_model, failure)
+
+    async def _write_trace(self) -> None:
+        """RUN_DIR/trace.json: every actor's spans as Chrome trace events (one track per actor)."""
+        tracks = await self.meshes.trace_spans()
+        path = self.run_dir / "trace.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(trace_events(tracks)))
+        tmp.replace(path)
 
     async def _start_weight_sync(self) -> None:
         receivers, receiver_of, receivers_are_generators, self.push_targets = self.meshes.weight_routes()
@@ -187,16 +200,19 @@ class GRPOLoop:
                         self.buffer,
                         self.admission,
                         stop,
+                        lane=f"rollout worker {i}",
                     )
                 )
             )
         try:
             await self.sync.wait_until_loaded(self.version)
             while self._steps_left():
-                waited_from = time.perf_counter()
-                batch = await self._next_batch(workers)
-                self.trainer_idle_s += time.perf_counter() - waited_from
-                await self._train(batch)
+                with TRACER.span("step", LOOP):
+                    waited_from = time.perf_counter()
+                    with TRACER.span("wait for batch", LOOP):
+                        batch = await self._next_batch(workers)
+                    self.trainer_idle_s += time.perf_counter() - waited_from
+                    await self._train(batch)
                 if self._due_for_checkpoint() and self._steps_left():
                     await self._checkpoint()
         finally:
@@ -225,21 +241,28 @@ class GRPOLoop:
         count = self.meshes.generator_count
         await self.sync.wait_until_loaded(self.version)
         while self._steps_left():
-            waited_from = time.perf_counter()
-            calls, remaining = [], self.config.prompts_per_step
-            while remaining > 0:
-                g = len(calls) % count
-                generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
-                calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
-                remaining -= per_call
-            for episodes in await asyncio.gather(*calls):
-                await self.buffer.add(episodes)
-            batch = await self.buffer.sample(self.config.batch_size, self.version)
-            self.trainer_idle_s += time.perf_counter() - waited_from
-            await self._train(batch)
-            await self.sync.wait_until_loaded(self.version)
+            with TRACER.span("step", LOOP):
+                waited_from = time.perf_counter()
+                with TRACER.span("generate batch", LOOP):
+                    batch = await self._generate_batch(per_call, count)
+                self.trainer_idle_s += time.perf_counter() - waited_from
+                await self._train(batch)
+                with TRACER.span("wait for weights", LOOP):
+                    await self.sync.wait_until_loaded(self.version)
             if self._due_for_checkpoint() and self._steps_left():
                 await self._checkpoint()
+
+    async def _generate_batch(self, per_call: int, count: int) -> list[Episode]:
+        """Sync mode: one batch, generated in calls of `per_call` prompts over `count` generators."""
+        calls, remaining = [], self.config.prompts_per_step
+        while remaining > 0:
+            g = len(calls) % count
+            generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
+            calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
+            remaining -= per_call
+        for episodes in await asyncio.gather(*calls):
+            await self.buffer.add(episodes)
+        return await self.buffer.sample(self.config.batch_size, self.version)
 
     async def _generate(self, index: int, *args) -> list:
         with self.generating[index]:
@@ -249,8 +272,10 @@ class GRPOLoop:
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
         buffer = await self._note_drops()
         await self.admission.step_started(len(batch))
-        result = await self.meshes.call_trainer(lambda t: t.train_step.call(batch))
-        push = await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
+        with TRACER.span("train_step call", LOOP):
+            result = await self.meshes.call_trainer(lambda t: t.train_step.call(batch))
+        with TRACER.span("push_weights call", LOOP):
+            push = await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
         self.version = result.pop("version")
         self.step += 1
         self.sync.publish(self.version)

@@ -13,6 +13,7 @@ from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Prompt, Task
 from forge_async.losses.advantages import group_advantages
+from forge_async.tracing import TRACER
 
 # (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
 Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list]]]
@@ -68,7 +69,13 @@ class Rollouts:
         self.tokens = state["tokens"]
 
     async def run_worker(
-        self, generate: Generate, generator_version, buffer, admission: AdmissionControl, stop: asyncio.Event
+        self,
+        generate: Generate,
+        generator_version,
+        buffer,
+        admission: AdmissionControl,
+        stop: asyncio.Event,
+        lane: str = "rollout worker",
     ) -> None:
         """Generate into the buffer until `stop` is set; finishes the call in flight.
 
@@ -77,9 +84,13 @@ class Rollouts:
         """
         size = self.prompts_per_call * self.group_size
         while not stop.is_set():
-            if not await admission.admit(size, generator_version):
+            with TRACER.span("held back by admission", lane):
+                admitted = await admission.admit(size, generator_version)
+            if not admitted:
                 return
-            episodes = await self.produce(generate)
-            await buffer.add(episodes)
+            with TRACER.span("generate + score", lane):
+                episodes = await self.produce(generate)
+            with TRACER.span("buffer add", lane):
+                await buffer.add(episodes)
             self.added.set()
             await admission.generated(size)

@@ -57,6 +57,28 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
     assert tensorboard_steps(run.run_dir / "tensorboard", "reward/mean") == [1, 2, 3, 4]
     assert wandb_records(run.run_dir).count(b"train/entropy") >= 4  # a history row per step
     assert imread(run.run_dir / "plots.png").shape[1] >= 800
+    assert_trace_has_every_actor(run)
+
+
+def assert_trace_has_every_actor(run) -> None:
+    """trace.json is trace-event JSON with one track per actor, and the budget tool reads it."""
+    events = json.loads((run.run_dir / "trace.json").read_text())
+    tracks = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(tracks.values()) == ["controller", "generator 0", "replay buffer", "trainer rank 0", "trainer rank 1"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert all(e["dur"] >= 0 and e["ts"] > 0 for e in spans)
+    names = {(tracks[e["pid"]], e["name"]) for e in spans}
+    for track, name in [
+        ("trainer rank 0", "forward"), ("trainer rank 1", "backward"), ("trainer rank 0", "publish weights"),
+        ("generator 0", "decode"), ("controller", "held back by admission"), ("replay buffer", "sample"),
+    ]:
+        assert (track, name) in names, (track, name)
+    assert sum(1 for e in spans if e["name"] == "step") == 4
+    printed = subprocess.run(
+        [sys.executable, "-m", "forge_async.trace", str(run.run_dir)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "4 steady-state steps of 4" in printed and "trainer rank 1 | main | forward" in printed, printed
+    assert re.search(r"bubble .* +\d+\.\d +\d+%", printed), printed
 
 
 def assert_console_is_our_own(run) -> None:

@@ -24,6 +24,7 @@ from forge_async.errors import TrainerFailed, UserError
 from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults
+from forge_async.tracing import TRACER
 
 ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
@@ -40,6 +41,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     config.placement.check(hosts.nnodes)
     config.weights = config.weights.resolved()
     keep_controller_alive_on_faults()
+    TRACER.enabled = config.trace.enabled
     await hosts.start()
     procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs")
     procs.spawn_all()

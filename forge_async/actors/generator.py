@@ -21,6 +21,7 @@ from forge_async.data.episode import Completion
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.weights.config import WeightsConfig
+from forge_async.tracing import TRACER
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -138,13 +139,18 @@ class Generator(ProcActor):
         return [list(await asyncio.gather(*futures)) for futures in groups]
 
     async def _engine_loop(self) -> None:
+        decoding_since = None  # start of the current run of engine steps (one "decode" span)
         while True:
             try:
                 self._maybe_swap()
                 if self.engine.has_work:
+                    decoding_since = decoding_since or time.time_ns()
                     self.engine.step()
                     await asyncio.sleep(0)  # let endpoint handlers run between engine steps
                 else:
+                    if decoding_since is not None:
+                        TRACER.add("decode", decoding_since, time.time_ns())
+                        decoding_since = None
                     await self._idle()
             except Exception as err:  # fail the callers, keep the loop alive
                 self.engine.fail_all(err)
@@ -167,6 +173,10 @@ class Generator(ProcActor):
             self.engine.draining = True  # no new requests until the running ones finish
             return
         with self.channel.reading(latest) as (version, state_dict):
+            self._swap(state_dict, version)
+
+    def _swap(self, state_dict: dict, version: int) -> None:
+        with TRACER.span("swap weights", lane="weights"):
             self.engine.swap(state_dict, version)
 
     @endpoint
@@ -175,13 +185,13 @@ class Generator(ProcActor):
         start = time.perf_counter()
         if self.channel is not None:
             with self.channel.reading(version) as (version, state_dict):
-                self.engine.swap(state_dict, version)
+                self._swap(state_dict, version)
             return {"version": version, "load_ms": (time.perf_counter() - start) * 1e3}
         from forge_async.weights import store  # torchstore: ~1 s to import, only for its transport
 
         state_dict = await store.get_policy(version)
         fetched = time.perf_counter()
-        self.engine.swap(state_dict, version)
+        self._swap(state_dict, version)
         end = time.perf_counter()
         return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}
 

@@ -1,11 +1,20 @@
-"""The base of every forge_async actor: the only actor in its proc, able to say where it runs."""
+"""The base of every forge_async actor: the only actor in its proc, able to say where it runs
+and what it did (its spans, see tracing.py)."""
 
 import os
 
+from monarch.actor import endpoint
+
 from forge_async.actors.located import LocatedActor
+from forge_async.tracing import TRACER, Span
 
 
 class ProcActor(LocatedActor):
+    @endpoint
+    async def trace_spans(self) -> list[Span]:
+        """This proc's spans since the last call (the proc has one actor: they are its own)."""
+        return TRACER.take()
+
     async def __cleanup__(self, exc: Exception | None) -> None:
         """On a requested stop, end the proc at once.
 

@@ -5,6 +5,7 @@ from monarch.actor import endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.buffer import EpisodeBuffer
 from forge_async.data.episode import Episode
+from forge_async.tracing import TRACER
 
 
 class ReplayBuffer(ProcActor):
@@ -13,12 +14,14 @@ class ReplayBuffer(ProcActor):
 
     @endpoint
     async def add(self, episodes: list[Episode]) -> int:
-        self.buffer.add(episodes)
+        with TRACER.span("add"):
+            self.buffer.add(episodes)
         return len(self.buffer)
 
     @endpoint
     async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
-        return self.buffer.sample(batch_size, trainer_version)
+        with TRACER.span("sample"):
+            return self.buffer.sample(batch_size, trainer_version)
 
     @endpoint
     async def stats(self) -> dict:

@@ -36,6 +36,7 @@ from forge_async.losses.grpo import (
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.parallelize import apply_fsdp
 from forge_async.models.titan import build_titan_model, state_dict_adapter
+from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
 
@@ -84,23 +85,26 @@ class Trainer(ProcActor):
     async def train_step(self, episodes: list[Episode]) -> dict[str, float]:
         """One optimizer step on the whole batch; returns the global loss and grad norm."""
         start = time.perf_counter()
-        batch = pack_episodes(episodes, self.pad_id)
-        local = self._local_rows(batch)
-        log_probs = next_token_log_probs(self.model(local.tokens))  # one softmax for both
-        logprobs = sampled_logprobs(log_probs, local.tokens)
-        entropy = (token_entropy(log_probs) * local.response_mask).sum()
-        weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
-        loss = policy_gradient_loss(logprobs, local, batch.num_response_tokens, weights)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.version += 1
-        global_loss, global_entropy = _all_reduce_sum(loss.detach(), entropy)
-        sums = off_policy.as_tensor()
-        dist.all_reduce(sums)
-        weight_max = off_policy.weight_max.detach().clone()
-        dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
+        with TRACER.span("forward"):
+            batch = pack_episodes(episodes, self.pad_id)
+            local = self._local_rows(batch)
+            log_probs = next_token_log_probs(self.model(local.tokens))  # one softmax for both
+            logprobs = sampled_logprobs(log_probs, local.tokens)
+            entropy = (token_entropy(log_probs) * local.response_mask).sum()
+            weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
+            loss = policy_gradient_loss(logprobs, local, batch.num_response_tokens, weights)
+        with TRACER.span("backward"):
+            loss.backward()
+        with TRACER.span("optimizer"):
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.version += 1
+            global_loss, global_entropy = _all_reduce_sum(loss.detach(), entropy)
+            sums = off_policy.as_tensor()
+            dist.all_reduce(sums)
+            weight_max = off_policy.weight_max.detach().clone()
+            dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
         return {
             **OffPolicySums.summary(sums, weight_max.item()),
             "train/loss": global_loss,
@@ -122,8 +126,13 @@ class Trainer(ProcActor):
         Default: the configured transport.
         """
         start = time.perf_counter()
+        with TRACER.span("publish weights"):
+            await self._push(transports or (self.weights.transport,))
+        return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
+
+    async def _push(self, transports: tuple[str, ...]) -> None:
         hf_state_dict = self.adapter.to_hf(self.model.state_dict())
-        for transport in transports or (self.weights.transport,):
+        for transport in transports:
             if transport == "shm":
                 if self.channel is None:
                     raise ValueError("push_weights to 'shm' needs weights.channel_dir")
@@ -132,7 +141,6 @@ class Trainer(ProcActor):
                 from forge_async.weights import store  # torchstore: ~1 s to import, only for its transport
 
                 await store.put_policy(hf_state_dict, self.version)
-        return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
 
     def _write_shared_memory(self, hf_state_dict: dict) -> None:
         """Every rank copies its local shard into the version's slot at the shard's global offset."""

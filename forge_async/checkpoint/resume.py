@@ -26,6 +26,7 @@ RESUMABLE_KEYS = (
     "logging.tensorboard",
     "logging.wandb",
     "logging.wandb_project",
+    "trace.enabled",
 )
 SAVED_CONFIG = "config.yaml"
 

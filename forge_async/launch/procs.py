@@ -21,6 +21,7 @@ from monarch.actor import HostMesh, MeshFailure, ProcMesh, this_host
 from forge_async.config import GRPOConfig
 from forge_async.console import send_output_to_log
 from forge_async.launch.hosts import Hosts
+from forge_async.tracing import TRACER
 
 # What each role's actor imports, by role name less its index.
 PRELOAD = {
@@ -31,8 +32,10 @@ PRELOAD = {
 }
 
 
-def start_proc(log_dir: str | None, name: str, modules: tuple[str, ...]) -> None:
-    """A proc's bootstrap: its output to LOG_DIR/NAME.log (none: the console), then `modules` imported."""
+def start_proc(log_dir: str | None, name: str, modules: tuple[str, ...], trace: bool = True) -> None:
+    """A proc's bootstrap: its output to LOG_DIR/NAME.log (none: the console), spans recorded
+    or not (`trace`), then `modules` imported."""
+    TRACER.enabled = trace
     if log_dir is not None:
         send_output_to_log(log_dir, name)
     for module in modules:
@@ -40,10 +43,15 @@ def start_proc(log_dir: str | None, name: str, modules: tuple[str, ...]) -> None
 
 
 def spawn_procs(
-    host: HostMesh | None, procs: int, name: str, log_dir: Path | None, preload: tuple[str, ...] = ()
+    host: HostMesh | None,
+    procs: int,
+    name: str,
+    log_dir: Path | None,
+    preload: tuple[str, ...] = (),
+    trace: bool = True,
 ) -> ProcMesh:
     """`procs` procs per host of `host` (default: this host), started by `start_proc`; returns at once."""
-    bootstrap = partial(start_proc, None if log_dir is None else str(log_dir), name, preload)
+    bootstrap = partial(start_proc, None if log_dir is None else str(log_dir), name, preload, trace)
     return (host or this_host()).spawn_procs(per_host={"procs": procs}, bootstrap=bootstrap, name=name)
 
 
@@ -82,7 +90,7 @@ class RunProcs:
         """New procs for `role`, importing what its actor needs as they start."""
         procs = self.config.trainer.procs if role == "trainer" else 1
         preload = PRELOAD[role.rstrip("0123456789")]
-        return spawn_procs(self.host(role), procs, role, self.log_dir, preload)
+        return spawn_procs(self.host(role), procs, role, self.log_dir, preload, self.config.trace.enabled)
 
     def spawn_all(self) -> None:
         """Trainer, generators and replay buffer, all at once (weight relays are spawned when needed)."""

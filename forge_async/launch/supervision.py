@@ -29,6 +29,7 @@ from forge_async.errors import TrainerFailed
 from forge_async.launch import meshes
 from forge_async.launch.hosts import node_address, node_rank
 from forge_async.launch.procs import RunProcs
+from forge_async.tracing import TRACER
 from forge_async.models.checkpoint import Checkpoint
 
 _STOP_TIMEOUT_S = 10
@@ -279,6 +280,22 @@ class RunMeshes:
             return f"a trainer proc failed: {err}"
         cause = str(err).splitlines()[-1].strip()
         return f"trainer rank {rank} ({_located(self._where['trainer'][rank])}) failed: {cause}"
+
+    async def trace_spans(self) -> dict[str, list]:
+        """Every actor's spans since the last call, by track; a proc that cannot answer is left out."""
+        tracks = {"controller": TRACER.take()}
+        calls = {"trainer": self.trainer.trace_spans.call(), "replay buffer": self.buffer.actor.trace_spans.call_one()}
+        calls.update({f"generator {i}": g.trace_spans.call_one() for i, g in enumerate(self._generators)})
+        for track, call in calls.items():
+            try:
+                spans = await _within(call, _STOP_TIMEOUT_S)
+            except Exception:
+                continue
+            if track == "trainer":
+                tracks.update({f"trainer rank {rank}": s for rank, s in enumerate(spans.values())})
+            else:
+                tracks[track] = spans
+        return tracks
 
     @property
     def placement(self) -> dict:

@@ -1,0 +1,138 @@
+"""Where each millisecond of a training step went, from a run's trace.json (see tracing.py).
+
+    python -m forge_async.trace RUN_DIR [--skip 10]
+
+A step is one of the controller's "step" spans: from the moment the trainer loop
+asks for a batch to the moment the step's metrics are logged. For every step
+after the first `--skip` (start-up: first weights, warm caches), each track's
+time inside the step is summed per span name and the medians are printed: what
+the trainer did (forward, backward, optimizer, publish weights) and did not
+(idle), what each generator did (decode, swap weights), where the controller
+waited. The *bubble* is the part of a step in which neither the trainer nor any
+generator did useful work: the pipeline stalled on RPCs, admission or scheduling.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+STEP = ("controller", "trainer loop", "step")
+USEFUL = {"forward", "backward", "optimizer", "publish weights", "decode", "swap weights"}
+
+Interval = tuple[float, float]  # microseconds
+
+
+class TraceError(ValueError):
+    """A run dir without a readable trace.json."""
+
+
+def read_trace(run_dir: Path) -> list[dict]:
+    """The trace events; a file cut short (a crashed run) may lack its closing bracket."""
+    path = Path(run_dir) / "trace.json"
+    if not path.is_file():
+        raise TraceError(f"no trace.json in {run_dir} (was the run made with trace.enabled=false?)")
+    text = path.read_text().rstrip().rstrip(",")
+    try:
+        return json.loads(text if text.endswith("]") else text + "]")
+    except json.JSONDecodeError as err:
+        raise TraceError(f"{path} is not trace-event JSON: {err}") from None
+
+
+def spans_by_lane(events: list[dict]) -> dict[tuple[str, str], list[tuple[str, float, float]]]:
+    """(track, lane) -> [(name, start, end)] from complete ("X") events and their name metadata."""
+    tracks, lanes = {}, {}
+    for e in events:
+        if e.get("ph") == "M" and e["name"] == "process_name":
+            tracks[e["pid"]] = e["args"]["name"]
+        elif e.get("ph") == "M" and e["name"] == "thread_name":
+            lanes[(e["pid"], e["tid"])] = e["args"]["name"]
+    out = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            key = (tracks.get(e["pid"], str(e["pid"])), lanes.get((e["pid"], e["tid"]), str(e["tid"])))
+            out[key].append((e["name"], e["ts"], e["ts"] + e["dur"]))
+    return out
+
+
+def _union_length(intervals: list[Interval]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(intervals):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def _clip(spans: list[tuple[str, float, float]], window: Interval) -> list[tuple[str, float, float]]:
+    lo, hi = window
+    return [(n, max(s, lo), min(e, hi)) for n, s, e in spans if e > lo and s < hi]
+
+
+def step_budget(lanes: dict, window: Interval) -> dict[str, float]:
+    """Milliseconds per "track | lane | span name" inside one step window, plus each lane's
+    idle time and the bubble."""
+    budget: dict[str, float] = defaultdict(float)
+    useful: list[Interval] = []
+    length = window[1] - window[0]
+    for (track, lane), spans in lanes.items():
+        inside = [s for s in _clip(spans, window) if (track, lane, s[0]) != STEP]
+        if not inside:
+            continue
+        for name, start, end in inside:
+            budget[f"{track} | {lane} | {name}"] += (end - start) / 1e3
+            if name in USEFUL and track != "controller":
+                useful.append((start, end))
+        budget[f"{track} | {lane} | idle"] += (length - _union_length([(s, e) for _, s, e in inside])) / 1e3
+    budget["step"] = length / 1e3
+    budget["bubble"] = (length - _union_length(useful)) / 1e3
+    return budget
+
+
+def budget(run_dir: Path, skip: int = 10) -> dict:
+    """Median milliseconds per item over the steady-state steps, and how many steps that was."""
+    lanes = spans_by_lane(read_trace(run_dir))
+    steps = sorted((s, e) for name, s, e in lanes.get(STEP[:2], []) if name == STEP[2])
+    if not steps:
+        raise TraceError(f"{run_dir}/trace.json holds no training step")
+    steady = steps[skip:] if len(steps) > skip else steps
+    per_step = [step_budget(lanes, w) for w in steady]
+    keys = {k for b in per_step for k in b}
+    medians = {k: statistics.median(b.get(k, 0.0) for b in per_step) for k in keys}
+    return {"steps": len(steps), "steady_steps": len(steady), "median_ms": medians}
+
+
+def format_budget(result: dict) -> str:
+    m = result["median_ms"]
+    lines = [
+        f"{result['steady_steps']} steady-state steps of {result['steps']}; median per step, ms "
+        "(each item's own median: they need not add up)",
+        f"  {'step':<58} {m['step']:8.1f}  ({1e3 / m['step']:.1f} steps/s)",
+    ]
+    rows = sorted(k for k in m if " | " in k)
+    for key in rows:
+        share = 100 * m[key] / m["step"]
+        lines.append(f"  {key:<58} {m[key]:8.1f}  {share:4.0f}%")
+    lines.append(
+        f"  {'bubble (neither the trainer nor a generator busy)':<58} {m['bubble']:8.1f}"
+        f"  {100 * m['bubble'] / m['step']:4.0f}%"
+    )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--skip", type=int, default=10, help="start-up steps left out (default 10)")
+    args = parser.parse_args()
+    try:
+        print(format_budget(budget(args.run_dir, args.skip)))
+    except TraceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

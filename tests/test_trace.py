@@ -1,0 +1,61 @@
+"""The per-step budget (forge_async/trace.py) on hand-made traces: busy, idle and bubble arithmetic."""
+
+import json
+
+import pytest
+
+from forge_async.trace import TraceError, budget
+from forge_async.tracing import Tracer, trace_events
+
+MS = 1_000_000  # ns
+
+
+def write_trace(run_dir, tracks: dict) -> None:
+    (run_dir / "trace.json").write_text(json.dumps(trace_events(tracks)))
+
+
+def test_budget_counts_each_side_and_the_bubble(tmp_path):
+    # One 100 ms step: the trainer works 0-30 ms, the generator decodes 20-60 ms (overlapping it)
+    # and swaps 70-80 ms. Nobody works 60-70 and 80-100: a 30 ms bubble.
+    write_trace(tmp_path, {
+        "controller": [("step", "trainer loop", 0, 100 * MS), ("wait for batch", "trainer loop", 0, 40 * MS)],
+        "trainer rank 0": [("forward", "main", 0, 10 * MS), ("backward", "main", 10 * MS, 30 * MS)],
+        "generator 0": [("decode", "main", 20 * MS, 60 * MS), ("swap weights", "weights", 70 * MS, 80 * MS)],
+    })
+    result = budget(tmp_path)
+    m = result["median_ms"]
+    assert result["steps"] == result["steady_steps"] == 1
+    assert m["step"] == pytest.approx(100)
+    assert m["trainer rank 0 | main | backward"] == pytest.approx(20)
+    assert m["trainer rank 0 | main | idle"] == pytest.approx(70)
+    assert m["generator 0 | main | decode"] == pytest.approx(40)
+    assert m["controller | trainer loop | wait for batch"] == pytest.approx(40)
+    assert m["bubble"] == pytest.approx(30)
+
+
+def test_budget_leaves_start_up_steps_out_and_takes_medians(tmp_path):
+    steps = [("step", "trainer loop", k * 100 * MS, (k * 100 + length) * MS) for k, length in enumerate([90, 10, 20, 30])]
+    write_trace(tmp_path, {"controller": steps})
+    result = budget(tmp_path, skip=1)
+    assert result["steady_steps"] == 3 and result["median_ms"]["step"] == pytest.approx(20)
+
+
+def test_a_trace_cut_short_is_still_read_and_a_missing_one_is_named(tmp_path):
+    write_trace(tmp_path, {"controller": [("step", "trainer loop", 0, 5 * MS)]})
+    text = (tmp_path / "trace.json").read_text()
+    (tmp_path / "trace.json").write_text(text[:-1] + ",")  # a crashed writer's file: no closing bracket
+    assert budget(tmp_path)["median_ms"]["step"] == pytest.approx(5)
+    with pytest.raises(TraceError, match="no trace.json"):
+        budget(tmp_path / "missing")
+
+
+def test_tracer_keeps_the_newest_spans_and_can_be_off():
+    tracer = Tracer(max_spans=2)
+    for name in "abc":
+        with tracer.span(name):
+            pass
+    assert [s[0] for s in tracer.take()] == ["b", "c"] and tracer.take() == []
+    tracer.enabled = False
+    with tracer.span("d"):
+        pass
+    assert tracer.take() == []
