@@ -1,0 +1,78 @@
+"""How busy both sides of the async pipeline are, from one run's own timeline (trace.json).
+
+    .venv/bin/python -m benchmarks.pipeline                      # the default config, 250 steps
+    .venv/bin/python -m benchmarks.pipeline --steps 400 -- task.num_digits=5
+
+Runs `python -m apps.grpo` once and prints, for the steady state (after the first
+10 steps): steps/s, the median step time, what one batch costs each side in the
+same run (generate: the generator's decode + weight swaps per step; train:
+forward + backward + optimizer + publish), the ratio step / max(generate, train)
+(1.0 = no bubble: the slower side never waits), trainer idle, generator idle and
+held back by admission, and from launch to the first step whose 5-step average
+reward reaches 0.8.
+"""
+
+import argparse
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from benchmarks.startup import timed_run
+from forge_async.trace import budget, format_budget
+
+_STEP = re.compile(r"^step +(\d+)/")
+
+
+def _sum(medians: dict, track: str, names: tuple[str, ...]) -> float:
+    return sum(v for k, v in medians.items() if k.startswith(f"{track} |") and k.rsplit(" | ", 1)[1] in names)
+
+
+def _launch_to_reward(lines: list[tuple[float, str]], metrics: list[dict], target: float) -> str:
+    """Seconds from launch to the console line of the first step whose 5-step mean reward >= target."""
+    rewards = [m["reward/mean"] for m in metrics]
+    for i in range(len(rewards)):
+        window = rewards[max(0, i - 4) : i + 1]
+        if len(window) == 5 and sum(window) / 5 >= target:
+            step = metrics[i]["step"]
+            at = next(t for t, line in lines if (m := _STEP.match(line)) and int(m.group(1)) == step)
+            return f"{at:.1f} s (step {step})"
+    return "not reached"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
+    args = parser.parse_args()
+    repo = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        print(f"running apps.grpo steps={args.steps} {' '.join(args.overrides)} ...", flush=True)
+        lines = timed_run(repo, args.steps, args.overrides, run_dir)
+        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        result = budget(run_dir)
+    m = result["median_ms"]
+    generate = _sum(m, "generator 0", ("decode", "swap weights"))
+    train = _sum(m, "trainer rank 0", ("forward", "backward", "optimizer", "publish weights"))
+    held = [v for k, v in m.items() if k.endswith("| held back by admission")]
+    print(f"\n{format_budget(result)}\n")
+    rows = [
+        ("steady-state steps/s", f"{1e3 / m['step']:.2f}"),
+        ("median step (ms)", f"{m['step']:.1f}"),
+        ("generate per batch (ms)", f"{generate:.1f}"),
+        ("train per batch (ms)", f"{train:.1f}"),
+        ("step / max(generate, train)", f"{m['step'] / max(generate, train):.2f}"),
+        ("trainer idle", f"{m['trainer rank 0 | main | idle'] / m['step']:.0%}"),
+        ("generator idle", f"{m['generator 0 | main | idle'] / m['step']:.0%}"),
+        ("generation held back (mean per worker)", f"{sum(held) / max(len(held), 1) / m['step']:.0%}"),
+        (f"launch -> 5-step mean reward {args.target}", _launch_to_reward(lines, metrics, args.target)),
+        ("launch -> exit (s)", f"{lines[-1][0]:.1f}"),
+    ]
+    for label, value in rows:
+        print(f"{label:<42} {value}")
+
+
+if __name__ == "__main__":
+    main()
