@@ -33,7 +33,8 @@ def params(max_tokens: int):
     from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
-        max_tokens=max_tokens, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA
+        max_tokens=max_tokens, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA,
+        detokenize=False,
     )
 
 

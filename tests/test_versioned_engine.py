@@ -44,7 +44,8 @@ def params():
     from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
-        max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA
+        max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA,
+        detokenize=False,
     )
 
 

@@ -52,6 +52,7 @@ def sampling_params(sampling: SamplingConfig):
         max_tokens=sampling.max_tokens,
         logprobs=0,  # the sampled token's own logprob
         output_kind=RequestOutputKind.DELTA,
+        detokenize=False,  # the text is decoded once per completion (see VersionedEngine)
     )
 
 
