@@ -75,7 +75,7 @@ def report(summary: dict) -> None:
         f"trainer idle {100 * summary['trainer_idle_frac']:.0f}%,"
         f" generator idle {100 * summary['generator_idle_frac']:.0f}%,"
         f" {summary['samples_per_s']:.0f} samples/s\n"
-        f"run dir: {summary['run_dir']} (metrics.jsonl, plots.png, summary.json, config.yaml, final_model/,"
+        f"run dir: {summary['run_dir']} (metrics.jsonl, plots.png, trace.json, summary.json, config.yaml, final_model/,"
         " checkpoints/, logs/)"
     )
     if summary["dropped_other"]:
