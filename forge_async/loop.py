@@ -61,7 +61,8 @@ class GRPOLoop:
         self.buffer = meshes.buffer
         self.checkpointer = checkpointer
         self.rollouts = Rollouts(
-            task, config.sampling, config.group_size, config.prompts_per_rollout, config.seed
+            task, config.sampling, config.group_size, config.prompts_per_rollout, config.seed,
+            config.loss.scale_by_std,
         )
         self.step = 0
         self.version = 0

@@ -20,12 +20,13 @@ Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list]
 
 
 def score_groups(
-    task: Task, prompts: list[Prompt], groups: list[list], first_group_id: int
+    task: Task, prompts: list[Prompt], groups: list[list], first_group_id: int, scale_by_std: bool = True
 ) -> list[Episode]:
     episodes = []
     for offset, (prompt, completions) in enumerate(zip(prompts, groups, strict=True)):
         rewards = [task.reward(prompt, c) for c in completions]
-        for completion, reward, advantage in zip(completions, rewards, group_advantages(rewards)):
+        advantages = group_advantages(rewards, scale_by_std)
+        for completion, reward, advantage in zip(completions, rewards, advantages):
             episodes.append(
                 Episode(completion, reward, advantage, group_id=first_group_id + offset)
             )
@@ -40,12 +41,14 @@ class Rollouts:
         group_size: int,
         prompts_per_call: int,
         seed: int,
+        scale_by_std: bool = True,
     ):
         self.task = task
         self.sampling = sampling
         self.group_size = group_size
         self.prompts_per_call = prompts_per_call
         self.rng = random.Random(seed)
+        self.scale_by_std = scale_by_std
         self.tokens = 0  # completion tokens produced
         self.added = asyncio.Event()  # set whenever episodes reach the buffer
         self._next_group = 0
@@ -55,7 +58,7 @@ class Rollouts:
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
         first_group, self._next_group = self._next_group, self._next_group + len(prompts)
         groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
-        episodes = score_groups(self.task, prompts, groups, first_group)
+        episodes = score_groups(self.task, prompts, groups, first_group, self.scale_by_std)
         self.tokens += sum(len(e.completion.token_ids) for e in episodes)
         return episodes
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 from matplotlib.image import imread
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from apps.grpo.subprocess_run import run_app
@@ -144,10 +145,16 @@ def test_admission_control_keeps_every_sample_trainable(tmp_path, max_age):
 
 def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
     run = run_app(
-        tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0", "weights.transport=torchstore"
+        tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0", "weights.transport=torchstore",
+        # the loss variants reach the trainer (their arithmetic: test_loss_variants.py)
+        "loss.aggregation=sequence_mean", "loss.scale_by_std=false",
+        "loss.clip_low=0.2", "loss.clip_high=0.28", "trainer.is_cap=null",
     )
     assert run.returncode == 0, run.output
     assert [m["policy/age_max"] for m in run.metrics] == [0, 0, 0]
+    assert [m["train/clip_frac"] for m in run.metrics] == [0.0, 0.0, 0.0]  # on-policy: ratio 1, nothing cut
+    saved = OmegaConf.load(run.run_dir / "config.yaml")
+    assert saved.loss.max_tokens == saved.sampling.max_tokens == 3  # null resolved to the generation budget
     summary = run.summary
     assert_accounting(summary)
     assert summary["dropped_stale"] == 0 and summary["generated"] == summary["trained"]
@@ -167,6 +174,9 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
         ("prompts_per_rollout=32", "prompts_per_rollout"),
         ("placement.generator_hosts=[1]", "placement.generator_hosts"),
         ("checkpoint.keep=0", "checkpoint.keep"),
+        ("loss.aggregation=median", "loss.aggregation"),
+        ("loss.clip_low=0.2 loss.clip_high=0.28", "trainer.is_cap"),
+        ("loss.clip_high=0.28", "loss.clip_low"),
     ],
 )
 def test_bad_input_fails_fast_naming_the_culprit(tmp_path, override, named):

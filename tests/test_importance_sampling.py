@@ -47,7 +47,7 @@ def test_gradient_matches_hand_computed_reference(tiny_checkpoint, cap):
 
     logprobs = token_logprobs(model(batch.tokens), batch.tokens)
     weights, sums = importance_weights(logprobs, batch, cap)
-    policy_gradient_loss(logprobs, batch, n_tokens, weights).backward()
+    policy_gradient_loss(logprobs, batch, 1 / n_tokens, weights).backward()
     got = {name: p.grad.clone() for name, p in model.named_parameters()}
 
     # Reference: sum over response tokens of -A * min(exp(lp - lp_b), cap) / N * grad(lp),

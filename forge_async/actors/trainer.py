@@ -24,14 +24,17 @@ from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch.hosts import pin_collectives_to_node_address
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.episode import Episode
+from forge_async.losses.config import LossConfig
 from forge_async.losses.grpo import (
     OffPolicySums,
+    clipped_surrogate_loss,
     importance_weights,
     next_token_log_probs,
     policy_gradient_loss,
     sampled_logprobs,
     token_entropy,
     token_logprobs,
+    token_scale,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.parallelize import apply_fsdp
@@ -43,10 +46,16 @@ from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
 
 class Trainer(ProcActor):
     def __init__(
-        self, checkpoint_path: str, config: TrainerConfig, pad_id: int, weights: WeightsConfig
+        self,
+        checkpoint_path: str,
+        config: TrainerConfig,
+        pad_id: int,
+        weights: WeightsConfig,
+        loss: LossConfig | None = None,
     ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
+        self.loss = loss or LossConfig()
         self.pad_id = pad_id
         self.weights = weights
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
@@ -91,8 +100,7 @@ class Trainer(ProcActor):
             log_probs = next_token_log_probs(self.model(local.tokens))  # one softmax for both
             logprobs = sampled_logprobs(log_probs, local.tokens)
             entropy = (token_entropy(log_probs) * local.response_mask).sum()
-            weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
-            loss = policy_gradient_loss(logprobs, local, batch.num_response_tokens, weights)
+            loss, off_policy = self._loss(logprobs, local, len(episodes), batch.num_response_tokens)
         with TRACER.span("backward"):
             loss.backward()
         with TRACER.span("optimizer"):
@@ -116,6 +124,17 @@ class Trainer(ProcActor):
             "train/step_ms": (time.perf_counter() - start) * 1e3,
             "version": self.version,
         }
+
+    def _loss(self, logprobs: torch.Tensor, local, num_sequences: int, num_tokens: int):
+        """This rank's share of the loss (loss.*; see losses/grpo.py) and its off-policy sums."""
+        c = self.loss
+        scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
+        if not c.clipped:
+            weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
+            return policy_gradient_loss(logprobs, local, scale, weights), off_policy
+        _, off_policy = importance_weights(logprobs, local, None)  # the statistics only
+        loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
+        return loss, off_policy
 
     @endpoint
     async def push_weights(self, transports: tuple[str, ...] | None = None) -> dict[str, float]:

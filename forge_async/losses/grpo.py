@@ -1,12 +1,16 @@
-"""GRPO's policy-gradient loss over packed episodes, with optional truncated IS.
+"""GRPO's policy-gradient loss over packed episodes, with optional truncated IS or PPO clipping.
 
-    loss = - sum_{i,t} mask_it * w_it * A_i * log pi_theta(y_it) / normaliser
+    loss = - sum_{i,t} mask_it * s_it * w_it * A_i * log pi_theta(y_it)
 
 Sequence-level advantages A_i (group-relative, computed before the batch reaches
-the trainer) weight every response token of episode i. The normaliser is the
-number of response tokens in the *global* batch, so data-parallel ranks that
-each hold a slice of it and sum their gradients get exactly the full-batch
-gradient.
+the trainer) weight every response token of episode i. The scale s_it is the
+aggregation (`token_scale`: token mean, sequence mean or a constant), computed
+from counts over the *global* batch, so data-parallel ranks that each hold a
+slice of it and sum their gradients get exactly the full-batch gradient.
+
+With clipping (`clipped_surrogate_loss`), the per-token objective is PPO's
+min(r A, clip(r, 1 - low, 1 + high) A) with r = pi_theta / pi_behaviour, in place
+of w * A * log pi_theta.
 
 Off-policy correction (token-level truncated importance sampling): the tokens
 were sampled by the generator's weights (pi_behaviour, whose logprobs it
@@ -15,7 +19,7 @@ recorded), possibly a few versions old or mixed within a sequence. With
 a constant in the gradient (detached); with is_cap = None, w = 1.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -58,13 +62,16 @@ class OffPolicySums:
     weight_max: torch.Tensor
     truncated: torch.Tensor
     mismatch_kl: torch.Tensor
+    clipped: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))  # cut off by the PPO clip
 
     def as_tensor(self) -> torch.Tensor:
-        return torch.stack([self.tokens, self.weight, self.weight_sq, self.truncated, self.mismatch_kl])
+        return torch.stack(
+            [self.tokens, self.weight, self.weight_sq, self.truncated, self.mismatch_kl, self.clipped]
+        )
 
     @staticmethod
     def summary(summed: torch.Tensor, weight_max: float) -> dict[str, float]:
-        tokens, weight, weight_sq, truncated, kl = summed.tolist()
+        tokens, weight, weight_sq, truncated, kl, clipped = summed.tolist()
         tokens = max(tokens, 1.0)
         return {
             "is/weight_mean": weight / tokens,
@@ -73,6 +80,7 @@ class OffPolicySums:
             # Kish effective sample size of the token weights, as a fraction of the tokens.
             "is/ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
             "is/mismatch_kl": kl / tokens,
+            "train/clip_frac": clipped / tokens,
         }
 
 
@@ -99,8 +107,46 @@ def importance_weights(
     return weights, sums
 
 
-def policy_gradient_loss(
-    logprobs: torch.Tensor, batch: TrainBatch, normaliser: float, weights: torch.Tensor
+def token_scale(
+    mask: torch.Tensor, aggregation: str, num_sequences: int, num_tokens: int, max_tokens: int | None = None
 ) -> torch.Tensor:
+    """Each response token's share of the loss, [B, L-1]; counts are of the global batch.
+
+    token_mean: 1 / num_tokens. sequence_mean: 1 / (its sequence's length * num_sequences).
+    constant: 1 / (num_sequences * max_tokens), the same whatever the lengths (Dr.GRPO).
+    """
+    if aggregation == "token_mean":
+        scale = torch.full_like(mask, 1.0 / max(num_tokens, 1))
+    elif aggregation == "sequence_mean":
+        lengths = mask.sum(dim=1, keepdim=True).clamp(min=1)
+        scale = (1.0 / (lengths * num_sequences)).expand_as(mask)
+    elif aggregation == "constant":
+        if max_tokens is None:
+            raise ValueError("constant aggregation needs max_tokens (loss.max_tokens)")
+        scale = torch.full_like(mask, 1.0 / (num_sequences * max_tokens))
+    else:
+        raise ValueError(f"unknown aggregation {aggregation!r}")
+    return scale * mask
+
+
+def policy_gradient_loss(
+    logprobs: torch.Tensor, batch: TrainBatch, scale: torch.Tensor | float, weights: torch.Tensor
+) -> torch.Tensor:
+    """- sum A_i * w_it * log pi(y_it) * s_it over response tokens (`scale`: `token_scale`'s, or 1/N)."""
     per_token = -batch.advantages.unsqueeze(1) * weights * logprobs * batch.response_mask
-    return per_token.sum() / normaliser
+    return (per_token * scale).sum()
+
+
+def clipped_surrogate_loss(
+    logprobs: torch.Tensor, batch: TrainBatch, scale: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped objective against the behaviour policy; returns the loss and how many
+    response tokens the clip cut off (their gradient is zero)."""
+    mask = batch.response_mask
+    ratio = torch.exp((logprobs - batch.behaviour_logprobs) * mask)
+    advantages = batch.advantages.unsqueeze(1)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * advantages
+    loss = -(torch.minimum(unclipped, clipped) * scale * mask).sum()
+    cut = ((clipped < unclipped) * mask).sum().detach()
+    return loss, cut

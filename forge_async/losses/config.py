@@ -1,0 +1,36 @@
+"""The loss's config section (light: read before torch is imported). Formulas: docs/loss.md."""
+
+from dataclasses import dataclass
+
+from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_range
+from forge_async.errors import ConfigError
+
+AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+
+
+@dataclass
+class LossConfig:
+    # token_mean: over every response token of the batch (DAPO); sequence_mean: over each
+    # sequence's tokens, then over sequences (GRPO); constant: sum / (sequences * max_tokens) (Dr.GRPO).
+    aggregation: str = "token_mean"
+    scale_by_std: bool = True  # advantages (r - mean) / std of the group; false: r - mean (Dr.GRPO)
+    # PPO-style clip of the ratio pi_theta / pi_behaviour to [1 - clip_low, 1 + clip_high]
+    # (clip-higher: clip_high > clip_low); null = off. Replaces trainer.is_cap's truncation.
+    clip_low: float | None = None
+    clip_high: float | None = None
+    max_tokens: int | None = None  # constant aggregation's tokens per sequence; null = sampling.max_tokens
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ConfigError(f"loss.aggregation={self.aggregation!r}: one of {', '.join(AGGREGATIONS)}")
+        check_range("loss.clip_low", self.clip_low, Range(0, 1, low_open=True, high_open=True), nullable=True)
+        check_range("loss.clip_high", self.clip_high, POSITIVE, nullable=True)
+        if (self.clip_low is None) != (self.clip_high is None):
+            raise ConfigError(
+                f"loss.clip_low={self.clip_low}, loss.clip_high={self.clip_high}: set both (clipping on) or neither"
+            )
+        check_range("loss.max_tokens", self.max_tokens, AT_LEAST_1, nullable=True, note="null = sampling.max_tokens")
+
+    @property
+    def clipped(self) -> bool:
+        return self.clip_low is not None
