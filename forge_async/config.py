@@ -79,6 +79,14 @@ class GRPOConfig:
             )
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens
+        if self.trainer.lr_total_steps is None:
+            self.trainer.lr_total_steps = self.steps
+        if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < self.steps:
+            # TorchTitan's decay would go on below min_lr_factor (negative, for linear).
+            raise ConfigError(
+                f"trainer.lr_total_steps={self.trainer.lr_total_steps} is less than steps={self.steps}: "
+                f"the {self.trainer.lr_schedule} decay must span the run"
+            )
         if self.buffer_capacity < self.batch_size:
             raise ConfigError(
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "

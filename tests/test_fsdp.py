@@ -1,7 +1,9 @@
-"""FSDP2 over 2 gloo ranks computes the same step as 1 rank."""
+"""FSDP2 over 2 gloo ranks, and gradient accumulation over micro-batches, compute the same step
+as 1 rank with the whole batch in one forward."""
 
 import asyncio
 
+import pytest
 import torch
 
 from conftest import fixed_sequences, spawn_trainer
@@ -28,12 +30,12 @@ def batch() -> list[Episode]:
     return episodes
 
 
-def step(checkpoint, procs: int):
+def step(checkpoint, procs: int, **overrides):
     # Adam's first step is lr * g / (|g| + eps): with the default eps it turns float
     # rounding in near-zero gradients into lr-sized differences. A larger eps keeps
     # the update a smooth function of the gradient, so equal gradients show as
     # equal weights.
-    mesh, trainer = spawn_trainer(checkpoint, procs=procs, eps=1e-3)
+    mesh, trainer = spawn_trainer(checkpoint, procs=procs, eps=1e-3, **overrides)
     try:
         metrics = trainer.train_step.call(batch()).get()
         weights = trainer.full_state_dict.call().get()
@@ -42,20 +44,40 @@ def step(checkpoint, procs: int):
         asyncio.run(meshes.stop_all(mesh))
 
 
-def test_two_ranks_match_one_rank(tiny_checkpoint, weight_store):
-    (one,), (w_one,) = step(tiny_checkpoint, procs=1)
-    two, w_two = step(tiny_checkpoint, procs=2)
-    assert len(two) == 2
-    for rank_metrics in two:
-        assert abs(rank_metrics["train/loss"] - one["train/loss"]) < 1e-6
-        assert abs(rank_metrics["train/grad_norm"] - one["train/grad_norm"]) < 1e-5
-    for rank_weights in w_two:
-        assert rank_weights.keys() == w_one.keys()
-        worst = max((rank_weights[k] - w_one[k]).abs().max().item() for k in w_one)
-        assert worst < 1e-6
+@pytest.fixture(scope="module")
+def one_rank_step(tiny_checkpoint, weight_store):
+    """The reference: one rank, the whole batch in one forward."""
+    (metrics,), (weights,) = step(tiny_checkpoint, procs=1)
+    return metrics, weights
+
+
+def assert_same_step(reference, metrics: list[dict], weights: list[dict], tolerance: float) -> None:
+    ref_metrics, ref_weights = reference
+    for rank_metrics in metrics:
+        assert abs(rank_metrics["train/loss"] - ref_metrics["train/loss"]) < tolerance
+        assert abs(rank_metrics["train/grad_norm"] - ref_metrics["train/grad_norm"]) < 10 * tolerance
+        assert abs(rank_metrics["train/entropy"] - ref_metrics["train/entropy"]) < 10 * tolerance
+    for rank_weights in weights:
+        assert rank_weights.keys() == ref_weights.keys()
+        worst = max((rank_weights[k] - ref_weights[k]).abs().max().item() for k in ref_weights)
+        assert worst < tolerance
+
+
+def test_two_ranks_match_one_rank(tiny_checkpoint, one_rank_step):
+    metrics, weights = step(tiny_checkpoint, procs=2)
+    assert len(metrics) == 2
+    assert_same_step(one_rank_step, metrics, weights, 1e-6)
     # The step really changed the weights (the comparison above is not vacuous).
     original = tiny_checkpoint.load_hf_state_dict()
-    assert max((w_one[k] - original[k]).abs().max().item() for k in original) > 1e-4
+    assert max((one_rank_step[1][k] - original[k]).abs().max().item() for k in original) > 1e-4
+
+
+@pytest.mark.parametrize("procs", [1, 2])
+def test_micro_batches_accumulate_to_the_full_batch_step(tiny_checkpoint, one_rank_step, procs):
+    """16 episodes of 6-8 tokens under a 16-token budget: 2 rows per micro-batch, 8 or 4
+    micro-batches per rank, with gradient accumulation: the same update as one forward."""
+    metrics, weights = step(tiny_checkpoint, procs=procs, micro_batch_tokens=16)
+    assert_same_step(one_rank_step, metrics, weights, 1e-6)
 
 
 def test_shared_memory_push_from_two_ranks_keeps_two_versions_at_most(tiny_checkpoint, tmp_path):

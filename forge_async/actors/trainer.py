@@ -9,6 +9,7 @@ that version: into a shared-memory file that every rank writes its own shard of
 """
 
 import os
+import resource
 import time
 
 import torch
@@ -18,12 +19,14 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from monarch.actor import endpoint
+from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch.hosts import pin_collectives_to_node_address
-from forge_async.data.batch import TrainBatch, pack_episodes
+from forge_async.data.batch import TrainBatch, micro_batches, pack_episodes
 from forge_async.data.episode import Episode
+from forge_async.errors import ConfigError
 from forge_async.losses.config import LossConfig
 from forge_async.losses.grpo import (
     OffPolicySums,
@@ -37,11 +40,14 @@ from forge_async.losses.grpo import (
     token_scale,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
-from forge_async.models.parallelize import apply_fsdp
+from forge_async.models.parallelize import parallelize
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
+
+
+_NEVER = 2**62  # a constant schedule's "total steps": its decay never starts
 
 
 class Trainer(ProcActor):
@@ -74,7 +80,7 @@ class Trainer(ProcActor):
         self.adapter = state_dict_adapter(shape)
         model = build_titan_model(shape)
         model.load_state_dict(self.adapter.from_hf(self.checkpoint.load_hf_state_dict()))
-        self.model = apply_fsdp(model.to(self.device_type), self.device_type)
+        self.model = parallelize(model.to(self.device_type), self.config, self.device_type)
         c = self.config
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=c.lr,
@@ -82,51 +88,81 @@ class Trainer(ProcActor):
             eps=c.eps,
             weight_decay=c.weight_decay,
         )
+        self.lr_scheduler = _lr_scheduler(self.optimizer, c)
 
-    def _local_rows(self, batch: TrainBatch) -> TrainBatch:
-        n = batch.tokens.shape[0]
+    def _local_episodes(self, episodes: list[Episode]) -> list[Episode]:
+        """This rank's contiguous share of the batch's episodes."""
+        n = len(episodes)
         if n < self.world:
             raise ValueError(f"a batch of {n} episodes cannot be split across {self.world} ranks")
         bounds = torch.linspace(0, n, self.world + 1).round().long().tolist()
-        return batch.rows(bounds[self.rank], bounds[self.rank + 1]).to(self.device_type)
+        return episodes[bounds[self.rank] : bounds[self.rank + 1]]
+
+    def _micro_batches(self, episodes: list[Episode]) -> list[list[Episode]]:
+        """This rank's micro-batches, padded with empty ones to the same count on every rank:
+        each forward/backward runs FSDP collectives that every rank must join."""
+        micro = micro_batches(self._local_episodes(episodes), self.config.micro_batch_tokens)
+        count = torch.tensor(len(micro), device=self.device_type)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return micro + [[] for _ in range(int(count) - len(micro))]
 
     @endpoint
     async def train_step(self, episodes: list[Episode]) -> dict[str, float]:
-        """One optimizer step on the whole batch; returns the global loss and grad norm."""
+        """One optimizer step on the whole batch, accumulated over micro-batches (the loss of each
+        is scaled by global counts, so the sum of their gradients is the full-batch gradient)."""
         start = time.perf_counter()
-        with TRACER.span("forward"):
-            batch = pack_episodes(episodes, self.pad_id)
-            local = self._local_rows(batch)
-            log_probs = next_token_log_probs(self.model(local.tokens))  # one softmax for both
-            logprobs = sampled_logprobs(log_probs, local.tokens)
-            entropy = (token_entropy(log_probs) * local.response_mask).sum()
-            loss, off_policy = self._loss(logprobs, local, len(episodes), batch.num_response_tokens)
-        with TRACER.span("backward"):
-            loss.backward()
+        if self.device_type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        num_tokens = sum(len(e.completion.token_ids) for e in episodes)
+        loss, entropy = torch.zeros(2, device=self.device_type)
+        off_policy = []
+        for micro in self._micro_batches(episodes):
+            step = self._forward_backward(micro, len(episodes), num_tokens)
+            if step is not None:
+                loss, entropy = loss + step[0], entropy + step[1]
+                off_policy.append(step[2])
         with TRACER.span("optimizer"):
+            lr = self.optimizer.param_groups[0]["lr"]
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            self.lr_scheduler.step()
             self.version += 1
-            global_loss, global_entropy = _all_reduce_sum(loss.detach(), entropy)
-            sums = off_policy.as_tensor()
-            dist.all_reduce(sums)
-            weight_max = off_policy.weight_max.detach().clone()
-            dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
+            global_loss, global_entropy = _all_reduce_sum(loss, entropy)
+            off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
         return {
-            **OffPolicySums.summary(sums, weight_max.item()),
+            **off_policy_metrics,
             "train/loss": global_loss,
             "train/grad_norm": grad_norm.full_tensor().item()
             if hasattr(grad_norm, "full_tensor")
             else grad_norm.item(),
-            "train/entropy": global_entropy / max(batch.num_response_tokens, 1),
-            "train/response_tokens": batch.num_response_tokens,
+            "train/entropy": global_entropy / max(num_tokens, 1),
+            "train/response_tokens": num_tokens,
+            "train/lr": lr,
+            "train/peak_memory_gib": peak_memory_bytes(self.device_type) / 2**30,
             "train/step_ms": (time.perf_counter() - start) * 1e3,
             "version": self.version,
         }
 
-    def _loss(self, logprobs: torch.Tensor, local, num_sequences: int, num_tokens: int):
-        """This rank's share of the loss (loss.*; see losses/grpo.py) and its off-policy sums."""
+    def _forward_backward(self, episodes: list[Episode], num_sequences: int, num_tokens: int):
+        """One micro-batch's forward and backward; returns its (loss, entropy sum, off-policy sums),
+        or None for an empty micro-batch (a zero-loss pass that only joins the collectives)."""
+        with TRACER.span("forward"):
+            if not episodes:
+                tokens = torch.full((1, 2), self.pad_id, device=self.device_type)
+                loss = self.model(tokens).sum() * 0.0
+            else:
+                batch = pack_episodes(episodes, self.pad_id).to(self.device_type)
+                log_probs = next_token_log_probs(self.model(batch.tokens))  # one softmax for both
+                logprobs = sampled_logprobs(log_probs, batch.tokens)
+                entropy = (token_entropy(log_probs) * batch.response_mask).sum()
+                loss, off_policy = self._loss(logprobs, batch, num_sequences, num_tokens)
+        with TRACER.span("backward"):
+            loss.backward()
+        return None if not episodes else (loss.detach(), entropy, off_policy)
+
+    def _loss(self, logprobs: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int):
+        """This micro-batch's share of the loss (loss.*; see losses/grpo.py) and its off-policy sums."""
         c = self.loss
         scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
         if not c.clipped:
@@ -150,7 +186,9 @@ class Trainer(ProcActor):
         return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
 
     async def _push(self, transports: tuple[str, ...]) -> None:
-        hf_state_dict = self.adapter.to_hf(self.model.state_dict())
+        # In the compute dtype: what the generators run in (bfloat16 halves the bytes moved).
+        dtype = getattr(torch, self.config.dtype)
+        hf_state_dict = {name: t.to(dtype) for name, t in self.adapter.to_hf(self.model.state_dict()).items()}
         for transport in transports:
             if transport == "shm":
                 if self.channel is None:
@@ -217,6 +255,7 @@ class Trainer(ProcActor):
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
         )
         self.version = state["version"]
+        self.lr_scheduler.load_state_dict({"last_epoch": self.version})  # a function of the step
         return self.version
 
     @endpoint
@@ -226,6 +265,38 @@ class Trainer(ProcActor):
         if self.rank == 0:
             save_checkpoint(directory, self.checkpoint.hf_config, full, self.checkpoint.path)
         return directory
+
+
+def _lr_scheduler(optimizer: torch.optim.Optimizer, c: TrainerConfig) -> LRSchedulersContainer:
+    """TorchTitan's warmup + decay schedule; `constant` is a warmup then no decay, ever."""
+    constant = c.lr_schedule == "constant"
+    if c.lr_total_steps is None and not constant:
+        raise ConfigError(f"trainer.lr_schedule={c.lr_schedule!r} needs trainer.lr_total_steps (the app sets it)")
+    schedule = LRSchedulersContainer.Config(
+        warmup_steps=c.warmup_steps,
+        decay_ratio=0.0 if constant else None,
+        decay_type="linear" if constant else c.lr_schedule,
+        min_lr_factor=c.min_lr_factor,
+    )
+    return schedule.build(optimizers=[optimizer], training_steps=_NEVER if constant else c.lr_total_steps)
+
+
+def _reduce_off_policy(sums: list[OffPolicySums], device_type: str) -> dict[str, float]:
+    """The off-policy metrics over every micro-batch of every rank (a collective)."""
+    local = sum(sums[1:], start=sums[0]) if sums else None
+    totals = local.as_tensor() if local else torch.zeros(6, device=device_type)
+    weight_max = local.weight_max.detach().clone() if local else torch.tensor(0.0, device=device_type)
+    dist.all_reduce(totals)
+    dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
+    return OffPolicySums.summary(totals, weight_max.item())
+
+
+def peak_memory_bytes(device_type: str) -> int:
+    """The trainer's peak memory: on GPU, allocated by torch this step; on CPU, the proc's peak
+    resident set (the proc's lifetime: it only grows)."""
+    if device_type == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def _all_reduce_sum(*scalars: torch.Tensor) -> list[float]:

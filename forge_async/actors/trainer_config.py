@@ -2,7 +2,12 @@
 
 from dataclasses import dataclass
 
-from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_range
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_choice, check_range
+
+DTYPES = ("float32", "bfloat16")
+ACTIVATION_CHECKPOINTING = ("none", "full", "selective")
+# TorchTitan's warmup-then-decay schedules (components/optimizer/lr_scheduler.py); constant = no decay.
+LR_SCHEDULES = ("constant", "linear", "cosine", "sqrt")
 
 
 @dataclass
@@ -18,6 +23,18 @@ class TrainerConfig:
     # 1.0 only ever down-weights; null turns the correction off. See docs/staleness.md.
     is_cap: float | None = 1.0
     threads: int = 1  # torch intra-op threads per trainer proc
+    # Compute dtype. bfloat16: FSDP2 mixed precision (bf16 forward/backward, fp32 master
+    # weights, optimizer state and gradient reduction).
+    dtype: str = "float32"
+    # Token budget of one forward/backward (rows x padded length); the step accumulates
+    # gradients over as many micro-batches as it needs. null = the whole batch at once.
+    micro_batch_tokens: int | None = None
+    activation_checkpointing: str = "none"  # none | full | selective (recompute in backward)
+    lr_schedule: str = "constant"  # constant | linear | cosine | sqrt decay to lr * min_lr_factor
+    warmup_steps: int = 0  # linear warmup from lr / warmup_steps to lr
+    min_lr_factor: float = 0.0  # where the decay ends, as a fraction of lr
+    lr_total_steps: int | None = None  # steps the warmup + decay spans; null = the run's `steps`
+    compile: bool = False  # torch.compile each transformer block (meant for GPU)
 
     def __post_init__(self) -> None:
         check_range("trainer.procs", self.procs, AT_LEAST_1)
@@ -29,3 +46,13 @@ class TrainerConfig:
         check_range("trainer.grad_clip", self.grad_clip, POSITIVE)
         check_range("trainer.is_cap", self.is_cap, POSITIVE, nullable=True, note="null = no correction")
         check_range("trainer.threads", self.threads, AT_LEAST_1)
+        check_choice("trainer.dtype", self.dtype, DTYPES)
+        check_range(
+            "trainer.micro_batch_tokens", self.micro_batch_tokens, AT_LEAST_1,
+            nullable=True, note="null = the whole batch in one forward",
+        )
+        check_choice("trainer.activation_checkpointing", self.activation_checkpointing, ACTIVATION_CHECKPOINTING)
+        check_choice("trainer.lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_range("trainer.warmup_steps", self.warmup_steps, AT_LEAST_0)
+        check_range("trainer.min_lr_factor", self.min_lr_factor, Range(0, 1))
+        check_range("trainer.lr_total_steps", self.lr_total_steps, AT_LEAST_1, nullable=True, note="null = steps")

@@ -1,4 +1,4 @@
-"""Pack episodes into the padded tensors the trainer's loss reads."""
+"""Pack episodes into the padded tensors the trainer's loss reads, in micro-batches that fit a token budget."""
 
 from dataclasses import dataclass, fields
 
@@ -36,10 +36,14 @@ class TrainBatch:
         return self._map(lambda t: t.to(device))
 
 
+def sequence_length(episode: Episode) -> int:
+    return len(episode.completion.prompt_ids) + len(episode.completion.token_ids)
+
+
 def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
     if not episodes:
         raise ValueError("cannot pack an empty list of episodes")
-    length = max(len(e.completion.prompt_ids) + len(e.completion.token_ids) for e in episodes)
+    length = max(map(sequence_length, episodes))
     n = len(episodes)
     tokens = torch.full((n, length), pad_id, dtype=torch.long)
     mask = torch.zeros(n, length - 1)
@@ -55,3 +59,24 @@ def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
         versions[row, predicted] = torch.tensor(c.versions)
     advantages = torch.tensor([e.advantage for e in episodes], dtype=torch.float32)
     return TrainBatch(tokens, mask, behaviour, versions, advantages)
+
+
+def micro_batches(episodes: list[Episode], token_budget: int | None) -> list[list[Episode]]:
+    """Split episodes into micro-batches whose padded size (rows x longest row) fits `token_budget`.
+
+    Episodes are bucketed by length (longest first), so each micro-batch pads little. A
+    sequence longer than the budget gets a micro-batch of its own. None: one micro-batch.
+    """
+    if token_budget is None or not episodes:
+        return [list(episodes)] if episodes else []
+    batches: list[list[Episode]] = []
+    current: list[Episode] = []
+    for episode in sorted(episodes, key=sequence_length, reverse=True):
+        longest = sequence_length(current[0]) if current else sequence_length(episode)
+        if current and (len(current) + 1) * longest > token_budget:
+            batches.append(current)
+            current = []
+        current.append(episode)
+    if current:
+        batches.append(current)
+    return batches

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_range
+from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
@@ -21,8 +21,7 @@ class LossConfig:
     max_tokens: int | None = None  # constant aggregation's tokens per sequence; null = sampling.max_tokens
 
     def __post_init__(self) -> None:
-        if self.aggregation not in AGGREGATIONS:
-            raise ConfigError(f"loss.aggregation={self.aggregation!r}: one of {', '.join(AGGREGATIONS)}")
+        check_choice("loss.aggregation", self.aggregation, AGGREGATIONS)
         check_range("loss.clip_low", self.clip_low, Range(0, 1, low_open=True, high_open=True), nullable=True)
         check_range("loss.clip_high", self.clip_high, POSITIVE, nullable=True)
         if (self.clip_low is None) != (self.clip_high is None):

@@ -19,7 +19,7 @@ recorded), possibly a few versions old or mixed within a sequence. With
 a constant in the gradient (detached); with is_cap = None, w = 1.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +63,12 @@ class OffPolicySums:
     truncated: torch.Tensor
     mismatch_kl: torch.Tensor
     clipped: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))  # cut off by the PPO clip
+
+    def __add__(self, other: "OffPolicySums") -> "OffPolicySums":
+        """The sums over both sets of tokens (micro-batches of one step)."""
+        summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        summed["weight_max"] = torch.maximum(self.weight_max, other.weight_max)
+        return OffPolicySums(**summed)
 
     def as_tensor(self) -> torch.Tensor:
         return torch.stack(

@@ -1,25 +1,43 @@
-"""Apply FSDP2 to a finished TorchTitan model, from outside the model code."""
+"""Parallelize a finished TorchTitan model from outside the model code, with TorchTitan's own
+components: activation checkpointing, per-block torch.compile, then FSDP2 (in that order)."""
 
+import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+
+from forge_async.actors.trainer_config import TrainerConfig
 
 
-def apply_fsdp(model: nn.Module, device_type: str) -> nn.Module:
-    """Shard each transformer block, then the root, across all ranks of the default group.
+def parallelize(model: nn.Module, config: TrainerConfig, device_type: str) -> nn.Module:
+    """Activation checkpointing and compile per transformer block, then FSDP2 over every rank."""
+    if config.activation_checkpointing == "full":
+        FullAC(FullAC.Config()).apply(model)
+    elif config.activation_checkpointing == "selective":
+        SelectiveAC(SelectiveAC.Config()).apply(model)
+    if config.compile:
+        # TorchTitan's apply_compile does this too, but wants its ParallelDims (TP, PP, ...).
+        for block in model.layers.values():
+            block.compile(fullgraph=True)
+    return _apply_fsdp(model, device_type, getattr(torch, config.dtype))
 
-    Gradients are *summed* across ranks (divide factor 1): the loss of each rank is
-    already its share of the global-batch mean, so the sum is the full-batch
-    gradient, whatever the number of ranks. gloo has no PREMUL_SUM, so all
+
+def _apply_fsdp(model: nn.Module, device_type: str, param_dtype: torch.dtype) -> nn.Module:
+    """Shard each transformer block, the embeddings and the head, then the root, across all ranks.
+
+    Mixed precision: parameters are gathered and computed in `param_dtype`; the sharded
+    master weights, the optimizer state and the gradient reduction stay fp32.
+    Gradients are *summed* across ranks (TorchTitan disables the division): the loss of
+    each rank is already its share of the global-batch mean, so the sum is the
+    full-batch gradient, whatever the number of ranks. gloo has no PREMUL_SUM, so all
     reductions are forced to plain sums.
     """
     mesh = init_device_mesh(device_type, (dist.get_world_size(),), mesh_dim_names=("dp",))
-    for block in model.layers.values():
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    apply_fsdp_to_decoder(model, mesh, param_dtype=param_dtype, reduce_dtype=torch.float32, pp_enabled=False)
     for module in model.modules():
         if isinstance(module, FSDPModule):
-            module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
     return model
