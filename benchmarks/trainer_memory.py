@@ -1,0 +1,84 @@
+"""The trainer's peak memory as the batch grows, with and without micro-batches.
+
+    .venv/bin/python -m benchmarks.trainer_memory
+    .venv/bin/python -m benchmarks.trainer_memory --rows 8 --length 512 --micro-batch-tokens 4096
+
+One real trainer (TorchTitan model under FSDP2, one proc) per configuration, fresh
+each time, takes one optimizer step on `rows` x 1, 2 and 4 episodes of `length`
+tokens, once with the whole batch in one forward and once with
+`trainer.micro_batch_tokens`. Printed: the proc's peak memory (on CPU the peak
+resident set of the proc; on GPU the peak allocated by torch during the step) and
+its growth from 1x to 4x. The model is made locally (4 layers, dim 256).
+"""
+
+import argparse
+import asyncio
+import random
+import tempfile
+from pathlib import Path
+
+import forge_async  # noqa: F401  (process-wide runtime settings)
+from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.data.episode import Completion, Episode
+from forge_async.launch import meshes
+from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.config import TinyModelConfig
+from forge_async.models.tiny import create_tiny_checkpoint
+from forge_async.models.tokenizer import build_digit_tokenizer
+from forge_async.weights.config import WeightsConfig
+
+PROMPT_TOKENS = 16
+
+
+def episodes(rows: int, length: int, seed: int = 0) -> list[Episode]:
+    """`rows` random digit sequences of `length` tokens, a 16-token prompt and the rest response."""
+    rng = random.Random(seed)
+    batch = []
+    for row in range(rows):
+        tokens = [rng.randrange(10) for _ in range(length)]
+        response = length - PROMPT_TOKENS
+        completion = Completion(
+            prompt_ids=tokens[:PROMPT_TOKENS],
+            token_ids=tokens[PROMPT_TOKENS:],
+            logprobs=[-2.3] * response,
+            versions=[0] * response,
+            text="",
+            finish_reason="length",
+        )
+        batch.append(Episode(completion, reward=float(row % 2), advantage=float(row % 2) - 0.5))
+    return batch
+
+
+def peak_gib(checkpoint: Checkpoint, config: TrainerConfig, batch: list[Episode]) -> float:
+    pad_id = build_digit_tokenizer().pad_token_id
+    procs, trainer = asyncio.run(meshes.spawn_trainer(checkpoint, config, pad_id, WeightsConfig("torchstore")))
+    try:
+        metrics = trainer.train_step.call_one(batch).get()
+        return metrics["train/peak_memory_gib"]
+    finally:
+        asyncio.run(meshes.stop_all(procs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=8, help="episodes at 1x")
+    parser.add_argument("--length", type=int, default=512, help="tokens per episode")
+    parser.add_argument("--micro-batch-tokens", type=int, default=4096)
+    args = parser.parse_args()
+    shape = TinyModelConfig(dim=256, n_layers=4, n_heads=4, head_dim=64, ffn_dim=1024, max_seq_len=args.length)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = Checkpoint.open(create_tiny_checkpoint(Path(tmp) / "model", shape))
+        print(f"{'batch':>14} | {'whole batch':>12} | {f'micro {args.micro_batch_tokens} tok':>16}")
+        peaks = {}
+        for factor in (1, 2, 4):
+            batch = episodes(args.rows * factor, args.length)
+            for budget in (None, args.micro_batch_tokens):
+                peaks[factor, budget] = peak_gib(checkpoint, TrainerConfig(micro_batch_tokens=budget), batch)
+            rows = f"{len(batch)} x {args.length}"
+            print(f"{rows:>14} | {peaks[factor, None]:>8.2f} GiB | {peaks[factor, args.micro_batch_tokens]:>12.2f} GiB")
+        for budget, name in ((None, "whole batch"), (args.micro_batch_tokens, "micro-batched")):
+            print(f"{name}: 4x batch -> peak x{peaks[4, budget] / peaks[1, budget]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
