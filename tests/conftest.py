@@ -13,6 +13,7 @@ from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch import meshes
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.weights import store
@@ -34,13 +35,25 @@ def weight_store():
 
 
 @pytest.fixture(scope="session")
-def generator(tiny_checkpoint, weight_store):
-    """A generator on the torchstore transport: it loads versions only when told to."""
+def tiny_llama_checkpoint(tmp_path_factory) -> Checkpoint:
+    model = tmp_path_factory.mktemp("tiny_llama") / "model"
+    return Checkpoint.open(create_tiny_checkpoint(model, TinyModelConfig(family="llama")))
+
+
+def spawn_generator(checkpoint: Checkpoint):
+    """A generator on the torchstore transport: it loads versions only when told to.
+    Returns (procs, generator); the caller stops it with `meshes.stop_all(procs)`."""
     procs, generator, _ = asyncio.run(
         meshes.spawn_generator(
-            tiny_checkpoint, GeneratorConfig(cpu_threads_bind="0", kv_cache_gib=0.25), WeightsConfig("torchstore")
+            checkpoint, GeneratorConfig(cpu_threads_bind="0", kv_cache_gib=0.25), WeightsConfig("torchstore")
         )
     )
+    return procs, generator
+
+
+@pytest.fixture(scope="session")
+def generator(tiny_checkpoint, weight_store):
+    procs, generator = spawn_generator(tiny_checkpoint)
     yield generator
     asyncio.run(meshes.stop_all(procs))
 

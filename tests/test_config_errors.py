@@ -42,6 +42,7 @@ BAD_VALUES = {
     "generator.gpu_memory_utilization=1.5": "generator.gpu_memory_utilization=1.5: must be in (0, 1]",
     "generator.kv_cache_gib=0": "generator.kv_cache_gib=0.0: must be > 0 or null (null = vLLM's default)",
     "generator.swap_mode=never": "generator.swap_mode='never': one of inflight, drain",
+    "model.tiny.family=gpt2": "model.tiny.family='gpt2': one of qwen3, llama",
     "model.tiny.dim=0": "model.tiny.dim=0: must be >= 1",
     "model.tiny.n_heads=0": "model.tiny.n_heads=0: must be >= 1",
     "model.tiny.head_dim=7": "model.tiny.head_dim=7: must be even",

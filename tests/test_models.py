@@ -1,14 +1,16 @@
 """Checkpoint creation and loading: tokenizer, determinism, HF <-> TorchTitan, bad input."""
 
 import json
+from typing import Any
 
 import pytest
 import torch
 import transformers
 
 from forge_async.models.checkpoint import Checkpoint, CheckpointError
-from forge_async.models.shape import UnsupportedModelError
+from forge_async.errors import ConfigError
 from forge_async.models.config import TinyModelConfig
+from forge_async.models.shape import Llama3RopeScaling, ModelShape, UnsupportedModelError
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
@@ -38,7 +40,9 @@ def test_tiny_checkpoint_is_deterministic_from_seed(tmp_path):
     assert not torch.equal(sa["lm_head.weight"], sc["lm_head.weight"])
 
 
-def test_titan_model_matches_transformers(tiny_checkpoint):
+@pytest.mark.parametrize("checkpoint_fixture", ["tiny_checkpoint", "tiny_llama_checkpoint"])
+def test_titan_model_matches_transformers(checkpoint_fixture, request):
+    tiny_checkpoint = request.getfixturevalue(checkpoint_fixture)
     model = build_titan_model(tiny_checkpoint.shape)
     adapter = state_dict_adapter(tiny_checkpoint.shape)
     model.load_state_dict(adapter.from_hf(tiny_checkpoint.load_hf_state_dict()), strict=True)
@@ -75,3 +79,62 @@ def test_unsupported_architecture_names_it(tmp_path):
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedModelError, match="'GPT2LMHeadModel' is not supported"):
         Checkpoint.open(path)
+
+
+def test_bad_tiny_family_names_the_key_and_the_choices():
+    with pytest.raises(ConfigError, match=r"^model.tiny.family='gpt2': one of qwen3, llama$"):
+        TinyModelConfig(family="gpt2")
+
+
+LLAMA_3_1_ROPE = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3",
+}
+
+
+def llama_config(**keys: Any) -> dict[str, Any]:
+    """A Llama 3.1 8B config.json (without its RoPE settings), plus `keys`."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 128256,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        **keys,
+    }
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_scaling": LLAMA_3_1_ROPE, "rope_theta": 500000.0},  # as written by transformers 4
+        {"rope_parameters": {**LLAMA_3_1_ROPE, "rope_theta": 500000.0}},  # transformers 5
+    ],
+)
+def test_llama3_rope_scaling_is_read_from_either_config_form(rope):
+    shape = ModelShape.from_hf_config(llama_config(**rope), "llama")
+    assert (shape.family, shape.rope_theta, shape.head_dim, shape.n_kv_heads) == ("llama", 500000.0, 128, 8)
+    assert shape.rope_scaling == Llama3RopeScaling(8.0, 1.0, 4.0, 8192)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (llama_config(rope_parameters={"rope_type": "yarn", "factor": 4.0}), "'yarn' is not supported for llama"),
+        (llama_config(rope_parameters={"rope_type": "llama3", "factor": 8.0}), "without low_freq_factor"),
+        (
+            llama_config(architectures=["Qwen3ForCausalLM"], rope_scaling=LLAMA_3_1_ROPE),
+            "'llama3' is not supported for qwen3",
+        ),
+        (llama_config(attention_bias=True), "attention_bias=true is not supported"),
+    ],
+)
+def test_unsupported_model_settings_are_named(config, message):
+    with pytest.raises(UnsupportedModelError, match=message):
+        ModelShape.from_hf_config(config, "model")

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from conftest import fixed_sequences, spawn_trainer
+from conftest import fixed_sequences, spawn_generator, spawn_trainer
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Episode
 from forge_async.launch import meshes
@@ -51,7 +51,9 @@ def toy_episodes(generator) -> list[Episode]:
     ]
 
 
-def test_weight_round_trip(generator, trainer, tiny_checkpoint):
+def assert_parity_across_one_step(generator, trainer) -> list[list[float]]:
+    """The generator and the trainer agree at v0 and, after one step synced through the store,
+    at v1 (which differs from v0). Returns the generator's v0 logprobs of `fixed_sequences()`."""
     sequences = fixed_sequences()
     # v0: the generator and the trainer agree on sampled tokens and on fixed sequences.
     assert generator.get_version.call_one().get() == 0
@@ -69,6 +71,12 @@ def test_weight_round_trip(generator, trainer, tiny_checkpoint):
     assert max_diff(v1, trainer.sequence_logprobs.call_one(sequences).get()) < TOLERANCE
     assert sampled_parity(generator, trainer) < TOLERANCE
     assert max_diff(v0, v1) > 1e-3
+    return v0
+
+
+def test_weight_round_trip(generator, trainer, tiny_checkpoint):
+    sequences = fixed_sequences()
+    v0 = assert_parity_across_one_step(generator, trainer)
 
     # Zeroed weights make every logit zero: each logprob is exactly -log(vocab).
     zeros = {k: torch.zeros_like(t) for k, t in tiny_checkpoint.load_hf_state_dict().items()}
@@ -101,3 +109,14 @@ def test_prompt_longer_than_context_names_the_prompt(generator, tiny_checkpoint)
     too_long = [11] + [1] * tiny_checkpoint.shape.max_seq_len
     with pytest.raises(Exception, match="exceeds the context"):
         generator.generate.call_one([too_long], SamplingConfig(max_tokens=4)).get()
+
+
+def test_llama_parity_before_and_after_a_weight_sync(tiny_llama_checkpoint, weight_store):
+    """Llama (TorchTitan's Llama 3 model and adapter, Llama 3.1 RoPE scaling) against vLLM's Llama."""
+    generator_procs, generator = spawn_generator(tiny_llama_checkpoint)
+    trainer_procs, trainer = spawn_trainer(tiny_llama_checkpoint, procs=1)
+    try:
+        assert_parity_across_one_step(generator, trainer)
+    finally:
+        asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
+        asyncio.run(store.delete_versions_before(10**9))

@@ -4,12 +4,17 @@ from dataclasses import dataclass, field
 
 from forge_async.config_checks import AT_LEAST_1, check_range
 from forge_async.errors import ConfigError
+from forge_async.models.shape import MODEL_FAMILIES
 
 
 @dataclass
 class TinyModelConfig:
-    """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...)."""
+    """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...).
 
+    family: "qwen3" (Qwen3ForCausalLM) or "llama" (LlamaForCausalLM, Llama 3.1 RoPE scaling).
+    """
+
+    family: str = "qwen3"
     dim: int = 64
     n_layers: int = 2
     n_heads: int = 2
@@ -19,6 +24,8 @@ class TinyModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.family not in MODEL_FAMILIES:
+            raise ConfigError(f"model.tiny.family={self.family!r}: one of {', '.join(MODEL_FAMILIES)}")
         for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len"):
             check_range(f"model.tiny.{name}", getattr(self, name), AT_LEAST_1)
         if self.head_dim % 2:

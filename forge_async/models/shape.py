@@ -10,7 +10,14 @@ from typing import Any
 
 from forge_async.errors import UserError
 
-SUPPORTED_ARCHITECTURES = ("Qwen3ForCausalLM",)
+# The HF architecture of each model family this library maps onto TorchTitan.
+FAMILY_OF_ARCHITECTURE = {"Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama"}
+SUPPORTED_ARCHITECTURES = tuple(FAMILY_OF_ARCHITECTURE)
+MODEL_FAMILIES = tuple(FAMILY_OF_ARCHITECTURE.values())
+# HF rope types per family: TorchTitan's Llama 3 RoPE implements Llama 3.1's frequency
+# scaling ("llama3"); its Qwen3 RoPE (cos/sin) implements none.
+ROPE_TYPES = {"qwen3": ("default",), "llama": ("default", "llama3")}
+_LLAMA3_ROPE_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 class UnsupportedModelError(UserError):
@@ -18,9 +25,20 @@ class UnsupportedModelError(UserError):
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """The fields of a Hugging Face Qwen3 config.json that define the network."""
+class Llama3RopeScaling:
+    """Llama 3.1's RoPE frequency scaling (HF rope_type "llama3")."""
 
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The fields of a Hugging Face config.json (Qwen3 or Llama) that define the network."""
+
+    family: str  # one of MODEL_FAMILIES
     vocab_size: int
     dim: int
     n_layers: int
@@ -32,21 +50,15 @@ class ModelShape:
     rope_theta: float
     max_seq_len: int
     tie_embeddings: bool
+    rope_scaling: Llama3RopeScaling | None = None
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any], source: str) -> "ModelShape":
-        architectures = hf.get("architectures") or [hf.get("model_type", "unknown")]
-        if architectures[0] not in SUPPORTED_ARCHITECTURES:
-            raise UnsupportedModelError(
-                f"{source}: architecture {architectures[0]!r} is not supported; "
-                f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
-        rope = hf.get("rope_parameters") or {}
-        rope_type = rope.get("rope_type", "default")
-        if rope_type != "default" or hf.get("rope_scaling"):
-            raise UnsupportedModelError(f"{source}: RoPE scaling {rope_type!r} is not supported")
+        family = _family(hf, source)
+        rope = _rope_settings(hf)
         n_heads = hf["num_attention_heads"]
         return cls(
+            family=family,
             vocab_size=hf["vocab_size"],
             dim=hf["hidden_size"],
             n_layers=hf["num_hidden_layers"],
@@ -55,7 +67,51 @@ class ModelShape:
             head_dim=hf.get("head_dim") or hf["hidden_size"] // n_heads,
             ffn_dim=hf["intermediate_size"],
             norm_eps=hf.get("rms_norm_eps", 1e-6),
-            rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
+            rope_theta=rope.get("rope_theta", 10000.0),
             max_seq_len=hf["max_position_embeddings"],
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            rope_scaling=_rope_scaling(rope, family, source),
         )
+
+
+def _family(hf: dict[str, Any], source: str) -> str:
+    architectures = hf.get("architectures") or [hf.get("model_type", "unknown")]
+    family = FAMILY_OF_ARCHITECTURE.get(architectures[0])
+    if family is None:
+        raise UnsupportedModelError(
+            f"{source}: architecture {architectures[0]!r} is not supported; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    biased = [key for key in ("attention_bias", "mlp_bias") if hf.get(key)]
+    if biased:
+        raise UnsupportedModelError(f"{source}: {', '.join(biased)}=true is not supported (no bias terms)")
+    return family
+
+
+def _rope_settings(hf: dict[str, Any]) -> dict[str, Any]:
+    """RoPE settings from `rope_parameters` (transformers >= 5), or from `rope_scaling` and a
+    top-level `rope_theta` (config.json files written by older transformers)."""
+    legacy = {**(hf.get("rope_scaling") or {})}
+    if "rope_theta" in hf:
+        legacy["rope_theta"] = hf["rope_theta"]
+    return {**legacy, **(hf.get("rope_parameters") or {})}
+
+
+def _rope_scaling(rope: dict[str, Any], family: str, source: str) -> Llama3RopeScaling | None:
+    rope_type = rope.get("rope_type") or rope.get("type") or "default"
+    if rope_type not in ROPE_TYPES[family]:
+        raise UnsupportedModelError(
+            f"{source}: RoPE type {rope_type!r} is not supported for {family} models; "
+            f"supported: {', '.join(ROPE_TYPES[family])}"
+        )
+    if rope_type == "default":
+        return None
+    missing = [name for name in _LLAMA3_ROPE_FIELDS if name not in rope]
+    if missing:
+        raise UnsupportedModelError(f"{source}: RoPE type 'llama3' without {', '.join(missing)}")
+    return Llama3RopeScaling(
+        factor=float(rope["factor"]),
+        low_freq_factor=float(rope["low_freq_factor"]),
+        high_freq_factor=float(rope["high_freq_factor"]),
+        original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+    )

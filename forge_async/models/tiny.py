@@ -1,4 +1,4 @@
-"""Create a tiny Qwen3 checkpoint locally, deterministically from a seed.
+"""Create a tiny Qwen3 or Llama checkpoint locally, deterministically from a seed.
 
 No model hub: the weights come from TorchTitan's own initialisation (seeded),
 converted to Hugging Face names with TorchTitan's state-dict adapter, and saved
@@ -8,7 +8,7 @@ trainer all load the result like any downloaded checkpoint.
 
 from pathlib import Path
 
-from transformers import Qwen3Config
+from transformers import LlamaConfig, PretrainedConfig, Qwen3Config
 
 from forge_async.models.checkpoint import save_checkpoint
 from forge_async.models.config import TinyModelConfig
@@ -16,9 +16,32 @@ from forge_async.models.shape import ModelShape
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 
+_ROPE_THETA = 10000.0
+# The HF config class, architecture and RoPE of each family's tiny model.
+_HF_CLASSES: dict[str, tuple[type[PretrainedConfig], str]] = {
+    "qwen3": (Qwen3Config, "Qwen3ForCausalLM"),
+    "llama": (LlamaConfig, "LlamaForCausalLM"),
+}
+
+
+def _rope_parameters(cfg: TinyModelConfig) -> dict:
+    """Qwen3: plain RoPE. Llama: Llama 3.1's scaling, shrunk to the tiny context so that
+    it changes some frequencies (its one knob the tiny model can show)."""
+    if cfg.family == "qwen3":
+        return {"rope_type": "default", "rope_theta": _ROPE_THETA}
+    return {
+        "rope_type": "llama3",
+        "rope_theta": _ROPE_THETA,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": max(1, cfg.max_seq_len // 2),
+    }
+
 
 def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
-    return Qwen3Config(
+    config_class, architecture = _HF_CLASSES[cfg.family]
+    return config_class(
         vocab_size=vocab_size,
         hidden_size=cfg.dim,
         intermediate_size=cfg.ffn_dim,
@@ -29,17 +52,17 @@ def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
         max_position_embeddings=cfg.max_seq_len,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        rope_parameters=_rope_parameters(cfg),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        architectures=["Qwen3ForCausalLM"],
+        architectures=[architecture],
         dtype="float32",
     ).to_dict()
 
 
 def create_tiny_checkpoint(directory: str | Path, cfg: TinyModelConfig | None = None) -> Path:
-    """Write a tiny random-init Qwen3 checkpoint with the digit tokenizer into `directory`."""
+    """Write a tiny random-init checkpoint of `cfg.family` with the digit tokenizer into `directory`."""
     cfg = cfg or TinyModelConfig()
     tokenizer = build_digit_tokenizer()
     hf_config = _hf_config(cfg, len(tokenizer), tokenizer)

@@ -1,24 +1,31 @@
-"""Build a TorchTitan Qwen3 model from a Hugging Face `config.json`.
+"""Build a TorchTitan model (Qwen3 or Llama 3) from a Hugging Face `config.json`.
 
 TorchTitan ships model configs by named flavour; here the flavour is whatever the
-checkpoint's config.json says, so any Qwen3-architecture checkpoint (the tiny one
-this library creates, or a downloaded Qwen3) maps onto TorchTitan's own modules.
+checkpoint's config.json says, so any Qwen3- or Llama-architecture checkpoint (the
+tiny one this library creates, or a downloaded one) maps onto TorchTitan's own
+modules and its own HF <-> TorchTitan state-dict adapter for that family.
 Attention is plain causal SDPA: batches are right-padded, one sequence per row,
 so no document masks are needed, and SDPA has a CPU backward (flex has none).
 """
 
 import logging
+from dataclasses import dataclass
 from functools import partial
 
 import torch
 import torch.nn as nn
-from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear, RoPE
 from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
+from torchtitan.models.common.decoder import Decoder, TransformerBlock
 from torchtitan.models.common.nn_modules import RMSNorm
+from torchtitan.models.llama3 import Llama3Model
+from torchtitan.models.llama3.model import Llama3TransformerBlock
+from torchtitan.models.llama3.state_dict_adapter import Llama3StateDictAdapter
 from torchtitan.models.qwen3 import Qwen3Model
 from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
+from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
 from forge_async.models.shape import ModelShape
 
@@ -30,11 +37,47 @@ _LINEAR_INIT = {"weight": partial(nn.init.normal_, std=_INIT_STD), "bias": nn.in
 _NORM_INIT = {"weight": nn.init.ones_}
 
 
+@dataclass(frozen=True)
+class _Family:
+    """TorchTitan's classes for one model family.
+
+    The RoPE layout must be the one the family's adapter converts HF weights for:
+    Qwen3's adapter keeps HF's q/k rows (rotate-half, CosSinRoPE); Llama 3's permutes
+    them into adjacent pairs (ComplexRoPE, which also implements Llama 3.1 scaling).
+    """
+
+    model: type[Decoder]
+    block: type[TransformerBlock]
+    adapter: type[StateDictAdapter]
+    rope: type[RoPE]
+    qk_norm: bool
+
+
+_FAMILIES = {
+    "qwen3": _Family(Qwen3Model, Qwen3TransformerBlock, Qwen3StateDictAdapter, CosSinRoPE, qk_norm=True),
+    "llama": _Family(Llama3Model, Llama3TransformerBlock, Llama3StateDictAdapter, ComplexRoPE, qk_norm=False),
+}
+
+
 def _norm(dim: int, eps: float) -> RMSNorm.Config:
     return RMSNorm.Config(normalized_shape=dim, eps=eps, param_init=_NORM_INIT)
 
 
-def _block(shape: ModelShape) -> Qwen3TransformerBlock.Config:
+def _rope(shape: ModelShape, rope: type[RoPE]) -> RoPE.Config:
+    scaling = shape.rope_scaling
+    llama3_scaling = {} if scaling is None else {
+        "scaling": "llama",
+        "scaling_factor": scaling.factor,
+        "low_freq_factor": scaling.low_freq_factor,
+        "high_freq_factor": scaling.high_freq_factor,
+        "original_max_position_embeddings": scaling.original_max_position_embeddings,
+    }
+    return rope.Config(
+        dim=shape.head_dim, max_seq_len=shape.max_seq_len, theta=shape.rope_theta, **llama3_scaling
+    )
+
+
+def _block(shape: ModelShape, family: _Family) -> TransformerBlock.Config:
     attention = make_gqa_config(
         dim=shape.dim,
         n_heads=shape.n_heads,
@@ -44,12 +87,10 @@ def _block(shape: ModelShape) -> Qwen3TransformerBlock.Config:
         wo_param_init=_LINEAR_INIT,
         inner_attention=ScaledDotProductAttention.Config(),
         fuse_qkv=False,
-        rope=CosSinRoPE.Config(
-            dim=shape.head_dim, max_seq_len=shape.max_seq_len, theta=shape.rope_theta
-        ),
-        qk_norm=_norm(shape.head_dim, shape.norm_eps),
+        rope=_rope(shape, family.rope),
+        qk_norm=_norm(shape.head_dim, shape.norm_eps) if family.qk_norm else None,
     )
-    return Qwen3TransformerBlock.Config(
+    return family.block.Config(
         attention_norm=_norm(shape.dim, shape.norm_eps),
         ffn_norm=_norm(shape.dim, shape.norm_eps),
         attention=attention,
@@ -62,8 +103,9 @@ def _block(shape: ModelShape) -> Qwen3TransformerBlock.Config:
     )
 
 
-def titan_config(shape: ModelShape) -> Qwen3Model.Config:
-    return Qwen3Model.Config(
+def titan_config(shape: ModelShape) -> Decoder.Config:
+    family = _FAMILIES[shape.family]
+    return family.model.Config(
         vocab_size=shape.vocab_size,
         dim=shape.dim,
         norm=_norm(shape.dim, shape.norm_eps),
@@ -76,12 +118,12 @@ def titan_config(shape: ModelShape) -> Qwen3Model.Config:
         lm_head=Linear.Config(
             in_features=shape.dim, out_features=shape.vocab_size, param_init=_LINEAR_INIT
         ),
-        layers=[_block(shape) for _ in range(shape.n_layers)],
+        layers=[_block(shape, family) for _ in range(shape.n_layers)],
     )
 
 
-def build_titan_model(shape: ModelShape, seed: int | None = None) -> Qwen3Model:
-    """A TorchTitan Qwen3 model in fp32 on CPU; initialised from `seed` when given."""
+def build_titan_model(shape: ModelShape, seed: int | None = None) -> Decoder:
+    """A TorchTitan model of the shape's family in fp32 on CPU; initialised from `seed` when given."""
     config = titan_config(shape)
     model = config.build()
     if seed is not None:
@@ -90,6 +132,6 @@ def build_titan_model(shape: ModelShape, seed: int | None = None) -> Qwen3Model:
     return model
 
 
-def state_dict_adapter(shape: ModelShape) -> Qwen3StateDictAdapter:
-    """TorchTitan's own HF <-> TorchTitan name converter for this shape."""
-    return Qwen3StateDictAdapter(titan_config(shape), None)
+def state_dict_adapter(shape: ModelShape) -> StateDictAdapter:
+    """TorchTitan's own HF <-> TorchTitan name converter for this shape's family."""
+    return _FAMILIES[shape.family].adapter(titan_config(shape), None)
