@@ -38,6 +38,18 @@ def test_max_digit_prompts_and_rewards():
     assert task.reward(prompt, completion([EOS])) == 0.0
 
 
+def test_copy_digits_answers_are_the_prompt_digits_and_rewards_are_positional():
+    task = build_task(TaskConfig(name="copy_digits", num_digits=4), TOKENIZER, ROOM)
+    prompt = task.sample(random.Random(0))
+    digits = [int(d) for d in prompt.answer]
+    assert prompt.answer == prompt.text and len(digits) == 4
+    wrong_first = [(digits[0] + 1) % 10, *digits[1:]]
+    assert task.reward(prompt, completion([*digits, EOS])) == 1.0
+    assert task.reward(prompt, completion([*wrong_first, EOS])) == 0.75
+    assert task.reward(prompt, completion([*digits, digits[0]])) == 0.5  # no EOS after the answer
+    assert task.reward(prompt, completion([EOS])) == 0.0
+
+
 def test_unknown_task_names_it():
     with pytest.raises(TaskError, match="'sum_digits'"):
         build_task(TaskConfig(name="sum_digits"), TOKENIZER, ROOM)

@@ -35,7 +35,7 @@ class Task(Protocol):
 
 @dataclass
 class TaskConfig:
-    name: str = "max_digit"  # max_digit | first_digit | dataset
+    name: str = "max_digit"  # max_digit | first_digit | copy_digits | dataset
     num_digits: int = 3
     dataset: str | None = None  # .jsonl / .json / .parquet / .csv file, or a save_to_disk directory
     prompt_column: str = "prompt"  # text, or a list of chat messages ({role, content})
@@ -75,11 +75,27 @@ def single_digit_reward(answer: str, completion: Completion, eos_id: int) -> flo
     return 1.0 if ended else 0.5
 
 
+def copied_fraction(answer: str, completion: Completion, eos_id: int) -> float:
+    """The fraction of the answer's characters the completion has at the same position, times
+    0.5 if the completion does not end with EOS right after the answer's length."""
+    matched = sum(a == b for a, b in zip(answer, completion.text)) / len(answer)
+    ended = len(completion.token_ids) > len(answer) and completion.token_ids[len(answer)] == eos_id
+    return matched if ended else 0.5 * matched
+
+
+# The answer each built-in task computes from the prompt's digits.
+DIGIT_RULES: dict[str, Callable[[list[int]], object]] = {
+    "max_digit": max,
+    "first_digit": lambda digits: digits[0],
+    "copy_digits": lambda digits: "".join(map(str, digits)),  # long completions: n digits + EOS
+}
+
+
 class DigitTask:
-    """Prompt = BOS d1..dn SEP; the answer is one digit computed from the prompt's digits."""
+    """Prompt = BOS d1..dn SEP; the answer is computed from the prompt's digits (`DIGIT_RULES`)."""
 
     def __init__(self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int):
-        rules = {"max_digit": max, "first_digit": lambda digits: digits[0]}
+        rules = DIGIT_RULES
         if name not in rules:
             raise TaskError(f"unknown task {name!r}; built-in tasks: {', '.join(rules)}, or 'dataset'")
         if num_digits < 1:
@@ -101,6 +117,8 @@ class DigitTask:
         return Prompt(token_ids=ids, answer=str(self.rule(digits)), text=text)
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
+        if self.name == "copy_digits":
+            return copied_fraction(prompt.answer, completion, self.tokenizer.eos_token_id)
         return single_digit_reward(prompt.answer, completion, self.tokenizer.eos_token_id)
 
 
