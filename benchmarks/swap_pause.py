@@ -22,6 +22,8 @@ from pathlib import Path
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 import forge_async  # noqa: E402,F401
+from forge_async.actors.generator_config import GeneratorConfig  # noqa: E402
+from forge_async.actors.generator_platform import prepare_process  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
 from forge_async.models.checkpoint import Checkpoint  # noqa: E402
 from forge_async.models.config import TinyModelConfig
@@ -75,6 +77,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--swap-every", type=int, default=20)
     args = parser.parse_args()
+    platform = prepare_process(GeneratorConfig())  # as a generator proc does, before vLLM starts
     from vllm import LLM
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,8 +90,8 @@ def main() -> None:
         print(f"{'mode':>10} {'swaps':>6} {'reload mean':>12} {'reload max':>11} {'latency mean':>13} {'tokens/s':>10} {'vs no swap':>11}")
         for mode in ("inflight", "drain"):
             llm = LLM(
-                model=str(checkpoint.path), dtype="float32", max_model_len=64, enforce_eager=True,
-                kv_cache_memory_bytes=2**29,
+                model=str(checkpoint.path), dtype="float32", max_model_len=64, kv_cache_memory_bytes=2**29,
+                **platform.llm_kwargs(),
                 **VersionedEngine.llm_kwargs(mode),
             )
             engine = VersionedEngine(llm, mode)

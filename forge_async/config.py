@@ -77,8 +77,11 @@ class GRPOConfig:
                 f"loss.clip_low/clip_high are set and trainer.is_cap={self.trainer.is_cap}: the clipped "
                 "ratio is the off-policy correction; set trainer.is_cap=null"
             )
+        self.placement.check_gpus(self.trainer.procs, self.generator.count)
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens
+        if self.generator.dtype is None:
+            self.generator.dtype = self.trainer.dtype
         if self.trainer.lr_total_steps is None:
             self.trainer.lr_total_steps = self.steps
         if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < self.steps:

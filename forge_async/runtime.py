@@ -1,7 +1,9 @@
 """Process-wide settings every forge_async process needs, applied on import.
 
 Monarch procs inherit the environment of the process that spawns them, so
-setting these once in the controller process covers every actor.
+setting these once in the controller process covers every actor. Settings only one
+role needs are set in its own proc (e.g. TORCHDYNAMO_DISABLE for a CPU generator:
+actors/generator_platform.py), never here: the trainer may torch.compile.
 """
 
 import os
@@ -10,8 +12,6 @@ _DEFAULTS = {
     # vLLM's engine runs inside the generator's proc: multiprocess engines cannot
     # start inside Monarch's daemonic procs.
     "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    # Avoids a ~2 s torch.compile on vLLM's first logprobs request (CPU).
-    "TORCHDYNAMO_DISABLE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_LOGGING_LEVEL": "WARNING",
     # How often Monarch looks for dead procs (its default, 10s, is how long a crash goes

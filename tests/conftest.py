@@ -40,14 +40,11 @@ def tiny_llama_checkpoint(tmp_path_factory) -> Checkpoint:
     return Checkpoint.open(create_tiny_checkpoint(model, TinyModelConfig(family="llama")))
 
 
-def spawn_generator(checkpoint: Checkpoint):
+def spawn_generator(checkpoint: Checkpoint, **overrides):
     """A generator on the torchstore transport: it loads versions only when told to.
     Returns (procs, generator); the caller stops it with `meshes.stop_all(procs)`."""
-    procs, generator, _ = asyncio.run(
-        meshes.spawn_generator(
-            checkpoint, GeneratorConfig(cpu_threads_bind="0", kv_cache_gib=0.25), WeightsConfig("torchstore")
-        )
-    )
+    config = GeneratorConfig(cpu_threads_bind="0", kv_cache_gib=0.25, **overrides)
+    procs, generator, _ = asyncio.run(meshes.spawn_generator(checkpoint, config, WeightsConfig("torchstore")))
     return procs, generator
 
 

@@ -11,10 +11,10 @@ from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
 
 
-def app_config(*overrides: str) -> GRPOConfig:
-    """configs/grpo.yaml with `overrides`, composed and checked as `python -m apps.grpo` does."""
+def app_config(*overrides: str, config_name: str = "grpo") -> GRPOConfig:
+    """configs/CONFIG_NAME.yaml with `overrides`, composed and checked as `python -m apps.grpo` does."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return load_config(compose(config_name="grpo", overrides=list(overrides)))
+        return load_config(compose(config_name=config_name, overrides=list(overrides)))
 
 
 BAD_VALUES = {
@@ -35,6 +35,15 @@ BAD_VALUES = {
     "trainer.is_cap=nan": "trainer.is_cap=nan: must be a finite number > 0 or null (null = no correction)",
     "trainer.threads=0": "trainer.threads=0: must be >= 1",
     "trainer.procs=0": "trainer.procs=0: must be >= 1",
+    "trainer.dtype=fp8": "trainer.dtype='fp8': one of float32, bfloat16",
+    "trainer.micro_batch_tokens=0": "trainer.micro_batch_tokens=0: must be >= 1 or null",
+    "trainer.activation_checkpointing=some": "trainer.activation_checkpointing='some': one of none, full, selective",
+    "trainer.lr_schedule=step": "trainer.lr_schedule='step': one of constant, linear, cosine, sqrt",
+    "trainer.warmup_steps=-1": "trainer.warmup_steps=-1: must be >= 0",
+    "trainer.min_lr_factor=2": "trainer.min_lr_factor=2.0: must be in [0, 1]",
+    "trainer.lr_schedule=cosine trainer.lr_total_steps=10": "trainer.lr_total_steps=10 is less than steps=250",
+    "generator.dtype=int8": "generator.dtype='int8': one of float32, bfloat16, float16",
+    "sampling.min_tokens=4": "sampling.min_tokens=4: must be in [0, 3]",
     "generator.count=0": "generator.count=0: must be >= 1",
     "generator.max_restarts=-1": "generator.max_restarts=-1: must be >= 0",
     "generator.max_model_len=0": "generator.max_model_len=0: must be >= 1 or null",
@@ -54,13 +63,25 @@ BAD_VALUES = {
     "max_policy_age=-1": "max_policy_age=-1: must be >= 0",
     "target_reward=nan": "target_reward=nan: must be a finite number",
     "prompts_per_rollout=32": "prompts_per_rollout=32 must be <= prompts_per_step=16",
+    "generator.enforce_eager=true generator.compile=true":
+        "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's torch.compile off",
+    "placement.trainer_gpus=[0] placement.generator_gpus=[0]":
+        "placement.trainer_gpus=[0] and placement.generator_gpus=[0] share GPU(s) [0] on node(s) [0]",
+    "placement.trainer_gpus=[0]": "placement.generator_gpus is null while the other is set",
+    "placement.trainer_gpus=[0] placement.generator_gpus=[1] trainer.procs=2":
+        "placement.trainer_gpus=[0] names 1 GPU(s) for trainer.procs=2: one GPU per trainer proc",
+    "placement.trainer_gpus=[0] placement.generator_gpus=[1] generator.count=2":
+        "placement.generator_gpus=[1] names 1 GPU(s) for 2 generators on a node",
+    "placement.generator_gpus=[1,1]": "placement.generator_gpus=[1, 1]: a GPU appears twice",
+    "placement.trainer_gpus=[-1]": "placement.trainer_gpus=[-1]: GPU indices are >= 0",
+    "placement.trainer_gpus=[]": "placement.trainer_gpus=[] is empty",
 }
 
 
 @pytest.mark.parametrize("override", BAD_VALUES)
 def test_an_out_of_range_value_is_named_with_what_the_key_accepts(override):
     with pytest.raises(ConfigError, match=f"^{re.escape(BAD_VALUES[override])}"):
-        app_config(override)
+        app_config(*override.split())
 
 
 @pytest.mark.parametrize(
@@ -69,6 +90,9 @@ def test_an_out_of_range_value_is_named_with_what_the_key_accepts(override):
         (),
         ("sampling.temperature=0", "sampling.top_p=1", "trainer.is_cap=null", "generator.kv_cache_gib=null"),
         ("group_size=2", "checkpoint.every_steps=0", "trainer.beta1=0", "generator.max_model_len=64"),
+        ("generator.compile=true", "placement.trainer_gpus=[0]", "placement.generator_gpus=[0]",
+         "placement.share_gpus=true"),
+        ("generator.enforce_eager=false", "generator.compile=false", "generator.gpu_memory_utilization=1"),
     ],
 )
 def test_values_at_the_edges_of_their_ranges_are_accepted(overrides):
@@ -81,3 +105,27 @@ def test_the_app_exits_2_naming_the_key_before_any_proc_starts(tmp_path):
     assert "error: sampling.top_p=1.5: must be in (0, 1]" in run.output
     assert "Traceback" not in run.output
     assert "spawning" not in run.output and not (run.run_dir / "initial_model").exists()
+
+
+def test_the_gpu_preset_composes_and_validates_through_the_app(tiny_checkpoint, tmp_path):
+    """`--config-name grpo_gpu` with a checkpoint and a dataset: it loads and passes every start-up check
+    (it is not run: no GPU here)."""
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text('{"prompt": "1 2 3", "answer": "3"}\n')
+    config = app_config(
+        f"model.path={tiny_checkpoint.path}", "task.name=dataset", f"task.dataset={dataset}", config_name="grpo_gpu"
+    )
+    config.check_paths()
+    config.placement.check(nnodes=1)
+    assert config.model.path == str(tiny_checkpoint.path) and config.task.dataset == str(dataset)
+    assert config.sampling.max_tokens == 512 and config.generator.kv_cache_gib is None
+    assert (config.placement.visible_gpus("trainer"), config.placement.visible_gpus("generator0")) == ("0", "1")
+    assert config.generator.enforce_eager is None and config.generator.compile is None  # GPU defaults
+    assert config.trainer.lr == 1e-6 and config.mode == "async"  # the rest inherited from grpo.yaml
+
+
+def test_the_generator_dtype_follows_the_trainer_unless_set():
+    assert app_config().generator.dtype == "float32"
+    assert app_config("trainer.dtype=bfloat16").generator.dtype == "bfloat16"
+    assert app_config("trainer.dtype=bfloat16", "generator.dtype=float32").generator.dtype == "float32"
+    assert app_config("steps=40").trainer.lr_total_steps == 40

@@ -105,10 +105,12 @@ def wandb_records(run_dir) -> bytes:
 
 VLLM_SCORE = """
 import json, sys
-import forge_async
+from forge_async.actors.generator_config import GeneratorConfig
+from forge_async.actors.generator_platform import prepare_process
 from vllm import LLM, SamplingParams
 if __name__ == "__main__":
-    llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, kv_cache_memory_bytes=2**27)
+    platform = prepare_process(GeneratorConfig())  # as a generator proc does
+    llm = LLM(model=sys.argv[1], dtype="float32", kv_cache_memory_bytes=2**27, **platform.llm_kwargs())
     out = llm.generate([{"prompt_token_ids": [11, 3, 1, 4, 13, 4, 12]}],
                        SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)[0]
     seq = [11, 3, 1, 4, 13, 4, 12]

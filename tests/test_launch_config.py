@@ -1,10 +1,17 @@
-"""Where a node finds its place: flags, torchrun's and Slurm's environment; placement checks."""
+"""Where a node finds its place: flags, torchrun's and Slurm's environment; placement checks;
+the GPUs each role's procs see and what they do before their imports."""
+
+import os
+import re
 
 import pytest
 
+from forge_async.actors.generator_platform import prepare_process
+from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
 from forge_async.launch.nodes import NodeSpec, first_host
 from forge_async.launch.placement import PlacementConfig
+from forge_async.launch.procs import RunProcs, use_gpus
 
 
 def resolve(environ: dict, **flags) -> NodeSpec:
@@ -54,3 +61,71 @@ def test_generators_spread_round_robin():
     placement = PlacementConfig(generator_hosts=[1, 2])
     placement.check(nnodes=3)
     assert [placement.generator_host(i) for i in range(5)] == [1, 2, 1, 2, 1]
+
+
+def test_each_role_sees_its_own_gpus():
+    placement = PlacementConfig(trainer_gpus=[0, 1], generator_gpus=[2, 3])
+    placement.check_gpus(trainer_procs=2, generator_count=2)
+    assert placement.visible_gpus("trainer") == "0,1"  # rank LOCAL_RANK takes the LOCAL_RANK-th
+    assert [placement.visible_gpus(f"generator{i}") for i in range(2)] == ["2", "3"]
+    assert placement.visible_gpus("replay_buffer") is None and placement.visible_gpus("weight_relay1") is None
+    assert PlacementConfig().visible_gpus("trainer") is None and PlacementConfig().visible_gpus("generator0") is None
+
+
+def test_generators_take_their_nodes_gpus_in_the_order_they_land_there():
+    placement = PlacementConfig(trainer_hosts=[0], generator_hosts=[1, 2], generator_gpus=[4, 5])
+    placement.check_gpus(trainer_procs=1, generator_count=4)  # no node runs both: no overlap to check
+    # generator0 -> node 1, generator1 -> node 2, generator2 -> node 1, generator3 -> node 2
+    assert [placement.visible_gpus(f"generator{i}") for i in range(4)] == ["4", "4", "5", "5"]
+
+
+def test_shared_gpus_are_handed_out_round_robin():
+    placement = PlacementConfig(trainer_gpus=[0], generator_gpus=[0, 1], share_gpus=True)
+    placement.check_gpus(trainer_procs=1, generator_count=3)
+    assert [placement.visible_gpus(f"generator{i}") for i in range(3)] == ["0", "1", "0"]
+
+
+def node_with_gpus(monkeypatch, count: int, node_env: str | None) -> None:
+    """This process as a proc on a node with `count` GPUs whose environment sets
+    CUDA_VISIBLE_DEVICES to `node_env` (None: not set). Restored after the test."""
+    if node_env is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", node_env)
+
+    def device_count() -> int:  # as CUDA counts: the listed GPUs up to the first that does not exist
+        listed = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+        return next((n for n, gpu in enumerate(listed) if not (gpu.isdigit() and int(gpu) < count)), len(listed))
+
+    monkeypatch.setattr("torch.cuda.device_count", device_count)
+
+
+def test_gpu_indices_count_among_the_gpus_the_node_shows(monkeypatch):
+    node_with_gpus(monkeypatch, 8, node_env=None)
+    use_gpus("0,3", "placement.trainer_gpus")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,3"
+    node_with_gpus(monkeypatch, 8, node_env="4,5,6,7")  # as Slurm sets it for a job
+    use_gpus("0,2", "placement.trainer_gpus")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,6"
+
+
+@pytest.mark.parametrize(
+    "count, node_env, error",
+    [(2, None, "GPU(s) 0,3 not all found"), (8, "4,5", "GPU(s) 0,3 of CUDA_VISIBLE_DEVICES=4,5 not all found")],
+)
+def test_a_node_without_the_gpus_named_fails_in_the_procs_bootstrap(monkeypatch, count, node_env, error):
+    node_with_gpus(monkeypatch, count, node_env)
+    with pytest.raises(ConfigError, match=f"^placement.generator_gpus: {re.escape(error)}"):
+        use_gpus("0,3", "placement.generator_gpus")
+
+
+def test_only_generator_procs_prepare_for_vllm_and_only_placed_roles_take_gpus():
+    config = GRPOConfig(placement=PlacementConfig(trainer_gpus=[0], generator_gpus=[1]))
+    procs = RunProcs(config, hosts=None, log_dir=None)
+    (trainer_gpus,) = procs.prepare("trainer")  # nothing about vLLM, TORCHDYNAMO_DISABLE included
+    assert (trainer_gpus.func, trainer_gpus.args) == (use_gpus, ("0", "placement.trainer_gpus"))
+    gpus, engine = procs.prepare("generator0")
+    assert (gpus.func, gpus.args) == (use_gpus, ("1", "placement.generator_gpus"))
+    assert (engine.func, engine.args) == (prepare_process, (config.generator,))
+    assert procs.prepare("replay_buffer") == ()
+    assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare("generator1")] == [prepare_process]

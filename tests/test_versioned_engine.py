@@ -1,11 +1,12 @@
 """Per-token policy versions through weight swaps, on a real vLLM engine stepped by hand."""
 
 import math
-import os
 
 import pytest
 import torch
 
+from forge_async.actors.generator_config import GeneratorConfig
+from forge_async.actors.generator_platform import resolve_platform
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.losses.grpo import token_logprobs
@@ -17,26 +18,24 @@ MAX_TOKENS = 10
 
 @pytest.fixture(scope="module")
 def llm(tiny_checkpoint):
-    from vllm import LLM
+    """The generator's engine, built in this test process the way a generator proc builds it.
+    Its environment is set only while it starts: procs spawned later inherit this process's
+    (vLLM pinning pytest's threads to a core, or dynamo off in a trainer)."""
+    platform = resolve_platform(GeneratorConfig(), on_gpu=torch.cuda.is_available())
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        for key, value in platform.env().items():
+            env.setenv(key, value)
+        from vllm import LLM
 
-    # Engine in this test process: do not let vLLM pin pytest's threads to a core
-    # (the app runs spawned later would inherit the affinity).
-    previous = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-    try:
-        yield LLM(
+        return LLM(
             model=str(tiny_checkpoint.path),
             dtype="float32",
             max_model_len=tiny_checkpoint.shape.max_seq_len,
-            enforce_eager=True,
             kv_cache_memory_bytes=2**28,
+            **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs("inflight"),
         )
-    finally:
-        if previous is None:
-            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
-        else:
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = previous
 
 
 def params():

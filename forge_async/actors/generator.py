@@ -17,6 +17,7 @@ from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
+from forge_async.actors.generator_platform import prepare_process
 from forge_async.data.episode import Completion
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
@@ -50,6 +51,7 @@ def sampling_params(sampling: SamplingConfig):
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         max_tokens=sampling.max_tokens,
+        min_tokens=sampling.min_tokens,
         logprobs=0,  # the sampled token's own logprob
         output_kind=RequestOutputKind.DELTA,
         detokenize=False,  # the text is decoded once per completion (see VersionedEngine)
@@ -68,6 +70,7 @@ class Generator(ProcActor):
     @endpoint
     async def setup(self) -> dict[str, float]:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", self.config.cpu_threads_bind)
+        platform = prepare_process(self.config)
         from vllm import LLM  # heavy import, kept inside the generator's proc
 
         start = time.perf_counter()
@@ -75,12 +78,12 @@ class Generator(ProcActor):
         self.max_model_len = c.max_model_len or self.checkpoint.shape.max_seq_len
         llm = LLM(
             model=str(self.checkpoint.path),
-            dtype=c.dtype,
+            dtype=c.dtype or self.checkpoint.dtype,  # null (composed alone): the checkpoint's own
             max_model_len=self.max_model_len,
             seed=c.seed,
-            enforce_eager=True,
             gpu_memory_utilization=c.gpu_memory_utilization,
             kv_cache_memory_bytes=int(c.kv_cache_gib * 2**30) if c.kv_cache_gib else None,
+            **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs(c.swap_mode),
         )
         self.engine = VersionedEngine(llm, c.swap_mode)

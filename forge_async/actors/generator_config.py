@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_range
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 from forge_async.generation.versioned_engine import SWAP_MODES
 
@@ -12,17 +12,26 @@ class GeneratorConfig:
     count: int = 1  # generator actors (one proc each)
     max_restarts: int = 3  # generator procs respawned after a crash, over the run; then it stops
     max_model_len: int | None = None  # default: the checkpoint's max_position_embeddings
-    dtype: str = "float32"
+    dtype: str | None = None  # float32 | bfloat16; null = trainer.dtype (composed alone: the checkpoint's)
     seed: int = 0
     swap_mode: str = "inflight"  # inflight | drain (see generation/versioned_engine.py)
     # vLLM CPU OpenMP thread binding, e.g. "0" (core 0), "0-3", "auto", "nobind".
     cpu_threads_bind: str = "auto"
+    # Share of its GPU's memory vLLM may take (weights, activations, KV cache). kv_cache_gib,
+    # when set, sizes the KV cache instead. (vLLM's CPU build reads it as a share of RAM.)
     gpu_memory_utilization: float = 0.5
     # KV cache size in GiB; null = vLLM's default (on CPU it reserves several GiB per engine).
     kv_cache_gib: float | None = None
+    # vLLM without CUDA graphs nor torch.compile; null = the platform's default (true on CPU,
+    # false on GPU). See generator_platform.py.
+    enforce_eager: bool | None = None
+    # vLLM's torch.compile of the model; null = the platform's default (off on CPU, on on GPU).
+    compile: bool | None = None
 
     def __post_init__(self) -> None:
         check_range("generator.count", self.count, AT_LEAST_1)
+        if self.dtype is not None:
+            check_choice("generator.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         check_range("generator.max_restarts", self.max_restarts, AT_LEAST_0)
         check_range(
             "generator.max_model_len", self.max_model_len, AT_LEAST_1,
@@ -36,6 +45,12 @@ class GeneratorConfig:
         check_range(
             "generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default"
         )
+        if self.enforce_eager and self.compile:
+            # vLLM's enforce_eager sets its compilation mode to none, whatever was asked.
+            raise ConfigError(
+                "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's "
+                "torch.compile off; set generator.enforce_eager=false (or null)"
+            )
 
 
 @dataclass
@@ -43,8 +58,10 @@ class SamplingConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 16
+    min_tokens: int = 0  # EOS is not sampled before this many tokens (long completions)
 
     def __post_init__(self) -> None:
         check_range("sampling.temperature", self.temperature, AT_LEAST_0, note="0 = greedy")
         check_range("sampling.top_p", self.top_p, FRACTION)
         check_range("sampling.max_tokens", self.max_tokens, AT_LEAST_1)
+        check_range("sampling.min_tokens", self.min_tokens, Range(0, self.max_tokens), note="<= sampling.max_tokens")

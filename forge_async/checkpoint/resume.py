@@ -2,7 +2,7 @@
 
 Only keys that do not change the experiment may be overridden on resume (how
 long it runs, how it saves itself, how many crashes it survives, where its
-meshes run and how weights travel); any other
+meshes run, how weights travel, whether vLLM compiles); any other
 override fails, naming the key, since the checkpoint was made under the saved
 value.
 """
@@ -22,6 +22,11 @@ RESUMABLE_KEYS = (
     "weights.transport",
     "placement.trainer_hosts",
     "placement.generator_hosts",
+    "placement.trainer_gpus",
+    "placement.generator_gpus",
+    "placement.share_gpus",
+    "generator.enforce_eager",
+    "generator.compile",
     "verbose",
     "logging.tensorboard",
     "logging.wandb",

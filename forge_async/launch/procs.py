@@ -11,15 +11,20 @@ Roles: `trainer`, `generator<i>`, `replay_buffer`, `weight_relay<node>`.
 
 import asyncio
 import importlib
+import os
+import socket
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import monarch.actor
 from monarch.actor import HostMesh, MeshFailure, ProcMesh, this_host
 
+from forge_async.actors.generator_platform import prepare_process
 from forge_async.config import GRPOConfig
 from forge_async.console import send_output_to_log
+from forge_async.errors import ConfigError
 from forge_async.launch.hosts import Hosts
 from forge_async.tracing import TRACER
 
@@ -32,14 +37,42 @@ PRELOAD = {
 }
 
 
-def start_proc(log_dir: str | None, name: str, modules: tuple[str, ...], trace: bool = True) -> None:
+Step = Callable[[], None]
+
+
+def start_proc(
+    log_dir: str | None, name: str, modules: tuple[str, ...], trace: bool = True, prepare: tuple[Step, ...] = ()
+) -> None:
     """A proc's bootstrap: its output to LOG_DIR/NAME.log (none: the console), spans recorded
-    or not (`trace`), then `modules` imported."""
+    or not (`trace`), the `prepare` steps (environment that must be set before torch or
+    vLLM read it), then `modules` imported."""
     TRACER.enabled = trace
     if log_dir is not None:
         send_output_to_log(log_dir, name)
+    for step in prepare:
+        step()
     for module in modules:
         importlib.import_module(module)
+
+
+def use_gpus(indices: str, key: str) -> None:
+    """A `prepare` step: show this proc only the GPUs `indices` ("0,1") of its node, through
+    CUDA_VISIBLE_DEVICES (read when CUDA initialises). Where the node's environment sets it
+    already (Slurm does), an index is a position in that list. Fails naming `key` if the node
+    does not have them all."""
+    wanted = [int(i) for i in indices.split(",")]
+    node = os.environ.get("CUDA_VISIBLE_DEVICES")
+    listed = None if node is None else [gpu for gpu in node.split(",") if gpu]
+    visible = indices if listed is None else ",".join(listed[i] for i in wanted if i < len(listed))
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    import torch
+
+    if torch.cuda.device_count() < len(wanted):
+        shown = "" if listed is None else f" of CUDA_VISIBLE_DEVICES={node}"
+        raise ConfigError(
+            f"{key}: GPU(s) {indices}{shown} not all found on {socket.gethostname()} "
+            f"({torch.cuda.device_count()} of {len(wanted)} visible)"
+        )
 
 
 def spawn_procs(
@@ -49,10 +82,16 @@ def spawn_procs(
     log_dir: Path | None,
     preload: tuple[str, ...] = (),
     trace: bool = True,
+    prepare: tuple[Step, ...] = (),
 ) -> ProcMesh:
     """`procs` procs per host of `host` (default: this host), started by `start_proc`; returns at once."""
-    bootstrap = partial(start_proc, None if log_dir is None else str(log_dir), name, preload, trace)
+    bootstrap = partial(start_proc, None if log_dir is None else str(log_dir), name, preload, trace, prepare)
     return (host or this_host()).spawn_procs(per_host={"procs": procs}, bootstrap=bootstrap, name=name)
+
+
+def _kind(role: str) -> str:
+    """The role less its index: `generator3` -> `generator`."""
+    return role.rstrip("0123456789")
 
 
 def keep_controller_alive_on_faults() -> None:
@@ -89,8 +128,21 @@ class RunProcs:
     def spawn(self, role: str) -> ProcMesh:
         """New procs for `role`, importing what its actor needs as they start."""
         procs = self.config.trainer.procs if role == "trainer" else 1
-        preload = PRELOAD[role.rstrip("0123456789")]
-        return spawn_procs(self.host(role), procs, role, self.log_dir, preload, self.config.trace.enabled)
+        preload = PRELOAD[_kind(role)]
+        return spawn_procs(
+            self.host(role), procs, role, self.log_dir, preload, self.config.trace.enabled, self.prepare(role)
+        )
+
+    def prepare(self, role: str) -> tuple[Step, ...]:
+        """What `role`'s procs do before their imports: take their GPUs (placement.*_gpus);
+        a generator also decides how vLLM runs there (actors/generator_platform.py)."""
+        steps: list[Step] = []
+        gpus = self.config.placement.visible_gpus(role)
+        if gpus is not None:
+            steps.append(partial(use_gpus, gpus, f"placement.{_kind(role)}_gpus"))
+        if _kind(role) == "generator":
+            steps.append(partial(prepare_process, self.config.generator))
+        return tuple(steps)
 
     def spawn_all(self) -> None:
         """Trainer, generators and replay buffer, all at once (weight relays are spawned when needed)."""

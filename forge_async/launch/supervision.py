@@ -23,9 +23,11 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from monarch.actor import ActorError
+
 from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
-from forge_async.errors import TrainerFailed
+from forge_async.errors import TrainerFailed, UserError
 from forge_async.launch import meshes
 from forge_async.launch.hosts import node_address, node_rank
 from forge_async.launch.procs import RunProcs
@@ -105,15 +107,23 @@ class RunMeshes:
         self._relays: list = []
 
     async def start(self) -> list[float]:
-        """Spawn trainer, generators, buffer and weight relays, all at once; returns engine start times."""
+        """Spawn trainer, generators, buffer and weight relays, all at once; returns engine start times.
+
+        Bad input a proc finds as it starts (a GPU its node lacks) is raised as the UserError
+        it is: one line, not a remote traceback."""
         self.buffer = SupervisedBuffer(self)
-        spawned, *_ = await asyncio.gather(
-            asyncio.gather(*(self._spawn_generator(i) for i in range(self.config.generator.count))),
-            self._spawn_trainer(),
-            self.buffer.spawn(),
-            self._spawn_relays(),
-            self._start_store(),
-        )
+        try:
+            spawned, *_ = await asyncio.gather(
+                asyncio.gather(*(self._spawn_generator(i) for i in range(self.config.generator.count))),
+                self._spawn_trainer(),
+                self.buffer.spawn(),
+                self._spawn_relays(),
+                self._start_store(),
+            )
+        except ActorError as err:
+            if isinstance(err.exception, UserError):
+                raise err.exception from None
+            raise
         self._generators = [g for g, _ in spawned]
         self._restart_locks = [asyncio.Lock() for _ in spawned]
         self._write_procs_file()

@@ -50,6 +50,11 @@ class Checkpoint:
         hf_config = json.loads(config_file.read_text())
         return cls(path, hf_config, ModelShape.from_hf_config(hf_config, str(path)))
 
+    @property
+    def dtype(self) -> str:
+        """The weights' dtype as config.json states it (vLLM's "auto" would run fp32 ones in bf16)."""
+        return self.hf_config.get("dtype") or self.hf_config.get("torch_dtype") or "float32"
+
     def load_hf_state_dict(self) -> dict[str, torch.Tensor]:
         state_dict: dict[str, torch.Tensor] = {}
         for file in sorted(self.path.glob("*.safetensors")):

@@ -1,0 +1,92 @@
+"""How the generator's vLLM engine runs on CPU and on GPU, decided without either (pure functions)."""
+
+import os
+from unittest import mock
+
+import pytest
+import torch
+
+from forge_async.actors.generator_config import GeneratorConfig
+from forge_async.actors.generator_platform import EnginePlatform, prepare_process, resolve_platform
+from forge_async.errors import ConfigError
+
+EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False)
+
+
+@pytest.mark.parametrize(
+    "enforce_eager, compile, on_gpu, expected",
+    [
+        # Defaults: eager, uncompiled on CPU; CUDA graphs and compile on GPU.
+        (None, None, False, EAGER),
+        (None, None, True, EnginePlatform(True, enforce_eager=False, compile=True)),
+        # Asking for eager on GPU turns the default compile off (vLLM would anyway).
+        (True, None, True, EnginePlatform(True, enforce_eager=True, compile=False)),
+        # No compile on GPU keeps CUDA graphs: eager stays off.
+        (None, False, True, EnginePlatform(True, enforce_eager=False, compile=False)),
+        # Compile on CPU: eager's default follows (vLLM's enforce_eager would undo compile).
+        (None, True, False, EnginePlatform(False, enforce_eager=False, compile=True)),
+        (False, None, False, EnginePlatform(False, enforce_eager=False, compile=False)),
+    ],
+)
+def test_null_means_the_platform_default_and_explicit_values_win(enforce_eager, compile, on_gpu, expected):
+    config = GeneratorConfig(enforce_eager=enforce_eager, compile=compile)
+    assert resolve_platform(config, on_gpu) == expected
+
+
+def test_compile_maps_to_vllm_compilation_mode_and_eager_to_enforce_eager():
+    assert EAGER.llm_kwargs() == {"enforce_eager": True, "compilation_config": {"mode": "NONE"}}
+    gpu = EnginePlatform(on_gpu=True, enforce_eager=False, compile=True)
+    assert gpu.llm_kwargs() == {"enforce_eager": False, "compilation_config": {"mode": "VLLM_COMPILE"}}
+
+
+def test_dynamo_is_disabled_only_for_an_uncompiled_cpu_engine():
+    assert EAGER.env() == {"TORCHDYNAMO_DISABLE": "1"}
+    assert EnginePlatform(on_gpu=False, enforce_eager=False, compile=True).env() == {}
+    assert EnginePlatform(on_gpu=True, enforce_eager=True, compile=False).env() == {}
+
+
+def test_eager_with_compile_is_refused_naming_both_keys():
+    with pytest.raises(ConfigError, match="generator.compile=true with generator.enforce_eager=true"):
+        GeneratorConfig(enforce_eager=True, compile=True)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU decisions")
+def test_prepare_process_sets_the_environment_in_this_process_only_where_needed(monkeypatch):
+    monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
+    assert prepare_process(GeneratorConfig(compile=True)).compile
+    assert "TORCHDYNAMO_DISABLE" not in os.environ
+    assert prepare_process(GeneratorConfig()) == EAGER
+    assert os.environ["TORCHDYNAMO_DISABLE"] == "1"
+
+
+def test_compile_with_dynamo_disabled_in_the_environment_is_refused(monkeypatch):
+    monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
+    with pytest.raises(ConfigError, match="TORCHDYNAMO_DISABLE=1"):
+        prepare_process(GeneratorConfig(compile=True))
+
+
+def test_the_controller_no_longer_disables_dynamo_for_every_proc(monkeypatch):
+    from forge_async import runtime
+
+    monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
+    runtime.apply_defaults()
+    assert "TORCHDYNAMO_DISABLE" not in os.environ
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks how vLLM's CPU build reads the knobs")
+@pytest.mark.parametrize(
+    "platform, mode",
+    [(EAGER, "NONE"), (EnginePlatform(on_gpu=False, enforce_eager=False, compile=True), "DYNAMO_TRACE_ONCE")],
+)
+def test_vllm_reads_the_knobs_as_meant(tiny_checkpoint, platform, mode):
+    """The installed vLLM's own config resolution (no engine is started). Its CPU build runs
+    VLLM_COMPILE as one Dynamo trace through Inductor, and has no CUDA graphs."""
+    with mock.patch.dict(os.environ):  # vLLM's CPU platform sets variables of its own
+        from vllm.config import CUDAGraphMode
+        from vllm.engine.arg_utils import EngineArgs
+
+        args = EngineArgs(model=str(tiny_checkpoint.path), max_model_len=64, **platform.llm_kwargs())
+        vllm_config = args.create_engine_config()
+    assert vllm_config.compilation_config.mode.name == mode
+    assert vllm_config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
+    assert vllm_config.model_config.enforce_eager == platform.enforce_eager
