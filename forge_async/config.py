@@ -14,7 +14,7 @@ from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, Range, check_range
 from forge_async.errors import ConfigError
 from forge_async.launch.placement import PlacementConfig
-from forge_async.losses.config import LossConfig
+from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.tasks import TaskConfig
@@ -49,6 +49,7 @@ class GRPOConfig:
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
@@ -72,10 +73,11 @@ class GRPOConfig:
                 f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
                 f"prompts_per_step={self.prompts_per_step}"
             )
-        if self.loss.clipped and self.trainer.is_cap is not None:
+        if self.loss.clipped and self.importance.corrects:
             raise ConfigError(
-                f"loss.clip_low/clip_high are set and trainer.is_cap={self.trainer.is_cap}: the clipped "
-                "ratio is the off-policy correction; set trainer.is_cap=null"
+                f"loss.clip_low/clip_high are set and importance corrects too (importance.mode="
+                f"{self.importance.mode}, importance.cap={self.importance.cap}): the clipped ratio is the "
+                "off-policy correction; set importance.cap=null (mode truncate)"
             )
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget

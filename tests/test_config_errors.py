@@ -4,11 +4,18 @@ import re
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the config schema
 from apps.grpo.subprocess_run import run_app
+from forge_async.checkpoint.resume import resumed_config
 from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
+
+
+def compose_default():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        return compose(config_name="grpo")
 
 
 def app_config(*overrides: str, config_name: str = "grpo") -> GRPOConfig:
@@ -31,8 +38,13 @@ BAD_VALUES = {
     "trainer.eps=0": "trainer.eps=0.0: must be > 0",
     "trainer.weight_decay=-1": "trainer.weight_decay=-1.0: must be >= 0",
     "trainer.grad_clip=0": "trainer.grad_clip=0.0: must be > 0",
-    "trainer.is_cap=-1": "trainer.is_cap=-1.0: must be > 0 or null (null = no correction)",
-    "trainer.is_cap=nan": "trainer.is_cap=nan: must be a finite number > 0 or null (null = no correction)",
+    "importance.cap=-1": "importance.cap=-1.0: must be > 0 or null (null = no correction)",
+    "importance.cap=nan": "importance.cap=nan: must be a finite number > 0 or null (null = no correction)",
+    "importance.level=batch": "importance.level='batch': one of token, sequence",
+    "importance.mode=drop": "importance.mode='drop': one of truncate, mask",
+    "importance.mask_low=1.5": "importance.mask_low=1.5: must be in [0, 1]",
+    "importance.mask_high=0.5": "importance.mask_high=0.5: must be >= 1",
+    "loss.clip_low=0.2 loss.clip_high=0.2 importance.mode=mask importance.cap=null": "loss.clip_low/clip_high are set and importance corrects too",
     "trainer.threads=0": "trainer.threads=0: must be >= 1",
     "trainer.procs=0": "trainer.procs=0: must be >= 1",
     "trainer.dtype=fp8": "trainer.dtype='fp8': one of float32, bfloat16",
@@ -88,7 +100,7 @@ def test_an_out_of_range_value_is_named_with_what_the_key_accepts(override):
     "overrides",
     [
         (),
-        ("sampling.temperature=0", "sampling.top_p=1", "trainer.is_cap=null", "generator.kv_cache_gib=null"),
+        ("sampling.temperature=0", "sampling.top_p=1", "importance.cap=null", "generator.kv_cache_gib=null"),
         ("group_size=2", "checkpoint.every_steps=0", "trainer.beta1=0", "generator.max_model_len=64"),
         ("generator.compile=true", "placement.trainer_gpus=[0]", "placement.generator_gpus=[0]",
          "placement.share_gpus=true"),
@@ -129,3 +141,14 @@ def test_the_generator_dtype_follows_the_trainer_unless_set():
     assert app_config("trainer.dtype=bfloat16").generator.dtype == "bfloat16"
     assert app_config("trainer.dtype=bfloat16", "generator.dtype=float32").generator.dtype == "float32"
     assert app_config("steps=40").trainer.lr_total_steps == 40
+
+
+def test_a_run_saved_with_trainer_is_cap_resumes_with_it_as_importance_cap(tmp_path):
+    """Configs saved before importance.* existed keep their off-policy setting on resume."""
+    saved = OmegaConf.to_container(compose_default())
+    saved["trainer"]["is_cap"] = None
+    del saved["importance"]
+    OmegaConf.save(OmegaConf.create(saved), tmp_path / "config.yaml")
+    resumed = resumed_config(tmp_path, [f"resume={tmp_path}"], compose_default())
+    config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GRPOConfig), resumed))  # as load_config
+    assert config.importance.cap is None and config.importance.mode == "truncate"

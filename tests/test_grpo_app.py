@@ -150,7 +150,7 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
         tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0", "weights.transport=torchstore",
         # the loss variants reach the trainer (their arithmetic: test_loss_variants.py)
         "loss.aggregation=sequence_mean", "loss.scale_by_std=false",
-        "loss.clip_low=0.2", "loss.clip_high=0.28", "trainer.is_cap=null",
+        "loss.clip_low=0.2", "loss.clip_high=0.28", "importance.cap=null",
     )
     assert run.returncode == 0, run.output
     assert [m["policy/age_max"] for m in run.metrics] == [0, 0, 0]
@@ -177,7 +177,7 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
         ("placement.generator_hosts=[1]", "placement.generator_hosts"),
         ("checkpoint.keep=0", "checkpoint.keep"),
         ("loss.aggregation=median", "loss.aggregation"),
-        ("loss.clip_low=0.2 loss.clip_high=0.28", "trainer.is_cap"),
+        ("loss.clip_low=0.2 loss.clip_high=0.28", "importance.cap=null"),
         ("loss.clip_high=0.28", "loss.clip_low"),
     ],
 )

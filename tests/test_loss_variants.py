@@ -7,7 +7,14 @@ import torch
 
 from forge_async.data.batch import TrainBatch
 from forge_async.losses.advantages import group_advantages
-from forge_async.losses.grpo import clipped_surrogate_loss, policy_gradient_loss, token_scale
+from forge_async.losses.config import ImportanceConfig
+from forge_async.losses.grpo import (
+    OffPolicySums,
+    clipped_surrogate_loss,
+    importance_weights,
+    policy_gradient_loss,
+    token_scale,
+)
 
 # Two sequences, position t of a row predicting a response token where the mask is 1:
 # row 0 has 2 response tokens, row 1 has 3.
@@ -79,3 +86,44 @@ def test_advantages_without_std_scaling_are_centred_rewards():
     assert group_advantages([1.0, 0.0, 0.0, 1.0], scale_by_std=False) == [0.5, -0.5, -0.5, 0.5]
     scaled = group_advantages([1.0, 0.0, 0.0, 1.0])
     assert scaled[0] == pytest.approx(0.5 / (0.5 + 1e-4))
+
+
+# Log-ratios log(pi_theta / pi_behaviour) of the response tokens: row 0 sums to 0.2, row 1 to -0.8.
+LOG_RATIOS = [[0.0, 0.3, -0.1, 0.0], [0.0, 1.0, -2.0, 0.2]]
+E = math.exp
+
+
+@pytest.mark.parametrize(
+    "importance, weights, truncated, masked",
+    [
+        # token level, truncated at 1: e^0.3, e^1 and e^0.2 are cut to 1.
+        (ImportanceConfig(), [[1, E(-0.1)], [1, E(-2), 1]], 3, 0),
+        # sequence level: row 0's ratio e^0.2 is cut to 1 (2 tokens), row 1's e^-0.8 kept.
+        (ImportanceConfig(level="sequence"), [[1, 1], [E(-0.8)] * 3], 2, 0),
+        # token level, masked outside [0.5, 2]: e^1 and e^-2 are left out.
+        (ImportanceConfig(mode="mask"), [[1, 1], [0, 0, 1]], 0, 2),
+        # sequence level, masked: row 1's e^-0.8 = 0.45 < 0.5 leaves its 3 tokens out.
+        (ImportanceConfig(level="sequence", mode="mask"), [[1, 1], [0, 0, 0]], 0, 3),
+        # no correction.
+        (ImportanceConfig(cap=None), [[1, 1], [1, 1, 1]], 0, 0),
+    ],
+)
+def test_importance_levels_and_modes(importance, weights, truncated, masked):
+    logprobs = torch.tensor(LOGPROBS)
+    behaviour = (logprobs - torch.tensor(LOG_RATIOS)).tolist()
+    got, sums = importance_weights(logprobs, batch(behaviour), importance)
+    expected = torch.zeros_like(MASK)
+    expected[0, 1:3] = torch.tensor(weights[0], dtype=torch.float32)
+    expected[1, 1:4] = torch.tensor(weights[1], dtype=torch.float32)
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert sums.truncated.item() == truncated and sums.masked.item() == masked
+    summary = OffPolicySums.summary(sums.as_tensor(), sums.weight_max.item())
+    assert summary["is/masked_frac"] == pytest.approx(masked / 5)
+    # The loss weights each token's term by it: token mean of -A_i * w_it * log pi_it.
+    scale = token_scale(MASK, "token_mean", num_sequences=2, num_tokens=5)
+    hand = -sum(
+        ADVANTAGES[i] * w * lp
+        for i, (row_w, row_lp) in enumerate(zip(weights, ([-0.5, -1.0], [-0.2, -0.3, -2.0])))
+        for w, lp in zip(row_w, row_lp)
+    ) / 5
+    assert policy_gradient_loss(logprobs, batch(behaviour), scale, got).item() == pytest.approx(hand, abs=1e-6)

@@ -27,8 +27,9 @@ from forge_async.launch.hosts import pin_collectives_to_node_address
 from forge_async.data.batch import TrainBatch, micro_batches, pack_episodes
 from forge_async.data.episode import Episode
 from forge_async.errors import ConfigError
-from forge_async.losses.config import LossConfig
+from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.losses.grpo import (
+    SUMMED,
     OffPolicySums,
     clipped_surrogate_loss,
     importance_weights,
@@ -58,10 +59,12 @@ class Trainer(ProcActor):
         pad_id: int,
         weights: WeightsConfig,
         loss: LossConfig | None = None,
+        importance: ImportanceConfig | None = None,
     ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
         self.loss = loss or LossConfig()
+        self.importance = importance or ImportanceConfig()
         self.pad_id = pad_id
         self.weights = weights
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
@@ -166,9 +169,9 @@ class Trainer(ProcActor):
         c = self.loss
         scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
         if not c.clipped:
-            weights, off_policy = importance_weights(logprobs, local, self.config.is_cap)
+            weights, off_policy = importance_weights(logprobs, local, self.importance)
             return policy_gradient_loss(logprobs, local, scale, weights), off_policy
-        _, off_policy = importance_weights(logprobs, local, None)  # the statistics only
+        _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None))  # the statistics only
         loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
         return loss, off_policy
 
@@ -284,7 +287,7 @@ def _lr_scheduler(optimizer: torch.optim.Optimizer, c: TrainerConfig) -> LRSched
 def _reduce_off_policy(sums: list[OffPolicySums], device_type: str) -> dict[str, float]:
     """The off-policy metrics over every micro-batch of every rank (a collective)."""
     local = sum(sums[1:], start=sums[0]) if sums else None
-    totals = local.as_tensor() if local else torch.zeros(6, device=device_type)
+    totals = local.as_tensor() if local else torch.zeros(len(SUMMED), device=device_type)
     weight_max = local.weight_max.detach().clone() if local else torch.tensor(0.0, device=device_type)
     dist.all_reduce(totals)
     dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)

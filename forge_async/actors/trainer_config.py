@@ -19,9 +19,6 @@ class TrainerConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    # Truncated importance sampling cap c: token weight min(pi_theta / pi_behaviour, c).
-    # 1.0 only ever down-weights; null turns the correction off. See docs/staleness.md.
-    is_cap: float | None = 1.0
     threads: int = 1  # torch intra-op threads per trainer proc
     # Compute dtype. bfloat16: FSDP2 mixed precision (bf16 forward/backward, fp32 master
     # weights, optimizer state and gradient reduction).
@@ -44,7 +41,6 @@ class TrainerConfig:
         check_range("trainer.eps", self.eps, POSITIVE)
         check_range("trainer.weight_decay", self.weight_decay, AT_LEAST_0)
         check_range("trainer.grad_clip", self.grad_clip, POSITIVE)
-        check_range("trainer.is_cap", self.is_cap, POSITIVE, nullable=True, note="null = no correction")
         check_range("trainer.threads", self.threads, AT_LEAST_1)
         check_choice("trainer.dtype", self.dtype, DTYPES)
         check_range(

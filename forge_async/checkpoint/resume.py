@@ -60,8 +60,16 @@ def resumed_config(run_dir: Path, overrides: list[str], current: DictConfig) -> 
                 f"value); keys that can: {', '.join(RESUMABLE_KEYS)}"
             )
         changed.append(key)
-    saved = OmegaConf.load(saved_file)
+    saved = _renamed_keys(OmegaConf.load(saved_file))
     for key in changed:
         OmegaConf.update(saved, key, OmegaConf.select(current, key))
     saved.resume = str(run_dir)
+    return saved
+
+
+def _renamed_keys(saved: DictConfig) -> DictConfig:
+    """A config saved by an earlier version, with keys that moved since under their new names."""
+    trainer = saved.get("trainer") or {}
+    if "is_cap" in trainer:  # trainer.is_cap became importance.cap
+        OmegaConf.update(saved, "importance.cap", trainer.pop("is_cap"), force_add=True)
     return saved

@@ -18,7 +18,7 @@ from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.actors.weight_relay import WeightRelay
-from forge_async.losses.config import LossConfig
+from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.launch.procs import spawn_procs
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.weights.config import WeightsConfig
@@ -33,6 +33,7 @@ async def spawn_trainer(
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
     loss: LossConfig | None = None,
+    importance: ImportanceConfig | None = None,
 ):
     """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
 
@@ -41,7 +42,7 @@ async def spawn_trainer(
     """
     if procs is None:
         procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
-    trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss)
+    trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance)
     if hosts is None:
         await setup_torch_elastic_env_async(procs)
     else:

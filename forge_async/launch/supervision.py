@@ -144,7 +144,7 @@ class RunMeshes:
         c = self.config
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
             self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host("trainer"),
-            procs=self.procs.take("trainer"), loss=c.loss,
+            procs=self.procs.take("trainer"), loss=c.loss, importance=c.importance,
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
 

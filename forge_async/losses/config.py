@@ -15,7 +15,7 @@ class LossConfig:
     aggregation: str = "token_mean"
     scale_by_std: bool = True  # advantages (r - mean) / std of the group; false: r - mean (Dr.GRPO)
     # PPO-style clip of the ratio pi_theta / pi_behaviour to [1 - clip_low, 1 + clip_high]
-    # (clip-higher: clip_high > clip_low); null = off. Replaces trainer.is_cap's truncation.
+    # (clip-higher: clip_high > clip_low); null = off. Replaces importance.* (set importance.cap=null).
     clip_low: float | None = None
     clip_high: float | None = None
     max_tokens: int | None = None  # constant aggregation's tokens per sequence; null = sampling.max_tokens
@@ -33,3 +33,34 @@ class LossConfig:
     @property
     def clipped(self) -> bool:
         return self.clip_low is not None
+
+
+IMPORTANCE_LEVELS = ("token", "sequence")
+IMPORTANCE_MODES = ("truncate", "mask")
+
+
+@dataclass
+class ImportanceConfig:
+    """Off-policy correction of the policy-gradient loss (formulas: docs/loss.md).
+
+    The ratio r = pi_theta / pi_behaviour is per token (`level=token`) or per sequence
+    (`level=sequence`: exp of the sum of the sequence's token log-ratios, shared by its
+    tokens). `mode=truncate`: weight min(r, cap) (cap null: weight 1, no correction).
+    `mode=mask`: weight 1 where mask_low <= r <= mask_high, else 0 (left out, counted)."""
+
+    level: str = "token"
+    mode: str = "truncate"
+    cap: float | None = 1.0  # truncate's cap c; 1.0 only ever down-weights; null = no correction
+    mask_low: float = 0.5
+    mask_high: float = 2.0
+
+    def __post_init__(self) -> None:
+        check_choice("importance.level", self.level, IMPORTANCE_LEVELS)
+        check_choice("importance.mode", self.mode, IMPORTANCE_MODES)
+        check_range("importance.cap", self.cap, POSITIVE, nullable=True, note="null = no correction")
+        check_range("importance.mask_low", self.mask_low, Range(0, 1))
+        check_range("importance.mask_high", self.mask_high, Range(1))
+
+    @property
+    def corrects(self) -> bool:
+        return self.mode == "mask" or self.cap is not None

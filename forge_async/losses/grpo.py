@@ -1,4 +1,4 @@
-"""GRPO's policy-gradient loss over packed episodes, with optional truncated IS or PPO clipping.
+"""GRPO's policy-gradient loss over packed episodes, with importance correction or PPO clipping.
 
     loss = - sum_{i,t} mask_it * s_it * w_it * A_i * log pi_theta(y_it)
 
@@ -12,19 +12,21 @@ With clipping (`clipped_surrogate_loss`), the per-token objective is PPO's
 min(r A, clip(r, 1 - low, 1 + high) A) with r = pi_theta / pi_behaviour, in place
 of w * A * log pi_theta.
 
-Off-policy correction (token-level truncated importance sampling): the tokens
-were sampled by the generator's weights (pi_behaviour, whose logprobs it
-recorded), possibly a few versions old or mixed within a sequence. With
-`is_cap` set, each token is weighted by w = min(pi_theta / pi_behaviour, is_cap),
-a constant in the gradient (detached); with is_cap = None, w = 1.
+Off-policy correction (importance.*): the tokens were sampled by the generator's
+weights (pi_behaviour, whose logprobs it recorded), possibly a few versions old or
+mixed within a sequence. Each token is weighted by w, a constant in the gradient
+(detached): the ratio r = pi_theta / pi_behaviour (per token, or per sequence)
+truncated at the cap, w = min(r, cap), or masked, w = 1 inside [mask_low, mask_high]
+and 0 outside; with no correction (cap null), w = 1.
 """
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
 from forge_async.data.batch import TrainBatch
+from forge_async.losses.config import ImportanceConfig
 
 # A ratio counts as truncated only beyond float noise: with cap 1 and identical
 # policies, ratios of 1 +- 1e-7 are not truncation.
@@ -60,9 +62,10 @@ class OffPolicySums:
     weight: torch.Tensor
     weight_sq: torch.Tensor
     weight_max: torch.Tensor
-    truncated: torch.Tensor
+    truncated: torch.Tensor  # weights the cap cut down
+    masked: torch.Tensor  # tokens left out by importance.mode=mask
     mismatch_kl: torch.Tensor
-    clipped: torch.Tensor = field(default_factory=lambda: torch.tensor(0.0))  # cut off by the PPO clip
+    clipped: torch.Tensor  # cut off by the PPO clip
 
     def __add__(self, other: "OffPolicySums") -> "OffPolicySums":
         """The sums over both sets of tokens (micro-batches of one step)."""
@@ -71,44 +74,65 @@ class OffPolicySums:
         return OffPolicySums(**summed)
 
     def as_tensor(self) -> torch.Tensor:
-        return torch.stack(
-            [self.tokens, self.weight, self.weight_sq, self.truncated, self.mismatch_kl, self.clipped]
-        )
+        """The summed fields (all but weight_max, which is reduced by max), in `summary`'s order."""
+        return torch.stack([getattr(self, name) for name in SUMMED])
 
     @staticmethod
     def summary(summed: torch.Tensor, weight_max: float) -> dict[str, float]:
-        tokens, weight, weight_sq, truncated, kl, clipped = summed.tolist()
-        tokens = max(tokens, 1.0)
+        totals = dict(zip(SUMMED, summed.tolist()))
+        tokens = max(totals["tokens"], 1.0)
+        weight, weight_sq = totals["weight"], totals["weight_sq"]
         return {
             "is/weight_mean": weight / tokens,
             "is/weight_max": weight_max,
-            "is/truncated_frac": truncated / tokens,
+            "is/truncated_frac": totals["truncated"] / tokens,
+            "is/masked_frac": totals["masked"] / tokens,
             # Kish effective sample size of the token weights, as a fraction of the tokens.
             "is/ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
-            "is/mismatch_kl": kl / tokens,
-            "train/clip_frac": clipped / tokens,
+            "is/mismatch_kl": totals["mismatch_kl"] / tokens,
+            "train/clip_frac": totals["clipped"] / tokens,
         }
 
 
+SUMMED = tuple(f.name for f in fields(OffPolicySums) if f.name != "weight_max")
+
+
+def importance_ratios(log_ratio: torch.Tensor, level: str) -> torch.Tensor:
+    """pi_theta / pi_behaviour per token, or per sequence (exp of the sum of its token
+    log-ratios, shared by its tokens; the sum is bounded at +-50 so the ratio stays finite)."""
+    if level == "token":
+        return torch.exp(log_ratio)
+    return torch.exp(log_ratio.sum(dim=1, keepdim=True).clamp(-50, 50)).expand_as(log_ratio)
+
+
 def importance_weights(
-    logprobs: torch.Tensor, batch: TrainBatch, is_cap: float | None
+    logprobs: torch.Tensor, batch: TrainBatch, importance: ImportanceConfig
 ) -> tuple[torch.Tensor, OffPolicySums]:
-    """Detached token weights min(pi_theta / pi_behaviour, cap) and their statistics."""
+    """Detached token weights (truncated or masked ratios, see ImportanceConfig) and their statistics."""
     mask = batch.response_mask
+    zero = torch.zeros((), device=mask.device)
     log_ratio = (logprobs.detach() - batch.behaviour_logprobs) * mask
-    ratio = torch.exp(log_ratio)
-    weights = ratio.clamp(max=is_cap) if is_cap is not None else torch.ones_like(ratio)
+    ratio = importance_ratios(log_ratio, importance.level)
+    truncated = masked = zero
+    if importance.mode == "mask":
+        kept = ((ratio >= importance.mask_low) & (ratio <= importance.mask_high)).float()
+        weights, masked = kept, ((1 - kept) * mask).sum()
+    elif importance.cap is not None:
+        weights = ratio.clamp(max=importance.cap)
+        truncated = ((ratio > importance.cap * (1 + _TRUNCATION_TOLERANCE)) * mask).sum()
+    else:
+        weights = torch.ones_like(ratio)
     weights = weights * mask
     sums = OffPolicySums(
         tokens=mask.sum(),
         weight=weights.sum(),
         weight_sq=(weights**2).sum(),
-        weight_max=(ratio * mask).max() if mask.any() else torch.tensor(1.0),
-        truncated=((ratio > is_cap * (1 + _TRUNCATION_TOLERANCE)) * mask).sum()
-        if is_cap is not None
-        else torch.tensor(0.0),
+        weight_max=(ratio * mask).max() if mask.any() else torch.ones((), device=mask.device),
+        truncated=truncated,
+        masked=masked,
         # k3 estimator of KL(pi_behaviour || pi_theta) on tokens sampled from pi_behaviour.
-        mismatch_kl=((ratio - 1 - log_ratio) * mask).sum(),
+        mismatch_kl=((torch.exp(log_ratio) - 1 - log_ratio) * mask).sum(),
+        clipped=zero,
     )
     return weights, sums
 
