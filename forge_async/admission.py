@@ -42,23 +42,34 @@ class AdmissionControl:
         lag = next_batch_version - generator_version
         return lag + (self.queued + n - 1) // self.batch_size <= self.max_policy_age
 
-    async def admit(self, n: int, generator_version) -> bool:
-        """Wait until n samples from a generator at `generator_version()` fit, then count them.
+    def _largest_fit(self, n: int, unit: int, generator_version: int) -> int:
+        """The most samples, a multiple of `unit` up to n, that fit now (0: none)."""
+        while n > 0 and not self.fits(n, generator_version):
+            n -= unit
+        return max(n, 0)
 
-        Returns False, admitting nothing, once the run is closing.
+    async def admit(self, n: int, generator_version, unit: int | None = None) -> int:
+        """Wait until n samples from a generator at `generator_version()` fit, count them, return n.
+
+        With `unit` (a group's samples): wait until one unit fits, then admit as many units
+        as fit, up to n. Needed when groups may be dropped on arrival (filter.*): a full
+        request might never fit beside the few samples left queued. Returns 0, admitting
+        nothing, once the run is closing.
         """
+        unit = unit or n
         start = time.perf_counter()
         async with self._changed:
             if self.enabled:
                 await self._changed.wait_for(
-                    lambda: self.closed or self.fits(n, generator_version())
+                    lambda: self.closed or self._largest_fit(n, unit, generator_version()) > 0
                 )
             if self.closed:
-                return False
-            self.queued += n
-            self.in_flight += n
+                return 0
+            admitted = self._largest_fit(n, unit, generator_version()) if self.enabled else n
+            self.queued += admitted
+            self.in_flight += admitted
         self.paused_s += time.perf_counter() - start
-        return True
+        return admitted
 
     async def close(self) -> None:
         async with self._changed:

@@ -14,6 +14,7 @@ from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, Range, check_range
 from forge_async.errors import ConfigError
 from forge_async.launch.placement import PlacementConfig
+from forge_async.data.filters import FilterConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
@@ -50,6 +51,7 @@ class GRPOConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)

@@ -202,6 +202,7 @@ class GRPOLoop:
                         self.admission,
                         stop,
                         lane=f"rollout worker {i}",
+                        partial_calls=self.config.filter.zero_variance_groups,
                     )
                 )
             )
@@ -254,8 +255,19 @@ class GRPOLoop:
                 await self._checkpoint()
 
     async def _generate_batch(self, per_call: int, count: int) -> list[Episode]:
-        """Sync mode: one batch, generated in calls of `per_call` prompts over `count` generators."""
-        calls, remaining = [], self.config.prompts_per_step
+        """Sync mode: one batch, generated in calls of `per_call` prompts over `count` generators.
+
+        With groups dropped for carrying no signal (filter.*), the prompts still missing are
+        generated again until the batch is full."""
+        missing = self.config.prompts_per_step
+        while (batch := await self._generate_prompts(missing, per_call, count)) is None:
+            held = (await self.buffer.stats())["size"]
+            missing = (self.config.batch_size - held) // self.config.group_size
+        return batch
+
+    async def _generate_prompts(self, prompts: int, per_call: int, count: int) -> list[Episode] | None:
+        """`prompts` prompts' groups into the buffer, then a batch from it if it has one."""
+        calls, remaining = [], prompts
         while remaining > 0:
             g = len(calls) % count
             generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
@@ -295,6 +307,7 @@ class GRPOLoop:
                 "samples/trained": self.trained,
                 "samples/dropped_stale": buffer["dropped_stale"],
                 "samples/dropped_other": buffer["dropped_other"],
+                "samples/dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),
                 "samples/buffered": buffer["size"],
                 "samples/in_flight": self.admission.in_flight,
                 "generator/paused_s": self.admission.paused_s,

@@ -79,21 +79,25 @@ class Rollouts:
         admission: AdmissionControl,
         stop: asyncio.Event,
         lane: str = "rollout worker",
+        partial_calls: bool = False,
     ) -> None:
         """Generate into the buffer until `stop` is set; finishes the call in flight.
 
         `generator_version()` gives the oldest version the generator can sample with
-        from now on; admission control uses it to bound the work in flight.
+        from now on; admission control uses it to bound the work in flight. With
+        `partial_calls` (groups may be dropped on arrival), a call takes as many
+        prompts as admission has room for, at least one.
         """
         size = self.prompts_per_call * self.group_size
+        unit = self.group_size if partial_calls else None
         while not stop.is_set():
             with TRACER.span("held back by admission", lane):
-                admitted = await admission.admit(size, generator_version)
+                admitted = await admission.admit(size, generator_version, unit)
             if not admitted:
                 return
             with TRACER.span("generate + score", lane):
-                episodes = await self.produce(generate)
+                episodes = await self.produce(generate, admitted // self.group_size)
             with TRACER.span("buffer add", lane):
                 await buffer.add(episodes)
             self.added.set()
-            await admission.generated(size)
+            await admission.generated(admitted)

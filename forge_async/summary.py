@@ -5,7 +5,7 @@
 
 `generated` counts episodes that reached the replay buffer, over the whole run
 (a resumed run continues the counters of its checkpoint). Drops are also given
-by reason (`dropped_by_reason`: stale, overflow, buffer_lost).
+by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance).
 """
 
 import json
@@ -36,6 +36,7 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "dropped_stale": buffer["dropped_stale"],
         "dropped_other": buffer["dropped_other"],
         "dropped_by_reason": buffer["dropped_by_reason"],
+        "dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),  # part of dropped_other
         "left_in_buffer": buffer["size"],
         "in_flight": 0,  # workers are drained into the buffer before this point
         # taken for a step that a failed trainer never finished

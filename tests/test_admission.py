@@ -88,10 +88,25 @@ def test_close_releases_waiting_producers():
         await gate.close()
         return await waiting
 
-    assert run(scenario()) is False
+    assert run(scenario()) == 0
 
 
-def test_disabled_admits_everything():
-    gate = AdmissionControl(batch_size=B, max_policy_age=0, enabled=False)
-    assert all(run(gate.admit(B, lambda: 0)) for _ in range(5))
-    assert gate.queued == 5 * B
+def test_with_a_unit_admits_the_groups_that_fit_beside_what_is_queued():
+    """Groups dropped on arrival leave a few samples queued: a whole request no longer fits
+    at max_policy_age=0, but the groups that do are admitted (else the batch never fills)."""
+    batch, group = 32, 4
+
+    async def scenario():
+        gate = AdmissionControl(batch_size=batch, max_policy_age=0)
+        assert await gate.admit(batch, lambda: 0) == batch
+        await gate.generated(batch)
+        await gate.dropped(batch - 3 * group)  # all but 3 groups dropped for zero variance
+        whole = asyncio.create_task(gate.admit(batch, lambda: 0))  # without a unit: waits
+        partial = await gate.admit(batch, lambda: 0, unit=group)
+        await asyncio.sleep(0.01)
+        assert not whole.done()
+        await gate.close()
+        return partial, gate.queued
+
+    partial, queued = run(scenario())
+    assert partial == batch - 3 * group and queued == batch  # exactly the batch's missing groups

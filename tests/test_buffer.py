@@ -21,6 +21,25 @@ def episode(versions: list[int]) -> Episode:
     return Episode(completion, reward=0.0, advantage=0.0)
 
 
+def scored(group_id: int, reward: float) -> Episode:
+    e = episode([0])
+    e.group_id, e.reward = group_id, reward
+    return e
+
+
+def test_groups_with_equal_rewards_are_dropped_and_counted_when_asked():
+    groups = [scored(0, 1.0), scored(0, 1.0), scored(1, 0.0), scored(1, 1.0), scored(2, 0.5), scored(2, 0.5)]
+    buffer = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True)
+    buffer.add(groups)
+    stats = buffer.stats()
+    assert stats["size"] == 2 and stats["dropped_by_reason"] == {"zero_variance": 4}
+    assert stats["added"] == stats["size"] + stats["dropped_other"]  # every episode accounted for
+    assert [e.group_id for e in buffer.sample(2, trainer_version=0)] == [1, 1]
+    plain = EpisodeBuffer(max_policy_age=2, capacity=100)
+    plain.add(groups)
+    assert len(plain) == 6 and plain.stats()["dropped_other"] == 0
+
+
 def test_age_equal_to_max_is_kept_and_one_more_is_dropped():
     buffer = EpisodeBuffer(max_policy_age=2, capacity=100)
     buffer.add([episode([3]), episode([2]), episode([4])])

@@ -134,12 +134,20 @@ def assert_vllm_matches_transformers(model_dir, model) -> None:
 
 @pytest.mark.parametrize("max_age", [0, 2])
 def test_admission_control_keeps_every_sample_trainable(tmp_path, max_age):
-    run = run_app(tmp_path / "run", "steps=6", f"max_policy_age={max_age}")
+    # At max_policy_age=0 with dynamic sampling: groups dropped for zero reward variance must
+    # free their admission slots, or the run would stall.
+    dynamic = ("filter.zero_variance_groups=true",) if max_age == 0 else ()
+    run = run_app(tmp_path / "run", "steps=6", f"max_policy_age={max_age}", *dynamic)
     assert run.returncode == 0, run.output
     assert len(run.metrics) == 6  # progress, no stall at max_policy_age=0
     assert max(m["policy/age_max"] for m in run.metrics) <= max_age
     summary = run.summary
     assert_accounting(summary)
+    assert summary["trained"] == 6 * 16 * 8  # every step a full batch
+    if dynamic:  # near-random rewards at the start: many groups with all-equal rewards
+        assert summary["dropped_zero_variance"] > 0
+        assert summary["dropped_by_reason"]["zero_variance"] == summary["dropped_zero_variance"]
+        assert run.metrics[-1]["samples/dropped_zero_variance"] == summary["dropped_zero_variance"]
     assert summary["dropped_stale"] == 0
     assert summary["gen_paused_for_admission_s"] > 0  # generation waited instead
     assert summary["stored_versions"] == [5, 6]  # shm channel: two slots, nothing older
@@ -151,6 +159,7 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
         # the loss variants reach the trainer (their arithmetic: test_loss_variants.py)
         "loss.aggregation=sequence_mean", "loss.scale_by_std=false",
         "loss.clip_low=0.2", "loss.clip_high=0.28", "importance.cap=null",
+        "filter.zero_variance_groups=true",  # sync mode refills the batch after dropping groups
     )
     assert run.returncode == 0, run.output
     assert [m["policy/age_max"] for m in run.metrics] == [0, 0, 0]
@@ -159,7 +168,9 @@ def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
     assert saved.loss.max_tokens == saved.sampling.max_tokens == 3  # null resolved to the generation budget
     summary = run.summary
     assert_accounting(summary)
-    assert summary["dropped_stale"] == 0 and summary["generated"] == summary["trained"]
+    assert summary["trained"] == 3 * 16 * 8 and summary["dropped_zero_variance"] > 0
+    assert summary["dropped_stale"] == 0
+    assert summary["generated"] == summary["trained"] + summary["dropped_zero_variance"]
     assert summary["stored_versions"] == [3]  # versions every generator moved past are deleted
 
 

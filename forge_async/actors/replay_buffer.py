@@ -9,8 +9,8 @@ from forge_async.tracing import TRACER
 
 
 class ReplayBuffer(ProcActor):
-    def __init__(self, max_policy_age: int, capacity: int):
-        self.buffer = EpisodeBuffer(max_policy_age, capacity)
+    def __init__(self, max_policy_age: int, capacity: int, drop_zero_variance: bool = False):
+        self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance)
 
     @endpoint
     async def add(self, episodes: list[Episode]) -> int:

@@ -3,6 +3,7 @@
 from collections import Counter, deque
 
 from forge_async.data.episode import Episode
+from forge_async.data.filters import split_zero_variance_groups
 
 
 class EpisodeBuffer:
@@ -11,17 +12,20 @@ class EpisodeBuffer:
     `sample(batch_size, trainer_version)` first drops (and counts, as "stale")
     every held episode whose policy age exceeds `max_policy_age`, then returns
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
-    is full, adding evicts the oldest episodes, counted as "overflow". Counters
+    is full, adding evicts the oldest episodes, counted as "overflow"; with
+    `drop_zero_variance`, groups whose rewards are all equal are dropped as they
+    arrive, counted as "zero_variance" (data/filters.py). Counters
     keep every episode accounted for: added = sampled + dropped (by reason) + held.
     """
 
-    def __init__(self, max_policy_age: int, capacity: int):
+    def __init__(self, max_policy_age: int, capacity: int, drop_zero_variance: bool = False):
         if max_policy_age < 0:
             raise ValueError(f"max_policy_age must be >= 0, got {max_policy_age}")
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.max_policy_age = max_policy_age
         self.capacity = capacity
+        self.drop_zero_variance = drop_zero_variance
         self._episodes: deque[Episode] = deque()
         self.added = 0
         self.sampled = 0
@@ -31,8 +35,13 @@ class EpisodeBuffer:
         return len(self._episodes)
 
     def add(self, episodes: list[Episode]) -> None:
-        self._episodes.extend(episodes)
+        """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
+        rewards are all equal ("zero_variance")."""
         self.added += len(episodes)
+        if self.drop_zero_variance:
+            episodes, no_signal = split_zero_variance_groups(episodes)
+            self.dropped["zero_variance"] += len(no_signal)
+        self._episodes.extend(episodes)
         while len(self._episodes) > self.capacity:
             self._episodes.popleft()
             self.dropped["overflow"] += 1

@@ -77,10 +77,11 @@ async def spawn_replay_buffer(
     host: HostMesh | None = None,
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
+    drop_zero_variance: bool = False,
 ):
     if procs is None:
         procs = spawn_procs(host, 1, "replay_buffer", log_dir)
-    buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity)
+    buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity, drop_zero_variance)
     return procs, buffer
 
 

@@ -361,7 +361,8 @@ class SupervisedBuffer:
     async def spawn(self) -> None:
         c = self.owner.config
         self.owner._procs["replay_buffer"], self.actor = await meshes.spawn_replay_buffer(
-            c.max_policy_age, c.buffer_capacity, procs=self.owner.procs.take("replay_buffer")
+            c.max_policy_age, c.buffer_capacity, procs=self.owner.procs.take("replay_buffer"),
+            drop_zero_variance=c.filter.zero_variance_groups,
         )
         self.owner._where["replay_buffer"] = await self.actor.where.call_one()
 
