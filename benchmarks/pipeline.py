@@ -28,16 +28,20 @@ def _sum(medians: dict, track: str, names: tuple[str, ...]) -> float:
     return sum(v for k, v in medians.items() if k.startswith(f"{track} |") and k.rsplit(" | ", 1)[1] in names)
 
 
-def _launch_to_reward(lines: list[tuple[float, str]], metrics: list[dict], target: float) -> str:
-    """Seconds from launch to the console line of the first step whose 5-step mean reward >= target."""
+def _format_reached(reached: tuple[float, int] | None) -> str:
+    return f"{reached[0]:.1f} s (step {reached[1]})" if reached else "not reached"
+
+
+def launch_to_reward(lines: list[tuple[float, str]], metrics: list[dict], target: float) -> tuple[float, int] | None:
+    """(seconds from launch, step) at the console line of the first step whose 5-step mean
+    reward >= target; None if no step reaches it."""
     rewards = [m["reward/mean"] for m in metrics]
-    for i in range(len(rewards)):
-        window = rewards[max(0, i - 4) : i + 1]
-        if len(window) == 5 and sum(window) / 5 >= target:
+    for i in range(4, len(rewards)):
+        if sum(rewards[i - 4 : i + 1]) / 5 >= target:
             step = metrics[i]["step"]
             at = next(t for t, line in lines if (m := _STEP.match(line)) and int(m.group(1)) == step)
-            return f"{at:.1f} s (step {step})"
-    return "not reached"
+            return at, step
+    return None
 
 
 def main() -> None:
@@ -67,7 +71,7 @@ def main() -> None:
         ("trainer idle", f"{m['trainer rank 0 | main | idle'] / m['step']:.0%}"),
         ("generator idle", f"{m['generator 0 | main | idle'] / m['step']:.0%}"),
         ("generation held back (mean per worker)", f"{sum(held) / max(len(held), 1) / m['step']:.0%}"),
-        (f"launch -> 5-step mean reward {args.target}", _launch_to_reward(lines, metrics, args.target)),
+        (f"launch -> 5-step mean reward {args.target}", _format_reached(launch_to_reward(lines, metrics, args.target))),
         ("launch -> exit (s)", f"{lines[-1][0]:.1f}"),
     ]
     for label, value in rows:
