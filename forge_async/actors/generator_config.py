@@ -39,8 +39,7 @@ class GeneratorConfig:
         )
         # vLLM seeds numpy with it, which takes 32-bit unsigned seeds only.
         check_range("generator.seed", self.seed, Range(0, 2**32 - 1))
-        if self.swap_mode not in SWAP_MODES:
-            raise ConfigError(f"generator.swap_mode={self.swap_mode!r}: one of {', '.join(SWAP_MODES)}")
+        check_choice("generator.swap_mode", self.swap_mode, SWAP_MODES)
         check_range("generator.gpu_memory_utilization", self.gpu_memory_utilization, FRACTION)
         check_range(
             "generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default"

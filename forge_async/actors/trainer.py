@@ -103,8 +103,11 @@ class Trainer(ProcActor):
 
     def _micro_batches(self, episodes: list[Episode]) -> list[list[Episode]]:
         """This rank's micro-batches, padded with empty ones to the same count on every rank:
-        each forward/backward runs FSDP collectives that every rank must join."""
+        each forward/backward runs FSDP collectives that every rank must join. Without a
+        budget every rank has exactly one: no count to agree on."""
         micro = micro_batches(self._local_episodes(episodes), self.config.micro_batch_tokens)
+        if self.config.micro_batch_tokens is None:
+            return micro
         count = torch.tensor(len(micro), device=self.device_type)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return micro + [[] for _ in range(int(count) - len(micro))]

@@ -29,9 +29,6 @@ class TrainBatch:
     def _map(self, fn) -> "TrainBatch":
         return TrainBatch(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
 
-    def rows(self, start: int, stop: int) -> "TrainBatch":
-        return self._map(lambda t: t[start:stop])
-
     def to(self, device: str | torch.device) -> "TrainBatch":
         return self._map(lambda t: t.to(device))
 
@@ -67,8 +64,10 @@ def micro_batches(episodes: list[Episode], token_budget: int | None) -> list[lis
     Episodes are bucketed by length (longest first), so each micro-batch pads little. A
     sequence longer than the budget gets a micro-batch of its own. None: one micro-batch.
     """
-    if token_budget is None or not episodes:
-        return [list(episodes)] if episodes else []
+    if not episodes:
+        return []
+    if token_budget is None:
+        return [list(episodes)]
     batches: list[list[Episode]] = []
     current: list[Episode] = []
     for episode in sorted(episodes, key=sequence_length, reverse=True):

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from forge_async.config_checks import AT_LEAST_1, check_range
+from forge_async.config_checks import AT_LEAST_1, check_choice, check_range
 from forge_async.errors import ConfigError
 from forge_async.models.shape import MODEL_FAMILIES
 
@@ -24,8 +24,7 @@ class TinyModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.family not in MODEL_FAMILIES:
-            raise ConfigError(f"model.tiny.family={self.family!r}: one of {', '.join(MODEL_FAMILIES)}")
+        check_choice("model.tiny.family", self.family, MODEL_FAMILIES)
         for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len"):
             check_range(f"model.tiny.{name}", getattr(self, name), AT_LEAST_1)
         if self.head_dim % 2:

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from forge_async.errors import ConfigError
+from forge_async.config_checks import check_choice
 
 TRANSPORTS = ("shm", "torchstore")
 
@@ -29,8 +29,7 @@ class WeightsConfig:
     channel_dir: str | None = None
 
     def __post_init__(self) -> None:
-        if self.transport not in TRANSPORTS:
-            raise ConfigError(f"weights.transport={self.transport!r}: one of {', '.join(TRANSPORTS)}")
+        check_choice("weights.transport", self.transport, TRANSPORTS)
 
     def resolved(self) -> "WeightsConfig":
         """This config with a channel directory chosen (a fresh one when none is set)."""
