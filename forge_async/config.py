@@ -20,6 +20,7 @@ from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.tasks import TaskConfig
 from forge_async.models.config import ModelConfig
+from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
 from forge_async.tracing import TraceConfig
 from forge_async.weights.config import WeightsConfig
 
@@ -52,6 +53,9 @@ class GRPOConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
+    # What scores each completion (rewards, reference KL, teacher): docs/scoring.md.
+    scorers: list[ScorerConfig] = field(default_factory=default_scorers)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
     weights: WeightsConfig = field(default_factory=WeightsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
@@ -82,6 +86,7 @@ class GRPOConfig:
                 "off-policy correction; set importance.cap=null (mode truncate)"
             )
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
+        check_scorers(self.scorers)
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens
         if self.generator.dtype is None:
@@ -107,6 +112,14 @@ class GRPOConfig:
             raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
         if self.task.name == "dataset" and self.task.dataset and not Path(self.task.dataset).exists():
             raise ConfigError(f"task.dataset not found: {self.task.dataset}")
+        for index, scorer in enumerate(self.scorers):
+            if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
+                raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
+
+    @property
+    def kl_coef(self) -> float:
+        """The reference_kl scorer's coef: the trainer's KL penalty (0: none)."""
+        return next((s.coef for s in self.scorers if s.kind == "reference_kl"), 0.0)
 
     @property
     def batch_size(self) -> int:

@@ -37,6 +37,8 @@ from forge_async.launch.supervision import GeneratorFailed, RunMeshes
 from forge_async.metric_sinks import build_sinks
 from forge_async.metrics import BusyClock, MetricsLog, batch_metrics
 from forge_async.rollout import Rollouts
+from forge_async.scoring.scorer import ScorerError, ScorerFailed
+from forge_async.scoring.tier import build_tier
 from forge_async.summary import write_summary
 from forge_async.tracing import TRACER, trace_events
 from forge_async.weights.sync import WeightSync
@@ -60,9 +62,11 @@ class GRPOLoop:
         self.meshes = meshes
         self.buffer = meshes.buffer
         self.checkpointer = checkpointer
+        self.scoring = build_tier(
+            config.scorers, config.scoring, task, meshes.call_scorer, config.loss.scale_by_std
+        )
         self.rollouts = Rollouts(
-            task, config.sampling, config.group_size, config.prompts_per_rollout, config.seed,
-            config.loss.scale_by_std,
+            task, self.scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed
         )
         self.step = 0
         self.version = 0
@@ -105,7 +109,7 @@ class GRPOLoop:
                 await self._run_async()
             else:
                 await self._run_sync()
-        except GeneratorFailed as err:  # the trainer is fine: save what was learned
+        except (GeneratorFailed, ScorerFailed, ScorerError) as err:  # the trainer is fine: save what it learned
             failure = str(err)
         finally:
             await self.sync.close()
@@ -273,8 +277,8 @@ class GRPOLoop:
             generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
             calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
             remaining -= per_call
-        for episodes in await asyncio.gather(*calls):
-            await self.buffer.add(episodes)
+        for episodes, unscored in await asyncio.gather(*calls):
+            await self.buffer.add(episodes, unscored)
         return await self.buffer.sample(self.config.batch_size, self.version)
 
     async def _generate(self, index: int, *args) -> list:
@@ -302,12 +306,14 @@ class GRPOLoop:
         generator_idle = 1 - generating_s / (len(self.generating) * (now - self.segment_start))
         record.update(
             result,
+            **self.scoring.metrics(),
             **{
                 "policy/version": self.version,
                 "samples/trained": self.trained,
                 "samples/dropped_stale": buffer["dropped_stale"],
                 "samples/dropped_other": buffer["dropped_other"],
                 "samples/dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),
+                "samples/dropped_scorer_error": buffer["dropped_by_reason"].get("scorer_error", 0),
                 "samples/buffered": buffer["size"],
                 "samples/in_flight": self.admission.in_flight,
                 "generator/paused_s": self.admission.paused_s,

@@ -1,7 +1,8 @@
 """Per-step metrics: computed here, written here (metrics.jsonl, the console, optional sinks).
 
 Every metric is named `area/what` (docs/metrics.md lists them): reward/, policy/,
-train/, is/ (importance sampling), samples/, generator/, completion/, weights/, time/.
+train/, is/ (importance sampling), kl/, distill/, scoring/, samples/, generator/,
+completion/, weights/, time/.
 A row of metrics.jsonl is one training step: {"step": k, "reward/mean": ..., ...}.
 """
 
@@ -24,6 +25,7 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
     ages = [e.policy_age(trainer_version) for e in episodes]
     lengths = [len(e.completion.token_ids) for e in episodes]
     return {
+        **scorer_metrics(episodes),
         "reward/mean": statistics.fmean(e.reward for e in episodes),
         "policy/age_mean": statistics.fmean(ages),
         "policy/age_max": max(ages),
@@ -34,6 +36,16 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
             e.completion.finish_reason == "length" for e in episodes
         ),
     }
+
+
+def scorer_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Each figure the scorers gave episodes (reward/<name>, distill/reverse_kl), averaged over the
+    episodes that have it."""
+    values: dict[str, list[float]] = {}
+    for episode in episodes:
+        for key, value in (episode.metrics or {}).items():
+            values.setdefault(key, []).append(value)
+    return {key: statistics.fmean(v) for key, v in values.items()}
 
 
 class BusyClock:

@@ -1,8 +1,8 @@
-"""Rollouts: prompts -> generator -> rewards -> group advantages -> replay buffer.
+"""Rollouts: prompts -> generator -> scoring tier -> replay buffer.
 
 Runs in the controller process, off the trainer's critical path: while the
-trainer steps, rollout workers keep their generators busy, score what comes
-back and hand scored episodes to the buffer.
+trainer steps, rollout workers keep their generators busy, have what comes back
+scored (forge_async/scoring/) and hand the episodes to the buffer.
 """
 
 import asyncio
@@ -11,56 +11,41 @@ from collections.abc import Awaitable, Callable
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Episode
-from forge_async.data.tasks import Prompt, Task
-from forge_async.losses.advantages import group_advantages
+from forge_async.data.tasks import Task
+from forge_async.scoring.tier import ScoringTier
 from forge_async.tracing import TRACER
 
 # (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
 Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list]]]
 
 
-def score_groups(
-    task: Task, prompts: list[Prompt], groups: list[list], first_group_id: int, scale_by_std: bool = True
-) -> list[Episode]:
-    episodes = []
-    for offset, (prompt, completions) in enumerate(zip(prompts, groups, strict=True)):
-        rewards = [task.reward(prompt, c) for c in completions]
-        advantages = group_advantages(rewards, scale_by_std)
-        for completion, reward, advantage in zip(completions, rewards, advantages):
-            episodes.append(
-                Episode(completion, reward, advantage, group_id=first_group_id + offset)
-            )
-    return episodes
-
-
 class Rollouts:
     def __init__(
         self,
         task: Task,
+        scoring: ScoringTier,
         sampling: SamplingConfig,
         group_size: int,
         prompts_per_call: int,
         seed: int,
-        scale_by_std: bool = True,
     ):
         self.task = task
+        self.scoring = scoring
         self.sampling = sampling
         self.group_size = group_size
         self.prompts_per_call = prompts_per_call
         self.rng = random.Random(seed)
-        self.scale_by_std = scale_by_std
         self.tokens = 0  # completion tokens produced
         self.added = asyncio.Event()  # set whenever episodes reach the buffer
         self._next_group = 0
 
-    async def produce(self, generate: Generate, num_prompts: int | None = None) -> list[Episode]:
-        """One generate call, scored into episodes."""
+    async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], int]:
+        """One generate call, scored: its episodes, and how many completions could not be scored."""
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
         first_group, self._next_group = self._next_group, self._next_group + len(prompts)
         groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
-        episodes = score_groups(self.task, prompts, groups, first_group, self.scale_by_std)
-        self.tokens += sum(len(e.completion.token_ids) for e in episodes)
-        return episodes
+        self.tokens += sum(len(c.token_ids) for group in groups for c in group)
+        return await self.scoring.score(prompts, groups, first_group)
 
     def state_dict(self) -> dict:
         """Where the prompt source is: its RNG state and the next group id."""
@@ -96,8 +81,8 @@ class Rollouts:
             if not admitted:
                 return
             with TRACER.span("generate + score", lane):
-                episodes = await self.produce(generate, admitted // self.group_size)
+                episodes, unscored = await self.produce(generate, admitted // self.group_size)
             with TRACER.span("buffer add", lane):
-                await buffer.add(episodes)
+                await buffer.add(episodes, unscored)
             self.added.set()
             await admission.generated(admitted)

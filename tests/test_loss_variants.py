@@ -29,7 +29,8 @@ def batch(behaviour: list[list[float]] | None = None) -> TrainBatch:
         response_mask=MASK,
         behaviour_logprobs=torch.tensor(behaviour) if behaviour else torch.zeros(2, 4),
         versions=torch.zeros(2, 4, dtype=torch.long),
-        advantages=torch.tensor(ADVANTAGES),
+        advantages=torch.tensor(ADVANTAGES).unsqueeze(1) * MASK,
+        reference_logprobs=torch.zeros(2, 4),
     )
 
 

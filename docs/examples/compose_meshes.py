@@ -22,7 +22,8 @@ from forge_async.launch import meshes
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
-from forge_async.rollout import score_groups
+from forge_async.scoring.config import ScoringConfig, default_scorers
+from forge_async.scoring.tier import build_tier
 from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
 
@@ -33,6 +34,7 @@ async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
     sampling = SamplingConfig(max_tokens=3)
     prompt_budget = checkpoint.shape.max_seq_len - sampling.max_tokens
     task = build_task(TaskConfig(name="max_digit", num_digits=3), tokenizer, prompt_budget)
+    scoring = build_tier(default_scorers(), ScoringConfig(), task)  # the task's own reward
     # torchstore transport: weights go through the store by name and version, and the
     # generator loads a version when told to (the shm transport would let it pick
     # new versions up by itself).
@@ -53,7 +55,8 @@ async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
         for step in range(1, steps + 1):
             prompts = [task.sample(rng) for _ in range(8)]
             groups = await generator.generate.call_one([p.token_ids for p in prompts], sampling, 8)
-            await buffer.add.call_one(score_groups(task, prompts, groups, first_group_id=0))
+            episodes, _ = await scoring.score(prompts, groups, first_group_id=0)
+            await buffer.add.call_one(episodes)
             version = await generator.get_version.call_one()
             batch = await buffer.sample.call_one(64, version)
             result = (await trainer.train_step.call(batch)).item(procs=0)

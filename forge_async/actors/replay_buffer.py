@@ -13,9 +13,9 @@ class ReplayBuffer(ProcActor):
         self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance)
 
     @endpoint
-    async def add(self, episodes: list[Episode]) -> int:
+    async def add(self, episodes: list[Episode], unscored: int = 0) -> int:
         with TRACER.span("add"):
-            self.buffer.add(episodes)
+            self.buffer.add(episodes, unscored)
         return len(self.buffer)
 
     @endpoint

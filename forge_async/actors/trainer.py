@@ -35,9 +35,10 @@ from forge_async.losses.grpo import (
     importance_weights,
     next_token_log_probs,
     policy_gradient_loss,
+    reference_kl,
     sampled_logprobs,
+    sequence_logprobs,
     token_entropy,
-    token_logprobs,
     token_scale,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
@@ -60,11 +61,13 @@ class Trainer(ProcActor):
         weights: WeightsConfig,
         loss: LossConfig | None = None,
         importance: ImportanceConfig | None = None,
+        kl_coef: float = 0.0,
     ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.config = config
         self.loss = loss or LossConfig()
         self.importance = importance or ImportanceConfig()
+        self.kl_coef = kl_coef  # the reference_kl scorer's coef (0: no KL penalty)
         self.pad_id = pad_id
         self.weights = weights
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
@@ -136,6 +139,8 @@ class Trainer(ProcActor):
             self.version += 1
             global_loss, global_entropy = _all_reduce_sum(loss, entropy)
             off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
+            if not self.kl_coef:
+                del off_policy_metrics["kl/reference"]  # no reference: no KL to report
         return {
             **off_policy_metrics,
             "train/loss": global_loss,
@@ -168,14 +173,20 @@ class Trainer(ProcActor):
         return None if not episodes else (loss.detach(), entropy, off_policy)
 
     def _loss(self, logprobs: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int):
-        """This micro-batch's share of the loss (loss.*; see losses/grpo.py) and its off-policy sums."""
+        """This micro-batch's share of the loss (loss.*, the KL penalty; see losses/grpo.py) and its
+        off-policy sums."""
         c = self.loss
         scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
         if not c.clipped:
             weights, off_policy = importance_weights(logprobs, local, self.importance)
-            return policy_gradient_loss(logprobs, local, scale, weights), off_policy
-        _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None))  # the statistics only
-        loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
+            loss = policy_gradient_loss(logprobs, local, scale, weights)
+        else:
+            _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None))  # the statistics only
+            loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
+        if self.kl_coef:
+            kl = reference_kl(logprobs, local)
+            loss = loss + self.kl_coef * (kl * scale).sum()
+            off_policy.reference_kl = kl.detach().sum()
         return loss, off_policy
 
     @endpoint
@@ -225,13 +236,7 @@ class Trainer(ProcActor):
     @endpoint
     async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
         """log p(token t | tokens < t) for t >= 1 of each sequence, under the current weights."""
-        tokens = torch.full((len(sequences), max(map(len, sequences))), self.pad_id, dtype=torch.long)
-        for row, seq in enumerate(sequences):
-            tokens[row, : len(seq)] = torch.tensor(seq)
-        tokens = tokens.to(self.device_type)
-        with torch.no_grad():
-            logprobs = token_logprobs(self.model(tokens), tokens).cpu()
-        return [logprobs[row, : len(seq) - 1].tolist() for row, seq in enumerate(sequences)]
+        return sequence_logprobs(self.model, sequences, self.pad_id, self.device_type)
 
     def _full_hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Every weight, unsharded, in Hugging Face names (a collective: all ranks call it)."""

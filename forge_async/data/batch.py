@@ -20,7 +20,8 @@ class TrainBatch:
     response_mask: torch.Tensor  # [B, L-1] float, 1 where position t predicts a response token
     behaviour_logprobs: torch.Tensor  # [B, L-1] generator's logprob of each predicted token
     versions: torch.Tensor  # [B, L-1] int64 policy version of each predicted token (-1 if none)
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B, L-1] advantage of each predicted token (0 outside the response)
+    reference_logprobs: torch.Tensor  # [B, L-1] log pi_ref of each predicted token (0 if no reference)
 
     @property
     def num_response_tokens(self) -> int:
@@ -46,6 +47,8 @@ def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
     mask = torch.zeros(n, length - 1)
     behaviour = torch.zeros(n, length - 1)
     versions = torch.full((n, length - 1), -1, dtype=torch.long)
+    advantages = torch.zeros(n, length - 1)
+    reference = torch.zeros(n, length - 1)
     for row, episode in enumerate(episodes):
         c = episode.completion
         prompt_len, response_len = len(c.prompt_ids), len(c.token_ids)
@@ -54,8 +57,12 @@ def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
         mask[row, predicted] = 1.0
         behaviour[row, predicted] = torch.tensor(c.logprobs)
         versions[row, predicted] = torch.tensor(c.versions)
-    advantages = torch.tensor([e.advantage for e in episodes], dtype=torch.float32)
-    return TrainBatch(tokens, mask, behaviour, versions, advantages)
+        advantages[row, predicted] = episode.advantage
+        if episode.token_advantages is not None:
+            advantages[row, predicted] += torch.tensor(episode.token_advantages)
+        if episode.reference_logprobs is not None:
+            reference[row, predicted] = torch.tensor(episode.reference_logprobs)
+    return TrainBatch(tokens, mask, behaviour, versions, advantages, reference)
 
 
 def micro_batches(episodes: list[Episode], token_budget: int | None) -> list[list[Episode]]:

@@ -14,7 +14,8 @@ class EpisodeBuffer:
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
     is full, adding evicts the oldest episodes, counted as "overflow"; with
     `drop_zero_variance`, groups whose rewards are all equal are dropped as they
-    arrive, counted as "zero_variance" (data/filters.py). Counters
+    arrive, counted as "zero_variance" (data/filters.py); completions a scorer could
+    not score arrive as a count, "scorer_error". Counters
     keep every episode accounted for: added = sampled + dropped (by reason) + held.
     """
 
@@ -34,10 +35,13 @@ class EpisodeBuffer:
     def __len__(self) -> int:
         return len(self._episodes)
 
-    def add(self, episodes: list[Episode]) -> None:
+    def add(self, episodes: list[Episode], unscored: int = 0) -> None:
         """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
-        rewards are all equal ("zero_variance")."""
-        self.added += len(episodes)
+        rewards are all equal ("zero_variance"). `unscored`: completions of the same call that
+        the scoring tier dropped (scoring.on_error=drop), counted as "scorer_error"."""
+        self.added += len(episodes) + unscored
+        if unscored:
+            self.dropped["scorer_error"] += unscored
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
             self.dropped["zero_variance"] += len(no_signal)

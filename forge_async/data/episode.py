@@ -37,12 +37,27 @@ class Completion:
 
 @dataclass
 class Episode:
-    """A scored completion, ready to train on."""
+    """A scored completion, ready to train on (forge_async/scoring/ makes them).
+
+    Token t's advantage is `advantage` (the sequence's, group-relative from the reward)
+    plus `token_advantages[t]` where a scorer gave per-token signal (distillation).
+    """
 
     completion: Completion
     reward: float
     advantage: float
     group_id: int = 0  # episodes of one prompt's group share it
+    token_advantages: list[float] | None = None  # one per completion token, added to `advantage`
+    reference_logprobs: list[float] | None = None  # log pi_ref of each token, for the KL penalty
+    # Per-episode figures from the scorers (reward/<name>, distill/reverse_kl), averaged per step.
+    metrics: dict[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.completion.token_ids)
+        for name in ("token_advantages", "reference_logprobs"):
+            values = getattr(self, name)
+            if values is not None and len(values) != n:
+                raise ValueError(f"episode has {n} tokens but {len(values)} {name}")
 
     @property
     def oldest_version(self) -> int:

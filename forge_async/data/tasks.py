@@ -127,14 +127,15 @@ def exact_match(answer: str, completion_text: str) -> float:
     return float(completion_text.strip() == answer.strip())
 
 
-def load_reward_fn(spec: str) -> Callable[[str, str], float]:
+def load_reward_fn(spec: str, key: str = "task.reward_fn") -> Callable:
+    """The callable `spec` ("module:function") names; a TaskError naming `key` if there is none."""
     module_name, _, attr = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as err:
-        raise TaskError(f"task.reward_fn {spec!r} cannot be imported: {err}") from err
+        raise TaskError(f"{key} {spec!r} cannot be imported: {err}") from err
     if not callable(fn):
-        raise TaskError(f"task.reward_fn {spec!r} is not callable")
+        raise TaskError(f"{key} {spec!r} is not callable")
     return fn
 
 

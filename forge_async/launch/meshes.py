@@ -14,6 +14,7 @@ from monarch.spmd import setup_torch_elastic_env_async
 
 from forge_async.actors.generator import Generator
 from forge_async.actors.generator_config import GeneratorConfig
+from forge_async.actors.logprob_model import LogprobModel
 from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer
 from forge_async.actors.trainer_config import TrainerConfig
@@ -34,6 +35,7 @@ async def spawn_trainer(
     procs: ProcMesh | None = None,
     loss: LossConfig | None = None,
     importance: ImportanceConfig | None = None,
+    kl_coef: float = 0.0,
 ):
     """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
 
@@ -42,7 +44,9 @@ async def spawn_trainer(
     """
     if procs is None:
         procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
-    trainer = procs.spawn("trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance)
+    trainer = procs.spawn(
+        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef
+    )
     if hosts is None:
         await setup_torch_elastic_env_async(procs)
     else:
@@ -83,6 +87,23 @@ async def spawn_replay_buffer(
         procs = spawn_procs(host, 1, "replay_buffer", log_dir)
     buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity, drop_zero_variance)
     return procs, buffer
+
+
+async def spawn_logprob_model(
+    checkpoint: Checkpoint,
+    pad_id: int,
+    name: str = "scorer",
+    threads: int = 1,
+    host: HostMesh | None = None,
+    log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+):
+    """A LogprobModel (a model scorer: reference policy or teacher) on one proc, loaded."""
+    if procs is None:
+        procs = spawn_procs(host, 1, name, log_dir)
+    model = procs.spawn(name, LogprobModel, str(checkpoint.path), pad_id, threads)
+    await model.setup.call_one()
+    return procs, model
 
 
 async def spawn_weight_relay(

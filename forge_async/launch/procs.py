@@ -6,7 +6,8 @@ procs import while the controller imports its own (torch, TorchTitan,
 transformers) and builds the tiny checkpoint; the actors spawned on them later
 find their modules loaded. This module therefore imports nothing heavy itself.
 
-Roles: `trainer`, `generator<i>`, `replay_buffer`, `weight_relay<node>`.
+Roles: `trainer`, `generator<i>`, `replay_buffer`, `weight_relay<node>`, `scorer<i>` (the
+model scorer at position i of the `scorers` list).
 """
 
 import asyncio
@@ -34,6 +35,7 @@ PRELOAD = {
     "generator": ("forge_async.actors.generator", "vllm.entrypoints.llm"),
     "replay_buffer": ("forge_async.actors.replay_buffer",),
     "weight_relay": ("forge_async.actors.weight_relay",),
+    "scorer": ("forge_async.actors.logprob_model",),
 }
 
 
@@ -123,7 +125,7 @@ class RunProcs:
             return self.hosts.node(placement.generator_host(int(role.removeprefix("generator"))))
         if role.startswith("weight_relay"):
             return self.hosts.node(int(role.removeprefix("weight_relay")))
-        return self.hosts.node(0)  # the replay buffer, beside the controller
+        return self.hosts.node(0)  # the replay buffer and model scorers, beside the controller
 
     def spawn(self, role: str) -> ProcMesh:
         """New procs for `role`, importing what its actor needs as they start."""
@@ -137,16 +139,25 @@ class RunProcs:
         """What `role`'s procs do before their imports: take their GPUs (placement.*_gpus);
         a generator also decides how vLLM runs there (actors/generator_platform.py)."""
         steps: list[Step] = []
-        gpus = self.config.placement.visible_gpus(role)
+        gpus, key = self.config.placement.visible_gpus(role), f"placement.{_kind(role)}_gpus"
+        if _kind(role) == "scorer":
+            index = int(role.removeprefix("scorer"))
+            gpu, key = self.config.scorers[index].gpu, f"scorers[{index}].gpu"
+            gpus = None if gpu is None else str(gpu)
         if gpus is not None:
-            steps.append(partial(use_gpus, gpus, f"placement.{_kind(role)}_gpus"))
+            steps.append(partial(use_gpus, gpus, key))
         if _kind(role) == "generator":
             steps.append(partial(prepare_process, self.config.generator))
         return tuple(steps)
 
     def spawn_all(self) -> None:
-        """Trainer, generators and replay buffer, all at once (weight relays are spawned when needed)."""
-        roles = ["trainer", "replay_buffer", *(f"generator{i}" for i in range(self.config.generator.count))]
+        """Trainer, generators, replay buffer and model scorers, all at once (weight relays are
+        spawned when needed)."""
+        c = self.config
+        roles = [
+            "trainer", "replay_buffer", *(f"generator{i}" for i in range(c.generator.count)),
+            *(f"scorer{i}" for i, scorer in enumerate(c.scorers) if scorer.runs_a_model),
+        ]
         self._early = {role: self.spawn(role) for role in roles}
 
     def take(self, role: str) -> ProcMesh:

@@ -8,7 +8,9 @@ on every call to its actors. Here that becomes policy:
 - the replay buffer is respawned empty; the episodes it held are counted as
   dropped with reason `buffer_lost`, and the call is retried;
 - a failed trainer rank ends the run with a TrainerFailed naming the rank, its
-  host and pid (resume from the last checkpoint).
+  host and pid (resume from the last checkpoint);
+- a failed model scorer ends the run with a ScorerFailed naming the scorer, its
+  host and pid (the run saves what it learned, as after a generator failure).
 
 `procs.json` in the run directory maps every role to its host and pid, and is
 rewritten whenever a proc is replaced, so operators (and tests) can find them.
@@ -33,6 +35,7 @@ from forge_async.launch.hosts import node_address, node_rank
 from forge_async.launch.procs import RunProcs
 from forge_async.tracing import TRACER
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.scoring.scorer import ScorerFailed
 
 _STOP_TIMEOUT_S = 10
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
@@ -105,6 +108,7 @@ class RunMeshes:
         self._restart_locks: list[asyncio.Lock] = []
         self.relay_nodes: list[int] = []  # generator nodes reached through a WeightRelay
         self._relays: list = []
+        self._scorers: dict[int, object] = {}  # position in config.scorers -> its LogprobModel
 
     async def start(self) -> list[float]:
         """Spawn trainer, generators, buffer and weight relays, all at once; returns engine start times.
@@ -118,6 +122,7 @@ class RunMeshes:
                 self._spawn_trainer(),
                 self.buffer.spawn(),
                 self._spawn_relays(),
+                self._spawn_scorers(),
                 self._start_store(),
             )
         except ActorError as err:
@@ -144,9 +149,47 @@ class RunMeshes:
         c = self.config
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
             self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host("trainer"),
-            procs=self.procs.take("trainer"), loss=c.loss, importance=c.importance,
+            procs=self.procs.take("trainer"), loss=c.loss, importance=c.importance, kl_coef=c.kl_coef,
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
+
+    async def _spawn_scorers(self) -> None:
+        """A LogprobModel for each model scorer: its checkpoint, or the initial policy's."""
+        for index, scorer in enumerate(self.config.scorers):
+            if not scorer.runs_a_model:
+                continue
+            checkpoint = self._scorer_checkpoint(index)
+            role = f"scorer{index}"
+            self._procs[role], self._scorers[index] = await meshes.spawn_logprob_model(
+                checkpoint, self.pad_id, role, scorer.threads, procs=self.procs.take(role)
+            )
+            self._where[role] = await self._scorers[index].where.call_one()
+
+    def _scorer_checkpoint(self, index: int) -> Checkpoint:
+        """Scorer `index`'s checkpoint, checked to share the policy's vocabulary."""
+        path = self.config.scorers[index].path
+        if path is None:
+            return self.checkpoint
+        checkpoint = Checkpoint.open(path)
+        if checkpoint.shape.vocab_size != self.checkpoint.shape.vocab_size:
+            raise UserError(
+                f"scorers[{index}].path={path}: vocabulary of {checkpoint.shape.vocab_size} tokens, the policy's "
+                f"has {self.checkpoint.shape.vocab_size}; a scorer must use the policy's tokenizer"
+            )
+        return checkpoint
+
+    async def call_scorer(self, index: int, call: Callable[[object], Awaitable]):
+        """`call(model)` on model scorer `index`; a dead proc becomes a ScorerFailed naming it."""
+        try:
+            return await call(self._scorers[index])
+        except Exception as err:
+            if not _is_proc_failure(err):
+                raise
+            label = self.config.scorers[index].label
+            cause = str(err).splitlines()[-1].strip() if str(err) else type(err).__name__
+            raise ScorerFailed(
+                f"scorer {label!r} ({_located(self._where[f'scorer{index}'])}) failed: {cause}"
+            ) from None
 
     def _generator_node(self, index: int) -> int:
         return self.config.placement.generator_host(index)
@@ -395,9 +438,9 @@ class SupervisedBuffer:
         await self.actor.load_state_dict.call_one({"episodes": [], **self._counters})
         self.owner._write_procs_file()
 
-    async def add(self, episodes: list[Episode]) -> None:
-        await self._call(lambda b: b.add.call_one(episodes))
-        self._counters["added"] += len(episodes)
+    async def add(self, episodes: list[Episode], unscored: int = 0) -> None:
+        await self._call(lambda b: b.add.call_one(episodes, unscored))
+        self._counters["added"] += len(episodes) + unscored
 
     async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
         batch = await self._call(lambda b: b.sample.call_one(batch_size, trainer_version))

@@ -1,9 +1,12 @@
 """GRPO's policy-gradient loss over packed episodes, with importance correction or PPO clipping.
 
-    loss = - sum_{i,t} mask_it * s_it * w_it * A_i * log pi_theta(y_it)
+    loss = - sum_{i,t} mask_it * s_it * w_it * A_it * log pi_theta(y_it)
+           + beta * sum_{i,t} mask_it * s_it * k3_it          (with a reference_kl scorer)
 
-Sequence-level advantages A_i (group-relative, computed before the batch reaches
-the trainer) weight every response token of episode i. The scale s_it is the
+Advantages are computed before the batch reaches the trainer (forge_async/scoring/):
+A_it is episode i's group-relative advantage, the same for each of its response
+tokens, plus the per-token advantage a scorer gave (distillation's
+log pi_teacher - log pi_student). The scale s_it is the
 aggregation (`token_scale`: token mean, sequence mean or a constant), computed
 from counts over the *global* batch, so data-parallel ranks that each hold a
 slice of it and sum their gradients get exactly the full-batch gradient.
@@ -18,6 +21,10 @@ mixed within a sequence. Each token is weighted by w, a constant in the gradient
 (detached): the ratio r = pi_theta / pi_behaviour (per token, or per sequence)
 truncated at the cap, w = min(r, cap), or masked, w = 1 inside [mask_low, mask_high]
 and 0 outside; with no correction (cap null), w = 1.
+
+KL penalty to a frozen reference policy (scorer kind reference_kl, coefficient beta):
+k3_it = exp(d) - d - 1 with d = log pi_ref(y_it) - log pi_theta(y_it), Schulman's
+non-negative estimator of KL(pi_theta || pi_ref), differentiated through pi_theta.
 """
 
 from dataclasses import dataclass, fields
@@ -49,6 +56,17 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], pad_id: int, device) -> list[list[float]]:
+    """log p(token t | tokens < t) for t >= 1 of each sequence under `model`, in one right-padded forward."""
+    tokens = torch.full((len(sequences), max(map(len, sequences))), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        tokens[row, : len(seq)] = torch.tensor(seq)
+    tokens = tokens.to(device)
+    logprobs = token_logprobs(model(tokens), tokens).cpu()
+    return [logprobs[row, : len(seq) - 1].tolist() for row, seq in enumerate(sequences)]
+
+
+@torch.no_grad()
 def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of each next-token distribution, from `next_token_log_probs`: [B, L-1]."""
     return -(log_probs.exp() * log_probs).sum(-1)
@@ -66,6 +84,7 @@ class OffPolicySums:
     masked: torch.Tensor  # tokens left out by importance.mode=mask
     mismatch_kl: torch.Tensor
     clipped: torch.Tensor  # cut off by the PPO clip
+    reference_kl: torch.Tensor  # k3 estimate of KL(pi_theta || pi_ref) (0 without a reference)
 
     def __add__(self, other: "OffPolicySums") -> "OffPolicySums":
         """The sums over both sets of tokens (micro-batches of one step)."""
@@ -91,6 +110,7 @@ class OffPolicySums:
             "is/ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
             "is/mismatch_kl": totals["mismatch_kl"] / tokens,
             "train/clip_frac": totals["clipped"] / tokens,
+            "kl/reference": totals["reference_kl"] / tokens,
         }
 
 
@@ -133,6 +153,7 @@ def importance_weights(
         # k3 estimator of KL(pi_behaviour || pi_theta) on tokens sampled from pi_behaviour.
         mismatch_kl=((torch.exp(log_ratio) - 1 - log_ratio) * mask).sum(),
         clipped=zero,
+        reference_kl=zero,
     )
     return weights, sums
 
@@ -162,8 +183,8 @@ def token_scale(
 def policy_gradient_loss(
     logprobs: torch.Tensor, batch: TrainBatch, scale: torch.Tensor | float, weights: torch.Tensor
 ) -> torch.Tensor:
-    """- sum A_i * w_it * log pi(y_it) * s_it over response tokens (`scale`: `token_scale`'s, or 1/N)."""
-    per_token = -batch.advantages.unsqueeze(1) * weights * logprobs * batch.response_mask
+    """- sum A_it * w_it * log pi(y_it) * s_it over response tokens (`scale`: `token_scale`'s, or 1/N)."""
+    per_token = -batch.advantages * weights * logprobs * batch.response_mask
     return (per_token * scale).sum()
 
 
@@ -174,9 +195,16 @@ def clipped_surrogate_loss(
     response tokens the clip cut off (their gradient is zero)."""
     mask = batch.response_mask
     ratio = torch.exp((logprobs - batch.behaviour_logprobs) * mask)
-    advantages = batch.advantages.unsqueeze(1)
+    advantages = batch.advantages
     unclipped = ratio * advantages
     clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * advantages
     loss = -(torch.minimum(unclipped, clipped) * scale * mask).sum()
     cut = ((clipped < unclipped) * mask).sum().detach()
     return loss, cut
+
+
+def reference_kl(logprobs: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
+    """k3_it = exp(d) - d - 1, d = log pi_ref - log pi_theta, per token ([B, L-1], 0 outside the
+    response): >= 0, and exactly 0 where the policy agrees with the reference."""
+    d = (batch.reference_logprobs - logprobs) * batch.response_mask
+    return (torch.exp(d) - d - 1) * batch.response_mask

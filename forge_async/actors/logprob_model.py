@@ -1,0 +1,50 @@
+"""LogprobModel: a frozen model on procs of its own that scores given tokens.
+
+The model scorers use it (forge_async/scoring/model_scorers.py): the reference
+policy of the KL penalty, and the teacher of on-policy distillation. It is a
+TorchTitan forward of a Hugging Face checkpoint, the same model code the trainer
+runs, so a reference equal to the policy gives the trainer's logprobs exactly.
+"""
+
+import time
+
+import torch
+from monarch.actor import endpoint
+
+from forge_async.actors.proc_actor import ProcActor
+from forge_async.losses.grpo import sequence_logprobs
+from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.titan import build_titan_model, state_dict_adapter
+from forge_async.tracing import TRACER
+
+ROWS_PER_FORWARD = 64  # bounds the logits' memory: rows x length x vocabulary floats
+
+
+class LogprobModel(ProcActor):
+    def __init__(self, checkpoint_path: str, pad_id: int, threads: int = 1):
+        self.checkpoint = Checkpoint.open(checkpoint_path)
+        self.pad_id = pad_id
+        self.threads = threads
+
+    @endpoint
+    async def setup(self) -> dict[str, float]:
+        """Load the checkpoint; returns how long that took."""
+        start = time.perf_counter()
+        torch.set_num_threads(self.threads)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        shape = self.checkpoint.shape
+        model = build_titan_model(shape)
+        model.load_state_dict(state_dict_adapter(shape).from_hf(self.checkpoint.load_hf_state_dict()))
+        self.model = model.to(self.device).eval().requires_grad_(False)
+        return {"load_s": time.perf_counter() - start}
+
+    @endpoint
+    async def completion_logprobs(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """log p(each completion token | prompt, the completion's earlier tokens), per completion."""
+        sequences = [p + c for p, c in zip(prompts, completions, strict=True)]
+        scored = []
+        with TRACER.span("forward"):
+            for start in range(0, len(sequences), ROWS_PER_FORWARD):
+                chunk = sequences[start : start + ROWS_PER_FORWARD]
+                scored += sequence_logprobs(self.model, chunk, self.pad_id, self.device)
+        return [lp[len(p) - 1 :] for lp, p in zip(scored, prompts)]

@@ -1,0 +1,152 @@
+"""The scoring tier: every scorer on each generated call, combined into episodes.
+
+    reward_i       = sum over reward scorers k of weight_k * score_ik
+    advantage_i    = group-relative advantage of reward_i (scoring.outcome_advantage)
+    advantage_it  += sum of the per-token rewards scorers gave token t (distillation)
+    reference_it   = the reference_kl scorer's log pi_ref, for the trainer's KL penalty
+
+Scorers run concurrently (asyncio.gather): reward functions in the controller,
+model scorers on their own meshes. A completion a scorer could not score is, by
+scoring.on_error, the run's end (one ScorerError naming scorer, prompt and
+completion) or dropped, and counted as `scorer_error`. Each scorer's latency and
+the calls waiting on it are metrics (`scoring/<name>/latency_ms`, `.../in_flight`).
+"""
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+from forge_async.data.episode import Completion, Episode
+from forge_async.data.tasks import Prompt, Task
+from forge_async.losses.advantages import group_advantages
+from forge_async.scoring.config import ScorerConfig, ScoringConfig
+from forge_async.scoring.model_scorers import ModelScorer
+from forge_async.scoring.reward_functions import RewardFunction
+from forge_async.scoring.scorer import Score, Scorer, ScorerError
+
+
+class ScorerClock:
+    """One scorer's calls: how many are in flight, and how long those that finished took."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.latencies_ms: list[float] = []
+        self.last_ms = 0.0
+
+    async def timed(self, call):
+        self.in_flight += 1
+        start = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self.in_flight -= 1
+            self.latencies_ms.append((time.perf_counter() - start) * 1e3)
+
+    def take_latency_ms(self) -> float:
+        """Mean latency of the calls finished since the last take (the previous figure if none)."""
+        if self.latencies_ms:
+            self.last_ms = statistics.fmean(self.latencies_ms)
+            self.latencies_ms = []
+        return self.last_ms
+
+
+class ScoringTier:
+    def __init__(
+        self,
+        scorers: list[tuple[ScorerConfig, Scorer]],
+        config: ScoringConfig | None = None,
+        scale_by_std: bool = True,
+    ):
+        self.scorers = [scorer for _, scorer in scorers]
+        self.weights = {s.name: c.weight for c, s in scorers if c.kind == "reward"}
+        self.config = config or ScoringConfig()
+        self.scale_by_std = scale_by_std
+        self.clocks = {s.name: ScorerClock() for s in self.scorers}
+
+    async def score(
+        self, prompts: list[Prompt], groups: list[list[Completion]], first_group_id: int
+    ) -> tuple[list[Episode], int]:
+        """Episodes of every completion the scorers could score, and how many they could not."""
+        verdicts = await asyncio.gather(
+            *(self.clocks[s.name].timed(s.score(prompts, groups)) for s in self.scorers)
+        )
+        episodes, unscored = [], 0
+        for offset, (prompt, completions) in enumerate(zip(prompts, groups, strict=True)):
+            scored = []
+            for j, completion in enumerate(completions):
+                scores = {s.name: verdict[offset][j] for s, verdict in zip(self.scorers, verdicts)}
+                if self._unscorable(prompt, completion, scores):
+                    unscored += 1
+                else:
+                    scored.append((completion, scores))
+            episodes += self._group(scored, first_group_id + offset)
+        return episodes, unscored
+
+    def _unscorable(self, prompt: Prompt, completion: Completion, scores: dict[str, Score]) -> bool:
+        """Whether a scorer failed on this completion; with on_error=fail, that is a ScorerError."""
+        failed = [(name, s.error) for name, s in scores.items() if s.error is not None]
+        if failed and self.config.on_error == "fail":
+            name, error = failed[0]
+            raise ScorerError(
+                f"scorer {name!r} {error} (prompt {prompt.text!r}, completion {completion.text!r}); "
+                "scoring.on_error=drop drops such completions instead"
+            )
+        return bool(failed)
+
+    def _group(self, scored: list[tuple[Completion, dict[str, Score]]], group_id: int) -> list[Episode]:
+        """One prompt's scored completions as episodes, advantages relative to each other."""
+        rewards = [sum(w * scores[name].reward for name, w in self.weights.items()) for _, scores in scored]
+        if self.config.outcome_advantage:
+            advantages = group_advantages(rewards, self.scale_by_std)
+        else:
+            advantages = [0.0] * len(scored)
+        return [
+            Episode(
+                completion,
+                reward,
+                advantage,
+                group_id=group_id,
+                token_advantages=_summed([s.token_rewards for s in scores.values()]),
+                reference_logprobs=next(
+                    (s.reference_logprobs for s in scores.values() if s.reference_logprobs is not None), None
+                ),
+                metrics={k: v for s in scores.values() for k, v in s.metrics.items()},
+            )
+            for (completion, scores), reward, advantage in zip(scored, rewards, advantages)
+        ]
+
+    def metrics(self) -> dict[str, float]:
+        """Each scorer's mean latency since the last call and its calls in flight now."""
+        figures = {}
+        for name, clock in self.clocks.items():
+            figures[f"scoring/{name}/latency_ms"] = clock.take_latency_ms()
+            figures[f"scoring/{name}/in_flight"] = clock.in_flight
+        return figures
+
+
+def _summed(per_token: list[list[float] | None]) -> list[float] | None:
+    """The element-wise sum of the lists given (None: no scorer gave any)."""
+    given = [values for values in per_token if values is not None]
+    return [sum(column) for column in zip(*given, strict=True)] if given else None
+
+
+def build_tier(
+    scorers: list[ScorerConfig],
+    scoring: ScoringConfig,
+    task: Task,
+    call_scorer: Callable[[int, Callable], Awaitable] | None = None,
+    scale_by_std: bool = True,
+) -> ScoringTier:
+    """The tier `scorers` describe. `call_scorer(i, call)` reaches model scorer i's mesh
+    (RunMeshes.call_scorer); only runs with model scorers need it."""
+    built = []
+    for index, config in enumerate(scorers):
+        if config.runs_a_model:
+            if call_scorer is None:
+                raise ValueError(f"scorers[{index}] ({config.kind}) runs a model: build_tier needs call_scorer")
+            built.append((config, ModelScorer(config, partial(call_scorer, index))))
+        else:
+            built.append((config, RewardFunction(config, index, task)))
+    return ScoringTier(built, scoring, scale_by_std)
