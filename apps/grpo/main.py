@@ -9,6 +9,7 @@ Every key of configs/grpo.yaml can be overridden; see docs/configuration.md.
 import asyncio
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -58,7 +59,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
         await procs.stop_unused()
 
 
-def report(summary: dict) -> None:
+def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:
     reached = summary["target_reached"]
     target = (
         f"reached {summary['target_reward']} at step {reached['step']} ({reached['wall_s']:.0f}s)"
@@ -66,7 +67,7 @@ def report(summary: dict) -> None:
         else f"target {summary['target_reward']} not reached"
     )
     print(
-        f"\n== {summary['mode']} GRPO: {summary['steps']} steps in {summary['wall_s']:.0f}s ==\n"
+        f"\n== {summary['mode']} {what}: {summary['steps']} steps in {summary['wall_s']:.0f}s ==\n"
         f"reward {summary['reward_first']:.2f} -> {summary['reward_last']:.2f} ({target})\n"
         f"samples: generated {summary['generated']} = trained {summary['trained']}"
         f" + dropped stale {summary['dropped_stale']} + dropped other {summary['dropped_other']}"
@@ -90,7 +91,7 @@ def report(summary: dict) -> None:
     if summary["stop_reason"]:
         print(f"interrupted ({summary['stop_reason']}) after step {summary['steps']}")
     if summary["failure"] or summary["stop_reason"]:
-        print(f"resume with: python -m apps.grpo resume={summary['run_dir']}")
+        print(f"resume with: python -m {app} resume={summary['run_dir']}")
 
 
 def exit_status(summary: dict) -> int:
@@ -102,19 +103,24 @@ def exit_status(summary: dict) -> int:
     return 0
 
 
-def load_config(cfg: DictConfig) -> GRPOConfig:
+def load_config(cfg: DictConfig, schema: type = GRPOConfig) -> GRPOConfig:
     """The run's config: the composed one, or, with resume=RUN_DIR, the one saved there."""
     if cfg.resume:
         cfg = resumed_config(Path(cfg.resume), HydraConfig.get().overrides.task, cfg)
-        cfg = OmegaConf.merge(OmegaConf.structured(GRPOConfig), cfg)
+        cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
     return OmegaConf.to_object(cfg)
 
 
-@hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="grpo")
-def hydra_main(cfg: DictConfig) -> None:
+def launch(
+    prepare: Callable[[Path], GRPOConfig], app: str, what: str, after: Callable[[dict], None] = lambda _: None
+) -> None:
+    """An app's life under Hydra: its config (`prepare(run_dir)`), the run, the report, the exit status.
+
+    Bad input is one line and status 2; a trainer failure, status 1 with the resume command;
+    `after(summary)` adds the app's own lines to the report."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        config = load_config(cfg)
+        config = prepare(run_dir)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
         if not config.verbose:
             keep_console_for_own_lines(run_dir / "logs")
@@ -123,7 +129,7 @@ def hydra_main(cfg: DictConfig) -> None:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except TrainerFailed as err:
-        print(f"error: {err}\nresume with: python -m apps.grpo resume={run_dir}", file=sys.stderr)
+        print(f"error: {err}\nresume with: python -m {app} resume={run_dir}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet
         print("interrupted during start-up", file=sys.stderr)
@@ -132,11 +138,17 @@ def hydra_main(cfg: DictConfig) -> None:
         from monarch.actor import shutdown_context
 
         shutdown_context().get(timeout=30)
-    report(summary)
+    report(summary, app, what)
+    after(summary)
     sys.exit(exit_status(summary))
 
 
-def main() -> None:
+@hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="grpo")
+def hydra_main(cfg: DictConfig) -> None:
+    launch(lambda run_dir: load_config(cfg), "apps.grpo", "GRPO")
+
+
+def start(hydra_entry: Callable[[], None]) -> None:
     """`resume=RUN_DIR` continues in that directory: Hydra is pointed at it before it starts."""
     resume = resume_dir_from_argv(sys.argv[1:])
     if resume is not None:
@@ -145,7 +157,11 @@ def main() -> None:
             sys.exit(2)
         sys.argv += [f"hydra.run.dir={resume}", "hydra.output_subdir=null"]
     try:
-        hydra_main()
+        hydra_entry()
     except SystemExit as done:
         exit_app(done.code)
+
+
+def main() -> None:
+    start(hydra_main)
 

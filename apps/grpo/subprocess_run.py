@@ -1,4 +1,4 @@
-"""Run `python -m apps.grpo` in a subprocess, as a user would, and read its run directory.
+"""Run `python -m apps.grpo` (or another app) in a subprocess, as a user would, and read its run directory.
 
 Used by the tests and the benchmarks.
 """
@@ -40,9 +40,9 @@ class AppRun:
         return json.loads((self.run_dir / "procs.json").read_text())
 
 
-def run_app(run_dir: Path, *overrides: str, timeout: int = 600) -> AppRun:
+def run_app(run_dir: Path, *overrides: str, timeout: int = 600, app: str = "apps.grpo") -> AppRun:
     proc = subprocess.run(
-        [sys.executable, "-m", "apps.grpo", *_hydra_command_line(run_dir, overrides)],
+        [sys.executable, "-m", app, *_hydra_command_line(run_dir, overrides)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -56,6 +56,7 @@ def run_app_acting_at(
     actions: dict[int, Callable[[subprocess.Popen], None]],
     *overrides: str,
     timeout: int = 600,
+    app: str = "apps.grpo",
 ) -> AppRun:
     """Like run_app, but calls `actions[k](process)` as soon as the app prints step k.
 
@@ -63,7 +64,7 @@ def run_app_acting_at(
     like Ctrl-C in a terminal. After `timeout` seconds its process group is killed.
     """
     proc = subprocess.Popen(
-        [sys.executable, "-m", "apps.grpo", *_hydra_command_line(run_dir, overrides)],
+        [sys.executable, "-m", app, *_hydra_command_line(run_dir, overrides)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

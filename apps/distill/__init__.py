@@ -1,0 +1,1 @@
+"""On-policy distillation: `python -m apps.distill [hydra overrides]`."""

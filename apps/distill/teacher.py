@@ -1,0 +1,68 @@
+"""A teacher for the CPU default: GRPO on the run's task from a fresh tiny model, in RUN_DIR/teacher/.
+
+It runs as `python -m apps.grpo` in a subprocess (its output on this console), so
+the teacher is an ordinary GRPO run directory: metrics, plots, summary and
+final_model/, which the distillation run then loads as its teacher.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from apps.distill.config import DistillConfig
+from apps.grpo.subprocess_run import REPO
+from forge_async.console import since_launch
+from forge_async.errors import UserError
+
+SHARED_SECTIONS = ("task", "sampling", "model.tiny")  # the teacher learns what the student will
+
+
+class TeacherFailed(UserError):
+    """The teacher's GRPO run did not finish."""
+
+
+def train_teacher(config: DistillConfig, run_dir: Path) -> Path:
+    """The teacher's final_model, trained now unless an earlier start of this run left one."""
+    teacher_dir = run_dir / "teacher"
+    final = teacher_dir / "final_model"
+    if (final / "config.json").is_file():
+        print(f"{since_launch()} teacher: {final} (trained earlier)", flush=True)
+        return final
+    overrides = [
+        f"steps={config.teacher.grpo_steps}",
+        f"seed={config.seed}",
+        *_section_overrides(config),
+        f"model.tiny.seed={config.teacher.seed}",
+        f"verbose={str(config.verbose).lower()}",
+    ]
+    print(f"{since_launch()} training the teacher first: python -m apps.grpo {' '.join(overrides)}", flush=True)
+    done = subprocess.run([sys.executable, "-m", "apps.grpo", f"hydra.run.dir={teacher_dir}", *overrides], cwd=REPO)
+    if done.returncode != 0 or not (final / "config.json").is_file():
+        raise TeacherFailed(f"the teacher's GRPO run failed (exit {done.returncode}); see {teacher_dir}")
+    reward = json.loads((teacher_dir / "summary.json").read_text())["reward_last"]
+    print(f"{since_launch()} teacher ready: reward {reward:.2f}, {final}\n", flush=True)
+    return final
+
+
+def _section_overrides(config: DistillConfig) -> list[str]:
+    """`key=value` for every key of the shared sections, as Hydra reads them."""
+    structured = OmegaConf.structured(config)
+    overrides = []
+    for section in SHARED_SECTIONS:
+        for key, value in OmegaConf.to_container(OmegaConf.select(structured, section)).items():
+            if not isinstance(value, dict) and f"{section}.{key}" != "model.tiny.seed":  # the teacher's own
+                overrides.append(f"{section}.{key}={_hydra_value(value)}")
+    return overrides
+
+
+def _hydra_value(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return "'" + value.replace("'", "\\'") + "'"
+    return str(value)

@@ -1,0 +1,184 @@
+"""The scoring tier: reward functions combined by weight, errors failed or dropped and counted,
+the reference KL against a hand computation, and a teacher equal to the student giving no signal.
+
+Model scorers run on real LogprobModel procs and are compared with the real vLLM generator.
+"""
+
+import asyncio
+import math
+
+import pytest
+import torch
+
+from conftest import PAD_ID
+from forge_async.actors.generator_config import SamplingConfig
+from forge_async.data.batch import TrainBatch, pack_episodes
+from forge_async.data.buffer import EpisodeBuffer
+from forge_async.data.episode import Completion, Episode
+from forge_async.data.tasks import Prompt
+from forge_async.launch import meshes
+from forge_async.losses.advantages import group_advantages
+from forge_async.losses.grpo import policy_gradient_loss, reference_kl, token_scale
+from forge_async.scoring.config import ScorerConfig, ScoringConfig
+from forge_async.scoring.scorer import ScorerError
+from forge_async.scoring.tier import build_tier
+
+
+def starts_with_answer(prompt: Prompt, completion: Completion) -> float:
+    return float(completion.text.startswith(prompt.answer))
+
+
+def shortness(prompt: Prompt, completion: Completion) -> float:
+    return 1.0 / len(completion.token_ids)
+
+
+async def async_length(prompt: Prompt, completion: Completion) -> float:
+    await asyncio.sleep(0)
+    return float(len(completion.token_ids))
+
+
+def batched_length(prompts: list[Prompt], completions: list[Completion]) -> list[float]:
+    return [float(len(c.token_ids)) for c in completions]
+
+
+def says_yes(prompt: Prompt, completion: Completion) -> str:
+    return "yes"
+
+
+def fails_on_x(prompt: Prompt, completion: Completion) -> float:
+    if "x" in completion.text:
+        raise RuntimeError("cannot judge an x")
+    return 1.0
+
+
+def completion(text: str, logprobs: list[float] | None = None) -> Completion:
+    ids = [ord(ch) for ch in text]
+    return Completion([1, 2], ids, logprobs or [-1.0] * len(ids), [0] * len(ids), text, "stop")
+
+
+PROMPTS = [Prompt([1, 2], answer="7", text="p0"), Prompt([1, 2], answer="3", text="p1")]
+GROUPS = [[completion("7"), completion("7ab"), completion("1")], [completion("3x"), completion("93")]]
+
+
+def score(scorers: list[ScorerConfig], scoring: ScoringConfig | None = None, groups=GROUPS):
+    tier = build_tier(scorers, scoring or ScoringConfig(), task=None)
+    return asyncio.run(tier.score(PROMPTS, groups, first_group_id=10))
+
+
+def test_weighted_reward_functions_combine_and_are_each_logged():
+    episodes, unscored = score([
+        ScorerConfig(fn="test_scoring:starts_with_answer", weight=1.0),
+        ScorerConfig(fn="test_scoring:shortness", weight=0.5, name="short"),
+    ])
+    assert unscored == 0
+    assert [e.group_id for e in episodes] == [10, 10, 10, 11, 11]
+    expected = [1 + 0.5 / 1, 1 + 0.5 / 3, 0 + 0.5 / 1, 1 + 0.5 / 2, 0 + 0.5 / 2]
+    assert [e.reward for e in episodes] == pytest.approx(expected)
+    assert [e.metrics for e in episodes[:2]] == [
+        {"reward/starts_with_answer": 1.0, "reward/short": 1.0},
+        {"reward/starts_with_answer": 1.0, "reward/short": pytest.approx(1 / 3)},
+    ]
+    advantages = group_advantages(expected[:3]) + group_advantages(expected[3:])
+    assert [e.advantage for e in episodes] == pytest.approx(advantages)
+    assert all(e.token_advantages is None and e.reference_logprobs is None for e in episodes)
+
+
+def test_async_and_batched_reward_functions_score_alike():
+    one = score([ScorerConfig(fn="test_scoring:async_length")])[0]
+    batched = score([ScorerConfig(fn="test_scoring:batched_length", batched=True)])[0]
+    assert [e.reward for e in one] == [e.reward for e in batched] == [1.0, 3.0, 1.0, 2.0, 2.0]
+
+
+def test_without_outcome_advantage_rewards_are_reported_not_trained_on():
+    episodes, _ = score([ScorerConfig(fn="test_scoring:shortness")], ScoringConfig(outcome_advantage=False))
+    assert [e.reward for e in episodes] == pytest.approx([1.0, 1 / 3, 1.0, 0.5, 0.5])
+    assert [e.advantage for e in episodes] == [0.0] * 5
+
+
+def test_a_raising_scorer_fails_naming_scorer_prompt_and_completion():
+    with pytest.raises(ScorerError, match=r"scorer 'fails_on_x' raised RuntimeError: cannot judge an x "
+                       r"\(prompt 'p1', completion '3x'\)"):
+        score([ScorerConfig(fn="test_scoring:fails_on_x")])
+
+
+def test_dropped_completions_are_counted_and_the_rest_of_the_group_is_scored():
+    episodes, unscored = score([ScorerConfig(fn="test_scoring:fails_on_x")], ScoringConfig(on_error="drop"))
+    assert unscored == 1
+    assert [e.completion.text for e in episodes] == ["7", "7ab", "1", "93"]
+    buffer = EpisodeBuffer(max_policy_age=1, capacity=16)
+    buffer.add(episodes, unscored)
+    stats = buffer.stats()
+    assert stats["dropped_by_reason"] == {"scorer_error": 1}
+    assert stats["added"] == 5 == stats["size"] + stats["dropped_other"]
+
+
+def test_a_reward_that_is_not_a_number_is_a_scorer_error():
+    with pytest.raises(ScorerError, match=r"scorer 'says_yes' raised ValueError: returned 'yes', not a finite number"):
+        score([ScorerConfig(fn="test_scoring:says_yes")])
+
+
+def fixed_batch(reference: list[list[float]]) -> TrainBatch:
+    mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+    return TrainBatch(
+        tokens=torch.zeros(2, 4, dtype=torch.long),
+        response_mask=mask,
+        behaviour_logprobs=torch.zeros(2, 3),
+        versions=torch.zeros(2, 3, dtype=torch.long),
+        advantages=torch.zeros(2, 3),
+        reference_logprobs=torch.tensor(reference),
+    )
+
+
+LOGPROBS = torch.tensor([[0.0, -0.5, -1.2], [0.0, -0.1, 0.0]])
+
+
+def test_reference_kl_is_the_k3_estimator_by_hand():
+    batch = fixed_batch([[0.0, -0.7, -1.0], [0.0, -0.4, 0.0]])
+    kl = reference_kl(LOGPROBS, batch)
+    # d = log pi_ref - log pi_theta on response tokens: -0.2, 0.2 (row 0), -0.3 (row 1).
+    by_hand = [[0.0, math.exp(-0.2) + 0.2 - 1, math.exp(0.2) - 0.2 - 1], [0.0, math.exp(-0.3) + 0.3 - 1, 0.0]]
+    assert kl.flatten().tolist() == pytest.approx(sum(by_hand, []), abs=1e-6)  # float32
+    assert (kl >= 0).all()
+
+
+def test_reference_kl_is_exactly_zero_when_the_reference_is_the_policy():
+    assert torch.equal(reference_kl(LOGPROBS, fixed_batch(LOGPROBS.tolist())), torch.zeros(2, 3))
+
+
+@pytest.fixture(scope="module")
+def student_model(tiny_checkpoint):
+    procs, model = asyncio.run(meshes.spawn_logprob_model(tiny_checkpoint, PAD_ID))
+    yield model
+    asyncio.run(meshes.stop_all(procs))
+
+
+def teacher_tier(model):
+    """The task reward at weight 0 (reported only) and `model` as the teacher."""
+    async def call(index, fn):
+        return await fn(model)
+
+    scorers = [
+        ScorerConfig(fn="test_scoring:starts_with_answer", weight=0.0),
+        ScorerConfig(kind="teacher", path="unused"),
+    ]
+    return build_tier(scorers, ScoringConfig(), None, call)
+
+
+def test_teacher_equal_to_student_gives_exactly_zero_advantages_and_loss(student_model, generator):
+    prompts = [Prompt([11, 3, 1, 4, 13], answer="4", text="314"), Prompt([11, 9, 2, 6, 13], answer="9", text="926")]
+    groups = generator.generate.call_one([p.token_ids for p in prompts], SamplingConfig(max_tokens=3), 4).get()
+    flat = [c for group in groups for c in group]
+    # The student's own logprobs of its samples, as the trainer's model code computes them.
+    own = student_model.completion_logprobs.call_one([c.prompt_ids for c in flat], [c.token_ids for c in flat]).get()
+    assert max(abs(a - b) for c, lp in zip(flat, own) for a, b in zip(c.logprobs, lp)) < 1e-4  # = vLLM's
+    for c, lp in zip(flat, own):
+        c.logprobs = lp
+    episodes, _ = asyncio.run(teacher_tier(student_model).score(prompts, groups, 0))
+    assert all(e.token_advantages == [0.0] * len(e.completion.token_ids) for e in episodes)
+    assert all(e.metrics["distill/reverse_kl"] == 0.0 for e in episodes)
+    batch = pack_episodes(episodes, PAD_ID)
+    logprobs = torch.randn(batch.response_mask.shape, requires_grad=True)
+    scale = token_scale(batch.response_mask, "token_mean", len(episodes), batch.num_response_tokens)
+    loss = policy_gradient_loss(logprobs, batch, scale, torch.ones_like(scale))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.count_nonzero(logprobs.grad) == 0
