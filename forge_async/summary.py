@@ -5,7 +5,7 @@
 
 `generated` counts episodes that reached the replay buffer, over the whole run
 (a resumed run continues the counters of its checkpoint). Drops are also given
-by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance).
+by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance, scorer_error).
 """
 
 import json
