@@ -18,7 +18,7 @@ from forge_async.data.filters import FilterConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.data.tasks import TaskConfig
+from forge_async.data.tasks import TaskConfig, load_reward_fn
 from forge_async.models.config import ModelConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
 from forge_async.tracing import TraceConfig
@@ -106,8 +106,9 @@ class GRPOConfig:
             )
 
     def check_paths(self) -> None:
-        """Fail naming the key if an input file or directory is missing: called before any proc
-        starts, so a typo costs a second, not a start-up (the loaders check again, in detail)."""
+        """Fail naming the key if an input file or directory is missing, or a reward function cannot
+        be imported: called before any proc starts, so a typo costs a second, not a start-up (the
+        loaders check again, in detail)."""
         if self.model.path is not None and not Path(self.model.path).expanduser().is_dir():
             raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
         if self.task.name == "dataset" and self.task.dataset and not Path(self.task.dataset).exists():
@@ -115,6 +116,8 @@ class GRPOConfig:
         for index, scorer in enumerate(self.scorers):
             if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
                 raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
+            if scorer.fn is not None:
+                load_reward_fn(scorer.fn, f"scorers[{index}].fn")
 
     @property
     def kl_coef(self) -> float:

@@ -10,6 +10,7 @@ from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the
 from apps.grpo.subprocess_run import run_app
 from forge_async.checkpoint.resume import resumed_config
 from forge_async.config import GRPOConfig
+from forge_async.data.tasks import TaskError
 from forge_async.errors import ConfigError
 
 
@@ -87,6 +88,16 @@ BAD_VALUES = {
     "placement.generator_gpus=[1,1]": "placement.generator_gpus=[1, 1]: a GPU appears twice",
     "placement.trainer_gpus=[-1]": "placement.trainer_gpus=[-1]: GPU indices are >= 0",
     "placement.trainer_gpus=[]": "placement.trainer_gpus=[] is empty",
+    "scorers=[{kind:critic}]": "scorers[0].kind='critic': one of reward, reference_kl, teacher",
+    "scorers=[{kind:reward},{kind:teacher}]": "scorers[1].path: a teacher scorer needs the teacher's checkpoint",
+    "scorers=[{kind:reward,path:/ckpt}]": "scorers[0].path: a reward scorer takes no checkpoint",
+    "scorers=[{kind:reward},{kind:reward}]": "scorers: two scorers are named 'task'; give one a name",
+    "scorers=[{kind:reference_kl}]": "scorers: no reward scorer",
+    "scorers=[]": "scorers: the list is empty",
+    "scorers=[{kind:reward},{kind:reference_kl,coef:0}]": "scorers[1].coef=0.0: must be > 0",
+    "scorers=[{kind:reward},{kind:reference_kl},{kind:reference_kl,name:ref2}]": "scorers: more than one reference_kl",
+    "scorers=[{kind:reward},{kind:reference_kl,fn:x}]": "scorers[1].fn: a reference_kl scorer takes no fn",
+    "scoring.on_error=ignore": "scoring.on_error='ignore': one of fail, drop",
 }
 
 
@@ -117,6 +128,15 @@ def test_the_app_exits_2_naming_the_key_before_any_proc_starts(tmp_path):
     assert "error: sampling.top_p=1.5: must be in (0, 1]" in run.output
     assert "Traceback" not in run.output
     assert "spawning" not in run.output and not (run.run_dir / "initial_model").exists()
+
+
+def test_bad_scorer_inputs_fail_before_any_proc_starts(tmp_path):
+    with pytest.raises(TaskError, match=r"^scorers\[1\].fn 'no_such_module:score' cannot be imported"):
+        app_config('scorers=[{kind:reward},{kind:reward,fn:"no_such_module:score"}]').check_paths()
+    with pytest.raises(ConfigError, match=r"^scorers\[1\].path: checkpoint directory not found"):
+        app_config(f"scorers=[{{kind:reward}},{{kind:teacher,path:{tmp_path / 'none'}}}]").check_paths()
+    run = run_app(tmp_path / "run", "teacher.coef=0", app="apps.distill", timeout=60)
+    assert run.returncode == 2 and "error: teacher.coef=0.0: must be > 0" in run.output, run.output
 
 
 def test_the_gpu_preset_composes_and_validates_through_the_app(tiny_checkpoint, tmp_path):
