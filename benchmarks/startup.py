@@ -31,13 +31,15 @@ MILESTONES = (
 )
 
 
-def timed_run(repo: Path, steps: int, overrides: list[str], run_dir: Path | None = None) -> list[tuple[float, str]]:
-    """(seconds since launch, line) for every console line, and the exit as the last entry.
-    The run goes to `run_dir` (default: a temporary directory, removed after)."""
+def timed_run(
+    repo: Path, steps: int, overrides: list[str], run_dir: Path | None = None, app: str = "apps.grpo"
+) -> list[tuple[float, str]]:
+    """(seconds since launch, line) for every console line of `python -m APP`, and the exit as the
+    last entry. The run goes to `run_dir` (default: a temporary directory, removed after)."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "apps.grpo", f"hydra.run.dir={run_dir or Path(tmp) / 'run'}", f"steps={steps}", *overrides],
+            [sys.executable, "-m", app, f"hydra.run.dir={run_dir or Path(tmp) / 'run'}", f"steps={steps}", *overrides],
             cwd=repo,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
