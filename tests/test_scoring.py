@@ -14,7 +14,7 @@ from conftest import PAD_ID
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.buffer import EpisodeBuffer
-from forge_async.data.episode import Completion, Episode
+from forge_async.data.episode import Completion
 from forge_async.data.tasks import Prompt
 from forge_async.launch import meshes
 from forge_async.losses.advantages import group_advantages

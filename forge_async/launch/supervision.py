@@ -339,6 +339,9 @@ class RunMeshes:
         tracks = {"controller": TRACER.take()}
         calls = {"trainer": self.trainer.trace_spans.call(), "replay buffer": self.buffer.actor.trace_spans.call_one()}
         calls.update({f"generator {i}": g.trace_spans.call_one() for i, g in enumerate(self._generators)})
+        calls.update(
+            {f"scorer {self.config.scorers[i].label}": m.trace_spans.call_one() for i, m in self._scorers.items()}
+        )
         for track, call in calls.items():
             try:
                 spans = await _within(call, _STOP_TIMEOUT_S)
