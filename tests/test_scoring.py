@@ -21,7 +21,7 @@ from forge_async.losses.advantages import group_advantages
 from forge_async.losses.grpo import policy_gradient_loss, reference_kl, token_scale
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.scorer import ScorerError
-from forge_async.scoring.tier import build_tier
+from forge_async.scoring.tier import build_tier, position_centered
 
 
 def starts_with_answer(prompt: Prompt, completion: Completion) -> float:
@@ -115,6 +115,11 @@ def test_dropped_completions_are_counted_and_the_rest_of_the_group_is_scored():
 def test_a_reward_that_is_not_a_number_is_a_scorer_error():
     with pytest.raises(ScorerError, match=r"scorer 'says_yes' raised ValueError: returned 'yes', not a finite number"):
         score([ScorerConfig(fn="test_scoring:says_yes")])
+
+
+def test_per_token_rewards_are_centred_per_position_over_the_group():
+    # Position means: (1 + 3 + 2) / 3 = 2, (2 + 4) / 2 = 3, 5.
+    assert position_centered([[1.0, 2.0], [3.0], [2.0, 4.0, 5.0]]) == [[-1.0, -1.0], [1.0], [0.0, 1.0, 0.0]]
 
 
 def fixed_batch(reference: list[list[float]]) -> TrainBatch:

@@ -17,6 +17,7 @@ from forge_async.errors import ConfigError
 SCORER_KINDS = ("reward", "reference_kl", "teacher")
 MODEL_KINDS = ("reference_kl", "teacher")  # scorers that run a model on a mesh of their own
 ON_ERROR = ("fail", "drop")
+TOKEN_BASELINES = ("group", "none")
 
 
 @dataclass
@@ -75,9 +76,13 @@ class ScoringConfig:
     # true: advantages include the group-relative advantage of the reward; false: rewards are only
     # measured and reported (on-policy distillation trains on the teacher's per-token signal alone).
     outcome_advantage: bool = True
+    # Per-token rewards (the teacher's): group = less the group's mean at the same position (a
+    # baseline, docs/scoring.md); none = as given.
+    token_baseline: str = "group"
 
     def __post_init__(self) -> None:
         check_choice("scoring.on_error", self.on_error, ON_ERROR)
+        check_choice("scoring.token_baseline", self.token_baseline, TOKEN_BASELINES)
 
 
 def default_scorers() -> list[ScorerConfig]:

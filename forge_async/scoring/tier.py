@@ -2,7 +2,8 @@
 
     reward_i       = sum over reward scorers k of weight_k * score_ik
     advantage_i    = group-relative advantage of reward_i (scoring.outcome_advantage)
-    advantage_it  += sum of the per-token rewards scorers gave token t (distillation)
+    advantage_it  += u_it, the sum of the per-token rewards scorers gave token t (distillation),
+                     less the group's mean u at position t (scoring.token_baseline=group)
     reference_it   = the reference_kl scorer's log pi_ref, for the trainer's KL penalty
 
 Scorers run concurrently (asyncio.gather): reward functions in the controller,
@@ -102,19 +103,22 @@ class ScoringTier:
             advantages = group_advantages(rewards, self.scale_by_std)
         else:
             advantages = [0.0] * len(scored)
+        token_rewards = [_summed([s.token_rewards for s in scores.values()]) for _, scores in scored]
+        if self.config.token_baseline == "group" and scored and token_rewards[0] is not None:
+            token_rewards = position_centered(token_rewards)
         return [
             Episode(
                 completion,
                 reward,
                 advantage,
                 group_id=group_id,
-                token_advantages=_summed([s.token_rewards for s in scores.values()]),
+                token_advantages=per_token,
                 reference_logprobs=next(
                     (s.reference_logprobs for s in scores.values() if s.reference_logprobs is not None), None
                 ),
                 metrics={k: v for s in scores.values() for k, v in s.metrics.items()},
             )
-            for (completion, scores), reward, advantage in zip(scored, rewards, advantages)
+            for (completion, scores), reward, advantage, per_token in zip(scored, rewards, advantages, token_rewards)
         ]
 
     def metrics(self) -> dict[str, float]:
@@ -124,6 +128,16 @@ class ScoringTier:
             figures[f"scoring/{name}/latency_ms"] = clock.take_latency_ms()
             figures[f"scoring/{name}/in_flight"] = clock.in_flight
         return figures
+
+
+def position_centered(token_rewards: list[list[float]]) -> list[list[float]]:
+    """Each token's reward less the mean, over the group's completions long enough to have one, of
+    the rewards at its position: a per-position baseline, as the group's mean reward is for the
+    outcome. Exact for the first token (every completion sampled it from the same context); a
+    variance-reducing approximation after it."""
+    longest = max(map(len, token_rewards))
+    means = [statistics.fmean(r[t] for r in token_rewards if len(r) > t) for t in range(longest)]
+    return [[value - means[t] for t, value in enumerate(r)] for r in token_rewards]
 
 
 def _summed(per_token: list[list[float] | None]) -> list[float] | None:
