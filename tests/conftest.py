@@ -13,7 +13,7 @@ from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch import meshes
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.models.config import TinyModelConfig
+from forge_async.models.config import LoraConfig, TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.weights import store
@@ -40,11 +40,14 @@ def tiny_llama_checkpoint(tmp_path_factory) -> Checkpoint:
     return Checkpoint.open(create_tiny_checkpoint(model, TinyModelConfig(family="llama")))
 
 
-def spawn_generator(checkpoint: Checkpoint, **overrides):
-    """A generator on the torchstore transport: it loads versions only when told to.
+def spawn_generator(
+    checkpoint: Checkpoint, weights: WeightsConfig | None = None, lora: LoraConfig | None = None, **overrides
+):
+    """A generator, by default on the torchstore transport: it loads versions only when told to.
     Returns (procs, generator); the caller stops it with `meshes.stop_all(procs)`."""
     config = GeneratorConfig(cpu_threads_bind="0", kv_cache_gib=0.25, **overrides)
-    procs, generator, _ = asyncio.run(meshes.spawn_generator(checkpoint, config, WeightsConfig("torchstore")))
+    weights = weights or WeightsConfig("torchstore")
+    procs, generator, _ = asyncio.run(meshes.spawn_generator(checkpoint, config, weights, lora=lora))
     return procs, generator
 
 
@@ -55,11 +58,14 @@ def generator(tiny_checkpoint, weight_store):
     asyncio.run(meshes.stop_all(procs))
 
 
-def spawn_trainer(checkpoint: Checkpoint, procs: int, weights: WeightsConfig | None = None, **overrides):
+def spawn_trainer(
+    checkpoint: Checkpoint, procs: int, weights: WeightsConfig | None = None, lora: LoraConfig | None = None,
+    **overrides,
+):
     """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
     config = TrainerConfig(procs=procs, **overrides)
     weights = weights or WeightsConfig("torchstore")
-    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID, weights))
+    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID, weights, lora=lora))
 
 
 @pytest.fixture(scope="session", autouse=True)

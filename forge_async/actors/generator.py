@@ -6,6 +6,8 @@ queues requests and waits for them. With the shm weight transport, the loop
 looks at the channel's LATEST pointer before every engine step and applies a
 newer version by itself, in flight or after draining (generator.swap_mode).
 With the torchstore transport, versions arrive through `load_version`.
+With LoRA, the engine serves the checkpoint's weights plus one adapter, and each
+version carries the adapter alone (generation/adapter_slot.py).
 """
 
 import asyncio
@@ -21,6 +23,7 @@ from forge_async.actors.generator_platform import prepare_process
 from forge_async.data.episode import Completion
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.config import LoraConfig
 from forge_async.weights.config import WeightsConfig
 from forge_async.tracing import TRACER
 from forge_async.weights.shared_memory import SharedMemoryChannel
@@ -59,8 +62,11 @@ def sampling_params(sampling: SamplingConfig):
 
 
 class Generator(ProcActor):
-    def __init__(self, checkpoint_path: str, config: GeneratorConfig, weights: WeightsConfig):
+    def __init__(
+        self, checkpoint_path: str, config: GeneratorConfig, weights: WeightsConfig, lora: LoraConfig | None = None
+    ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
+        self.lora = lora if lora is not None and lora.enabled else None
         self.config = config
         self.channel = (
             SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
@@ -76,20 +82,32 @@ class Generator(ProcActor):
         start = time.perf_counter()
         c = self.config
         self.max_model_len = c.max_model_len or self.checkpoint.shape.max_seq_len
+        dtype = c.dtype or self.checkpoint.dtype  # null (composed alone): the checkpoint's own
+        adapter = self._adapter_slot(dtype)
         llm = LLM(
             model=str(self.checkpoint.path),
-            dtype=c.dtype or self.checkpoint.dtype,  # null (composed alone): the checkpoint's own
+            dtype=dtype,
             max_model_len=self.max_model_len,
             seed=c.seed,
             gpu_memory_utilization=c.gpu_memory_utilization,
             kv_cache_memory_bytes=int(c.kv_cache_gib * 2**30) if c.kv_cache_gib else None,
             **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs(c.swap_mode),
+            **(adapter.llm_kwargs() if adapter else {}),
         )
-        self.engine = VersionedEngine(llm, c.swap_mode)
+        self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter)
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
         return {"engine_start_s": time.perf_counter() - start}
+
+    def _adapter_slot(self, dtype: str):
+        """With LoRA, the adapter every request runs with (zero until a version arrives)."""
+        if self.lora is None:
+            return None
+        import torch
+        from forge_async.generation.adapter_slot import AdapterSlot  # imports vLLM
+
+        return AdapterSlot(self.lora, self.checkpoint, getattr(torch, dtype))
 
     @endpoint
     async def rng_state(self) -> dict:
@@ -207,9 +225,17 @@ class Generator(ProcActor):
         if self.engine.has_work:  # LLM.generate would step the loop's requests too
             raise RuntimeError("score() needs an idle generator; call it between generate calls")
         params = SamplingParams(max_tokens=1, prompt_logprobs=0)
-        outputs = self.engine.llm.generate(
-            [{"prompt_token_ids": seq} for seq in sequences], params, use_tqdm=False
-        )
+        # vLLM 0.32's LoRA logits layer indexes adapters per request, not per prompt token:
+        # prompt logprobs of several requests in one batch fail, so with LoRA one at a time.
+        batches = [[seq] for seq in sequences] if self.engine.adapter else [sequences]
+        outputs = [
+            out
+            for batch in batches
+            for out in self.engine.llm.generate(
+                [{"prompt_token_ids": seq} for seq in batch], params, use_tqdm=False,
+                lora_request=self.engine.lora_request,
+            )
+        ]
         return [
             [out.prompt_logprobs[t][tok].logprob for t, tok in enumerate(seq) if t > 0]
             for seq, out in zip(sequences, outputs)

@@ -5,7 +5,9 @@ slice of the rows; gradients are summed across ranks, so N ranks compute the
 same update as one. The version counts optimizer steps (initial weights = 0).
 After a step, `push_weights` publishes the weights in Hugging Face names under
 that version: into a shared-memory file that every rank writes its own shard of
-(same host), or into torchstore as one DTensor shard per rank.
+(same host), or into torchstore as one DTensor shard per rank. With LoRA
+(model.lora.rank set) the base weights are frozen, only the adapters are in the
+optimizer, and only the adapters are published, in PEFT names (models/lora.py).
 """
 
 import os
@@ -42,7 +44,10 @@ from forge_async.losses.grpo import (
     token_scale,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
+from forge_async.models.config import LoraConfig
+from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.parallelize import parallelize
+from forge_async.models.peft import save_adapter
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
@@ -62,8 +67,10 @@ class Trainer(ProcActor):
         loss: LossConfig | None = None,
         importance: ImportanceConfig | None = None,
         kl_coef: float = 0.0,
+        lora: LoraConfig | None = None,
     ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
+        self.lora = lora if lora is not None and lora.enabled else None
         self.config = config
         self.loss = loss or LossConfig()
         self.importance = importance or ImportanceConfig()
@@ -84,17 +91,29 @@ class Trainer(ProcActor):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         shape = self.checkpoint.shape
         self.adapter = state_dict_adapter(shape)
-        model = build_titan_model(shape)
-        model.load_state_dict(self.adapter.from_hf(self.checkpoint.load_hf_state_dict()))
+        model = build_titan_model(shape, seed=INIT_SEED if self.lora else None, lora=self.lora)
+        self._load_base(model)
+        self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = parallelize(model.to(self.device_type), self.config, self.device_type)
+        # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         c = self.config
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=c.lr,
+            self.trainable, lr=c.lr,
             betas=(c.beta1, c.beta2),
             eps=c.eps,
             weight_decay=c.weight_decay,
         )
         self.lr_scheduler = _lr_scheduler(self.optimizer, c)
+
+    def _load_base(self, model: torch.nn.Module) -> None:
+        """The checkpoint's weights into `model`; with LoRA the adapters keep their initialisation."""
+        missing, unexpected = model.load_state_dict(
+            self.adapter.from_hf(self.checkpoint.load_hf_state_dict()), strict=False
+        )
+        absent = [name for name in missing if not (self.lora and is_adapter(name))]
+        if absent or unexpected:
+            raise RuntimeError(f"checkpoint does not fit the model: missing {absent}, unexpected {unexpected}")
 
     def _local_episodes(self, episodes: list[Episode]) -> list[Episode]:
         """This rank's contiguous share of the batch's episodes."""
@@ -132,7 +151,7 @@ class Trainer(ProcActor):
                 off_policy.append(step[2])
         with TRACER.span("optimizer"):
             lr = self.optimizer.param_groups[0]["lr"]
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.lr_scheduler.step()
@@ -195,17 +214,27 @@ class Trainer(ProcActor):
 
         "shm": this node's shared-memory channel (every rank must be on this node);
         "torchstore": the store, one shard per rank (for other nodes and relays).
-        Default: the configured transport.
+        Default: the configured transport. `weight_bytes`: the size of what one
+        version is (all ranks' shards together), moved once per transport.
         """
         start = time.perf_counter()
         with TRACER.span("publish weights"):
-            await self._push(transports or (self.weights.transport,))
-        return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3}
+            weight_bytes = await self._push(transports or (self.weights.transport,))
+        return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3, "weight_bytes": weight_bytes}
 
-    async def _push(self, transports: tuple[str, ...]) -> None:
-        # In the compute dtype: what the generators run in (bfloat16 halves the bytes moved).
+    def _published_state_dict(self) -> dict[str, torch.Tensor]:
+        """What generators load, in the compute dtype (bfloat16 halves the bytes moved):
+        the weights in Hugging Face names, or with LoRA the adapters in PEFT names."""
         dtype = getattr(torch, self.config.dtype)
-        hf_state_dict = {name: t.to(dtype) for name, t in self.adapter.to_hf(self.model.state_dict()).items()}
+        state_dict = self.model.state_dict()
+        if self.lora:
+            published = self.adapter_names.to_peft(state_dict)
+        else:
+            published = self.adapter.to_hf(state_dict)
+        return {name: t.to(dtype) for name, t in published.items()}
+
+    async def _push(self, transports: tuple[str, ...]) -> int:
+        hf_state_dict = self._published_state_dict()
         for transport in transports:
             if transport == "shm":
                 if self.channel is None:
@@ -215,6 +244,7 @@ class Trainer(ProcActor):
                 from forge_async.weights import store  # torchstore: ~1 s to import, only for its transport
 
                 await store.put_policy(hf_state_dict, self.version)
+        return sum(t.numel() * t.element_size() for t in hf_state_dict.values())
 
     def _write_shared_memory(self, hf_state_dict: dict) -> None:
         """Every rank copies its local shard into the version's slot at the shard's global offset."""
@@ -238,14 +268,25 @@ class Trainer(ProcActor):
         """log p(token t | tokens < t) for t >= 1 of each sequence, under the current weights."""
         return sequence_logprobs(self.model, sequences, self.pad_id, self.device_type)
 
-    def _full_hf_state_dict(self) -> dict[str, torch.Tensor]:
-        """Every weight, unsharded, in Hugging Face names (a collective: all ranks call it)."""
-        hf_state_dict = self.adapter.to_hf(self.model.state_dict())
-        return {name: t.full_tensor().cpu() for name, t in hf_state_dict.items()}
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every parameter, unsharded, in TorchTitan names (a collective: all ranks call it)."""
+        return {name: t.full_tensor().cpu() for name, t in self.model.state_dict().items()}
+
+    def _merged(self, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A full TorchTitan state dict as a plain model: with LoRA, base + (alpha / rank) B A."""
+        return self.adapter_names.merge(full, self.lora.scale) if self.lora else full
 
     @endpoint
-    async def full_state_dict(self) -> dict[str, torch.Tensor]:
-        return self._full_hf_state_dict()
+    async def full_state_dict(self, merged: bool = True) -> dict[str, torch.Tensor]:
+        """The policy's weights, unsharded, in Hugging Face names (a collective). With LoRA and
+        not `merged`: the frozen base weights alone."""
+        full = self._full_state_dict()
+        return self.adapter.to_hf(self._merged(full) if merged else full)
+
+    @endpoint
+    async def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapters, unsharded, in PEFT names (a collective; LoRA runs only)."""
+        return self.adapter_names.to_peft(self._full_state_dict())
 
     @endpoint
     async def save_state(self, directory: str) -> dict[str, float]:
@@ -270,11 +311,17 @@ class Trainer(ProcActor):
         return self.version
 
     @endpoint
-    async def save_hf(self, directory: str) -> str:
-        """Save the current policy as a Hugging Face checkpoint (rank 0 writes)."""
-        full = self._full_hf_state_dict()
+    async def save_hf(self, directory: str, adapter_directory: str | None = None) -> str:
+        """Save the current policy as a Hugging Face checkpoint (rank 0 writes); with LoRA,
+        merged (base + scaled adapter product), and the adapter alone in PEFT's layout into
+        `adapter_directory` when given."""
+        full = self._full_state_dict()
         if self.rank == 0:
-            save_checkpoint(directory, self.checkpoint.hf_config, full, self.checkpoint.path)
+            hf_state_dict = self.adapter.to_hf(self._merged(full))
+            save_checkpoint(directory, self.checkpoint.hf_config, hf_state_dict, self.checkpoint.path)
+            if self.lora and adapter_directory:
+                peft = self.adapter_names.to_peft(full)
+                save_adapter(adapter_directory, peft, self.lora, str(self.checkpoint.path))
         return directory
 
 

@@ -22,6 +22,7 @@ from forge_async.actors.weight_relay import WeightRelay
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.launch.procs import spawn_procs
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.config import LoraConfig
 from forge_async.weights.config import WeightsConfig
 
 
@@ -36,6 +37,7 @@ async def spawn_trainer(
     loss: LossConfig | None = None,
     importance: ImportanceConfig | None = None,
     kl_coef: float = 0.0,
+    lora: LoraConfig | None = None,
 ):
     """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
 
@@ -45,7 +47,7 @@ async def spawn_trainer(
     if procs is None:
         procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
     trainer = procs.spawn(
-        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef
+        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef, lora
     )
     if hosts is None:
         await setup_torch_elastic_env_async(procs)
@@ -64,12 +66,14 @@ async def spawn_generator(
     host: HostMesh | None = None,
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
+    lora: LoraConfig | None = None,
 ):
-    """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights."""
+    """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights (and, with
+    LoRA, serving them through an adapter that starts at zero)."""
     if procs is None:
         procs = spawn_procs(host, 1, f"generator{index}", log_dir)
     generator = procs.spawn(
-        f"generator{index}", Generator, str(checkpoint.path), config, weights
+        f"generator{index}", Generator, str(checkpoint.path), config, weights, lora
     )
     timing = await generator.setup.call_one()
     return procs, generator, timing

@@ -150,6 +150,7 @@ class RunMeshes:
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
             self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host("trainer"),
             procs=self.procs.take("trainer"), loss=c.loss, importance=c.importance, kl_coef=c.kl_coef,
+            lora=c.model.lora,
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
 
@@ -238,7 +239,8 @@ class RunMeshes:
     async def _spawn_generator(self, index: int) -> tuple[object, float]:
         c = self.config
         self._procs[f"generator{index}"], generator, timing = await meshes.spawn_generator(
-            self.checkpoint, c.generator, c.weights, index, procs=self.procs.take(f"generator{index}")
+            self.checkpoint, c.generator, c.weights, index, procs=self.procs.take(f"generator{index}"),
+            lora=c.model.lora,
         )
         self._where[f"generator{index}"] = await generator.where.call_one()
         return generator, timing["engine_start_s"]

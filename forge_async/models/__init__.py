@@ -3,6 +3,8 @@
     checkpoint.py  Hugging Face checkpoint directories (Checkpoint, save_checkpoint)
     shape.py       a config.json's network shape (no torch, no TorchTitan)
     titan.py       the TorchTitan model and its state-dict adapter
+    lora.py        LoRA adapters on the TorchTitan model, and their PEFT names
+    peft.py        LoRA adapter directories in PEFT's layout (no TorchTitan)
     tiny.py        a tiny random checkpoint, created locally
     tokenizer.py   the digit tokenizer of the tiny model
 

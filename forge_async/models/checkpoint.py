@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from forge_async.errors import UserError
@@ -54,6 +55,14 @@ class Checkpoint:
     def dtype(self) -> str:
         """The weights' dtype as config.json states it (vLLM's "auto" would run fp32 ones in bf16)."""
         return self.hf_config.get("dtype") or self.hf_config.get("torch_dtype") or "float32"
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every weight's shape, read from the files' headers (no tensor is loaded)."""
+        shapes = {}
+        for file in sorted(self.path.glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as f:
+                shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+        return shapes
 
     def load_hf_state_dict(self) -> dict[str, torch.Tensor]:
         state_dict: dict[str, torch.Tensor] = {}

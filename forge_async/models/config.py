@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from forge_async.config_checks import AT_LEAST_1, check_choice, check_range
+from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 from forge_async.models.shape import MODEL_FAMILIES
 
@@ -31,8 +31,50 @@ class TinyModelConfig:
             raise ConfigError(f"model.tiny.head_dim={self.head_dim}: must be even (RoPE rotates pairs)")
 
 
+# The linear layers LoRA can adapt, by their Hugging Face module names (what PEFT and vLLM
+# call them): the attention and MLP projections of every transformer block.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MAX_LORA_RANK = 512  # the largest adapter rank vLLM serves
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters on the `targets` layers: W x + (alpha / rank) B A x, base weights frozen.
+
+    rank: null = LoRA off (full fine-tuning); otherwise the adapters' rank, >= 1.
+    """
+
+    rank: int | None = None
+    alpha: float = 16.0
+    targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+
+    def __post_init__(self) -> None:
+        check_range(
+            "model.lora.rank", self.rank, Range(1, MAX_LORA_RANK), nullable=True,
+            note="null = LoRA off; vLLM serves ranks up to 512",
+        )
+        check_range("model.lora.alpha", self.alpha, POSITIVE)
+        if not self.targets:
+            raise ConfigError(f"model.lora.targets is empty: name some of {', '.join(LORA_TARGETS)}")
+        for target in self.targets:
+            check_choice("model.lora.targets", target, LORA_TARGETS)
+        if ("k_proj" in self.targets) != ("v_proj" in self.targets):
+            # TorchTitan builds both from one module config, which LoRA converts as a whole.
+            raise ConfigError(f"model.lora.targets={self.targets}: k_proj and v_proj are adapted together; name both or neither")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rank is not None
+
+    @property
+    def scale(self) -> float:
+        """The adapter product's factor in the forward: alpha / rank."""
+        return self.alpha / self.rank
+
+
 @dataclass
 class ModelConfig:
     # A local Hugging Face checkpoint directory; null = create the tiny model in the run dir.
     path: str | None = None
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)

@@ -27,6 +27,8 @@ from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
+from forge_async.models.config import LoraConfig
+from forge_async.models.lora import with_lora
 from forge_async.models.shape import ModelShape
 
 # TorchTitan logs every config build at INFO; only its warnings matter here.
@@ -122,9 +124,12 @@ def titan_config(shape: ModelShape) -> Decoder.Config:
     )
 
 
-def build_titan_model(shape: ModelShape, seed: int | None = None) -> Decoder:
-    """A TorchTitan model of the shape's family in fp32 on CPU; initialised from `seed` when given."""
+def build_titan_model(shape: ModelShape, seed: int | None = None, lora: LoraConfig | None = None) -> Decoder:
+    """A TorchTitan model of the shape's family in fp32 on CPU; initialised from `seed` when given;
+    with LoRA adapters (models/lora.py) when `lora` is given."""
     config = titan_config(shape)
+    if lora is not None:
+        config = with_lora(config, lora)
     model = config.build()
     if seed is not None:
         torch.manual_seed(seed)

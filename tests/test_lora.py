@@ -1,0 +1,135 @@
+"""LoRA: adapter-only training under FSDP2 (1 and 2 ranks), the merged and PEFT outputs, and
+generator (vLLM base + adapter) vs trainer parity with adapters synced through torchstore and
+shared memory."""
+
+import asyncio
+import json
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from conftest import fixed_sequences, spawn_generator, spawn_trainer
+from forge_async.launch import meshes
+from forge_async.models.config import LoraConfig
+from forge_async.models.peft import CONFIG_FILE, WEIGHTS_FILE, peft_key, target_modules
+from forge_async.weights import store
+from forge_async.weights.config import WeightsConfig
+from test_fsdp import assert_same_step, batch, step
+from test_weight_sync import TOLERANCE, assert_parity_across_one_step, max_diff
+
+LORA = LoraConfig(rank=4, alpha=16.0)
+# Adapters start at B = 0 and move by ~lr per step: a LoRA-sized lr makes one step visible.
+LORA_LR = 1e-2
+
+
+def test_two_ranks_match_one_rank(tiny_checkpoint, weight_store):
+    reference = step(tiny_checkpoint, procs=1, lora=LORA)
+    metrics, weights = step(tiny_checkpoint, procs=2, lora=LORA)
+    assert_same_step((reference[0][0], reference[1][0]), metrics, weights, 1e-6)
+    # The step changed the (merged) weights: the comparison above is not vacuous.
+    original = tiny_checkpoint.load_hf_state_dict()
+    assert max((weights[0][k] - original[k]).abs().max().item() for k in original) > 1e-5
+
+
+def rank0(future):
+    """Rank 0's answer to a call every rank of a trainer mesh must join."""
+    return next(value for _, value in future.get().items())
+
+
+def merged_by_hand(base: dict, adapter: dict, lora: LoraConfig) -> dict:
+    """base + (alpha / rank) B A for every adapted module, in Hugging Face names."""
+    merged = dict(base)
+    for module in target_modules(list(base), lora):
+        a, b = adapter[peft_key(module, "A")], adapter[peft_key(module, "B")]
+        merged[f"{module}.weight"] = base[f"{module}.weight"] + lora.scale * b @ a
+    return merged
+
+
+def transformers_logprobs(path, sequences: list[list[int]]) -> list[list[float]]:
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    scores = []
+    with torch.no_grad():
+        for seq in sequences:
+            tokens = torch.tensor([seq])
+            log_probs = torch.log_softmax(model(tokens).logits[0, :-1], dim=-1)
+            scores.append(log_probs.gather(-1, tokens[0, 1:, None]).squeeze(-1).tolist())
+    return scores
+
+
+def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint, weight_store, tmp_path):
+    lora = LoraConfig(rank=4, alpha=8.0, targets=["q_proj", "k_proj", "v_proj", "down_proj"])
+    procs, trainer = spawn_trainer(tiny_checkpoint, procs=2, lora=lora, lr=LORA_LR)
+    try:
+        for _ in range(2):
+            trainer.train_step.call(batch()).get()
+        base = rank0(trainer.full_state_dict.call(merged=False))
+        adapter = rank0(trainer.adapter_state_dict.call())
+        trainer.save_hf.call(str(tmp_path / "merged"), str(tmp_path / "adapter")).get()
+        policy = rank0(trainer.sequence_logprobs.call(fixed_sequences()))
+        pushed = rank0(trainer.push_weights.call())
+    finally:
+        asyncio.run(meshes.stop_all(procs))
+        asyncio.run(store.delete_versions_before(10**9))
+
+    # Only the adapters moved: the base is the checkpoint's, bit for bit.
+    original = tiny_checkpoint.load_hf_state_dict()
+    assert base.keys() == original.keys()
+    assert all(torch.equal(base[k], original[k]) for k in original)
+    assert max(t.abs().max().item() for k, t in adapter.items() if "lora_B" in k) > 1e-3  # B left zero
+    # Adapters exactly on the targets (k and v of every layer, no o_proj, gate_proj, up_proj).
+    modules = {k.removeprefix("base_model.model.").rsplit(".lora_", 1)[0] for k in adapter}
+    assert modules == set(target_modules(list(original), lora))
+    assert len(modules) == 4 * tiny_checkpoint.shape.n_layers
+    # Only adapter bytes were published.
+    assert pushed["weight_bytes"] == sum(t.numel() * t.element_size() for t in adapter.values())
+
+    # The merged checkpoint is base + (alpha / rank) B A, and transformers runs it as the trainer does.
+    merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    expected = merged_by_hand(original, adapter, lora)
+    assert merged.keys() == expected.keys()
+    assert max((merged[k] - expected[k]).abs().max().item() for k in expected) < 1e-6
+    assert max_diff(transformers_logprobs(tmp_path / "merged", fixed_sequences()), policy) < TOLERANCE
+
+    # The adapter directory is PEFT's layout.
+    config = json.loads((tmp_path / "adapter" / CONFIG_FILE).read_text())
+    assert (config["peft_type"], config["r"], config["lora_alpha"]) == ("LORA", 4, 8.0)
+    assert sorted(config["target_modules"]) == sorted(lora.targets)
+    saved = load_file(str(tmp_path / "adapter" / WEIGHTS_FILE))
+    assert saved.keys() == adapter.keys()
+    assert all(torch.equal(saved[k], adapter[k]) for k in adapter)
+
+
+def test_parity_with_adapters_synced_through_torchstore(tiny_checkpoint, weight_store):
+    generator_procs, generator = spawn_generator(tiny_checkpoint, lora=LORA)
+    trainer_procs, trainer = spawn_trainer(tiny_checkpoint, procs=1, lora=LORA, lr=LORA_LR)
+    try:
+        assert_parity_across_one_step(generator, trainer)
+    finally:
+        asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
+        asyncio.run(store.delete_versions_before(10**9))
+
+
+@pytest.mark.parametrize("checkpoint", ["tiny_llama_checkpoint"])
+def test_parity_with_adapters_synced_through_shared_memory(checkpoint, request, tmp_path):
+    """Llama (its q/k rows reordered on the way to HF names), 2 trainer ranks each writing its
+    shard of the adapters, a generator that picks each version up by itself."""
+    checkpoint = request.getfixturevalue(checkpoint)
+    weights = WeightsConfig(transport="shm", channel_dir=str(tmp_path / "channel"))
+    generator_procs, generator = spawn_generator(checkpoint, weights=weights, lora=LORA)
+    trainer_procs, trainer = spawn_trainer(checkpoint, procs=2, weights=weights, lora=LORA, lr=LORA_LR)
+    sequences = fixed_sequences()
+    try:
+        v0 = generator.score.call_one(sequences).get()
+        assert max_diff(v0, rank0(trainer.sequence_logprobs.call(sequences))) < TOLERANCE
+        for version in (1, 2):
+            trainer.train_step.call(batch()).get()
+            trainer.push_weights.call().get()
+            while generator.get_version.call_one().get() < version:
+                pass
+            scored = generator.score.call_one(sequences).get()
+            assert max_diff(scored, rank0(trainer.sequence_logprobs.call(sequences))) < TOLERANCE
+        assert max_diff(v0, scored) > 1e-3
+    finally:
+        asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
