@@ -119,7 +119,7 @@ class GRPOLoop:
         print("saving the final policy ...", flush=True)
         started = time.perf_counter()
         final_model = await self.meshes.call_trainer(
-            lambda t: t.save_hf.call(str(self.run_dir / "final_model"))
+            lambda t: t.save_hf.call(str(self.run_dir / "final_model"), str(self.run_dir / "final_adapter"))
         )
         print(f"final policy saved in {time.perf_counter() - started:.1f}s: {final_model}", flush=True)
         if self.config.trace.enabled:
@@ -323,6 +323,7 @@ class GRPOLoop:
                 "train/idle_frac": self.trainer_idle_s / (now - self.start),
                 "weights/push_ms": push["push_ms"],
                 "weights/sync_ms": push["push_ms"] + self.sync.last_load_ms,
+                "weights/bytes": push["weight_bytes"],
                 "time/wall_s": now - self.start,
             },
         )

@@ -69,6 +69,14 @@ BAD_VALUES = {
     "model.tiny.n_heads=0": "model.tiny.n_heads=0: must be >= 1",
     "model.tiny.head_dim=7": "model.tiny.head_dim=7: must be even",
     "model.tiny.max_seq_len=-64": "model.tiny.max_seq_len=-64: must be >= 1",
+    "model.lora.rank=0": "model.lora.rank=0: must be in [1, 512] or null (null = LoRA off",
+    "model.lora.rank=-4": "model.lora.rank=-4: must be in [1, 512] or null (null = LoRA off",
+    "model.lora.rank=1024": "model.lora.rank=1024: must be in [1, 512] or null",
+    "model.lora.rank=8 model.lora.alpha=0": "model.lora.alpha=0.0: must be > 0",
+    "model.lora.rank=8 model.lora.alpha=-16": "model.lora.alpha=-16.0: must be > 0",
+    "model.lora.rank=8 model.lora.targets=[q_proj,lm_head]": "model.lora.targets='lm_head': one of q_proj, k_proj",
+    "model.lora.rank=8 model.lora.targets=[]": "model.lora.targets is empty",
+    "model.lora.rank=8 model.lora.targets=[q_proj,k_proj]": "model.lora.targets=['q_proj', 'k_proj']: k_proj and v_proj are adapted together",
     "checkpoint.every_steps=-1": "checkpoint.every_steps=-1: must be >= 0 (0 = off)",
     "checkpoint.keep=0": "checkpoint.keep=0: must be >= 1",
     "group_size=1": "group_size=1: must be >= 2 (group-relative advantages need at least two completions",
@@ -116,6 +124,8 @@ def test_an_out_of_range_value_is_named_with_what_the_key_accepts(override):
         ("generator.compile=true", "placement.trainer_gpus=[0]", "placement.generator_gpus=[0]",
          "placement.share_gpus=true"),
         ("generator.enforce_eager=false", "generator.compile=false", "generator.gpu_memory_utilization=1"),
+        ("model.lora.rank=1", "model.lora.alpha=1e-3", "model.lora.targets=[o_proj]"),
+        ("model.lora.rank=512",),
     ],
 )
 def test_values_at_the_edges_of_their_ranges_are_accepted(overrides):

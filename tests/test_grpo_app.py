@@ -18,7 +18,7 @@ METRIC_KEYS = {
     "step", "reward/mean", "reward/smoothed", "policy/age_mean", "policy/age_max", "samples/trained",
     "samples/dropped_stale", "generator/tokens_per_s", "generator/idle_frac", "train/idle_frac",
     "train/entropy", "train/loss", "is/mismatch_kl", "completion/length_mean", "weights/sync_ms",
-    "time/wall_s",
+    "weights/bytes", "time/wall_s",
 }
 
 
@@ -54,6 +54,7 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
         assert not torch.allclose(final(tokens).logits, initial(tokens).logits)
     # ... and in vLLM, whose logprobs for a fixed sequence match transformers'.
     assert_vllm_matches_transformers(run.run_dir / "final_model", final)
+    assert not (run.run_dir / "final_adapter").exists()  # LoRA runs only
     # The sinks and the plots hold every step.
     assert tensorboard_steps(run.run_dir / "tensorboard", "reward/mean") == [1, 2, 3, 4]
     assert wandb_records(run.run_dir).count(b"train/entropy") >= 4  # a history row per step
