@@ -7,17 +7,20 @@ import torch
 
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.generator_platform import resolve_platform
+from forge_async.generation.adapter_slot import AdapterSlot
 from forge_async.generation.versioned_engine import VersionedEngine
+from forge_async.models.config import LoraConfig
+from forge_async.models.peft import zero_adapter
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.losses.grpo import token_logprobs
 
 PROMPT = [11, 3, 1, 4, 13]
 STEPS_BEFORE_SWAP = 4
 MAX_TOKENS = 10
+LORA = LoraConfig(rank=4)
 
 
-@pytest.fixture(scope="module")
-def llm(tiny_checkpoint):
+def start_llm(checkpoint, **options):
     """The generator's engine, built in this test process the way a generator proc builds it.
     Its environment is set only while it starts: procs spawned later inherit this process's
     (vLLM pinning pytest's threads to a core, or dynamo off in a trainer)."""
@@ -29,13 +32,30 @@ def llm(tiny_checkpoint):
         from vllm import LLM
 
         return LLM(
-            model=str(tiny_checkpoint.path),
+            model=str(checkpoint.path),
             dtype="float32",
-            max_model_len=tiny_checkpoint.shape.max_seq_len,
+            max_model_len=checkpoint.shape.max_seq_len,
             kv_cache_memory_bytes=2**28,
             **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs("inflight"),
+            **options,
         )
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_checkpoint):
+    return start_llm(tiny_checkpoint)
+
+
+@pytest.fixture(scope="module")
+def adapter_slot(tiny_checkpoint) -> AdapterSlot:
+    return AdapterSlot(LORA, tiny_checkpoint, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def lora_llm(tiny_checkpoint, adapter_slot):
+    """An engine serving the checkpoint + one LoRA adapter (a second engine in this process)."""
+    return start_llm(tiny_checkpoint, **adapter_slot.llm_kwargs())
 
 
 def params():
@@ -102,3 +122,39 @@ def test_drain_mode_holds_new_requests_until_the_swap(llm, tiny_checkpoint):
         engine.step()
     assert second.result.versions == [1] * MAX_TOKENS
     engine.swap(v0, version=0)
+
+
+def random_adapter(checkpoint, seed: int) -> dict[str, torch.Tensor]:
+    """An adapter (PEFT names) large enough to move every logprob."""
+    generator = torch.Generator().manual_seed(seed)
+    zeros = zero_adapter(checkpoint.weight_shapes(), LORA, torch.float32)
+    return {name: 0.3 * torch.randn(t.shape, generator=generator) for name, t in zeros.items()}
+
+
+def test_inflight_adapter_swap_moves_running_requests_to_the_new_adapter(lora_llm, adapter_slot, tiny_checkpoint):
+    engine = VersionedEngine(lora_llm, "inflight", adapter=adapter_slot)
+    base = tiny_checkpoint.load_hf_state_dict()
+    requests = [engine.submit(PROMPT, params()) for _ in range(3)]
+    for _ in range(STEPS_BEFORE_SWAP):
+        engine.step()
+    engine.swap(random_adapter(tiny_checkpoint, seed=1), version=1)
+    while engine.has_work:
+        engine.step()
+    for request in requests:
+        c = request.result
+        assert c.versions == [0] * STEPS_BEFORE_SWAP + [1] * (MAX_TOKENS - STEPS_BEFORE_SWAP)
+        reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
+        # Before the swap: the zero adapter, i.e. the base model. After: the new adapter, in the same request.
+        assert max(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP)) < 1e-4
+        assert min(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS)) > 1e-3
+    assert len(engine.swap_pauses_ms) == 1
+
+    # The base weights were never touched: a zero adapter serves the base model again.
+    engine.swap(zero_adapter(tiny_checkpoint.weight_shapes(), LORA, torch.float32), version=2)
+    (request,) = [engine.submit(PROMPT, params())]
+    while engine.has_work:
+        engine.step()
+    c = request.result
+    reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
+    assert c.versions == [2] * MAX_TOKENS
+    assert max(abs(x - y) for x, y in zip(c.logprobs, reference)) < 1e-4
