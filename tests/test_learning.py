@@ -1,19 +1,58 @@
-"""GRPO learns: with a fixed seed, the reward rises by more than step-to-step noise."""
+"""GRPO learns: with a fixed seed, the reward rises by more than step-to-step noise; with LoRA
+too, from a base that has learned something already."""
 
 import statistics
 
+import torch
+import transformers
+from safetensors.torch import load_file
+
 from apps.grpo.subprocess_run import run_app
+from pretrain import pretrain
+from test_grpo_app import assert_vllm_matches_transformers
 
 STEPS = 50
+LORA_STEPS = 20
 WINDOW = 8
+
+
+def assert_reward_rose(metrics: list[dict], by: float) -> None:
+    """The mean reward of the last WINDOW steps exceeds the first WINDOW's by more than `by`."""
+    rewards = [m["reward/mean"] for m in metrics]
+    first = statistics.fmean(rewards[:WINDOW])
+    last = statistics.fmean(rewards[-WINDOW:])
+    assert last - first > by, f"first {WINDOW} steps {first:.3f}, last {WINDOW} steps {last:.3f}"
 
 
 def test_reward_rises_on_the_default_task(tmp_path):
     run = run_app(tmp_path / "run", f"steps={STEPS}", "seed=0")
     assert run.returncode == 0, run.output
-    rewards = [m["reward/mean"] for m in run.metrics]
-    first = statistics.fmean(rewards[:WINDOW])
-    last = statistics.fmean(rewards[-WINDOW:])
     # Sampled reward of 128 episodes swings about +-0.15 step to step; averaged over
     # 8 steps the noise is ~0.05. The random-init model starts near 0.05.
-    assert last - first > 0.15, f"first {WINDOW} steps {first:.3f}, last {WINDOW} steps {last:.3f}"
+    assert_reward_rose(run.metrics, 0.15)
+
+
+def test_lora_reward_rises_from_a_pretrained_base(tiny_checkpoint, tmp_path):
+    """LoRA adapts a tiny model that answers with any of the prompt's digits (every weight trained,
+    supervised, seconds; tests/pretrain.py) to the default task, the largest digit. The base is
+    right ~0.4 of the time; measured: 0.38 -> 0.8 in 15 steps (rank 8, lr 5e-3)."""
+    base = pretrain(tiny_checkpoint, tmp_path / "base")
+    run = run_app(
+        tmp_path / "run", f"steps={LORA_STEPS}", "seed=0", f"model.path={base.path}",
+        "model.lora.rank=8", "trainer.lr=5e-3",
+    )
+    assert run.returncode == 0, run.output
+    assert_reward_rose(run.metrics, 0.15)
+    # Only the adapters crossed to the generator, at every step: a fraction of the model's bytes.
+    adapter = load_file(str(run.run_dir / "final_adapter" / "adapter_model.safetensors"))
+    adapter_bytes = sum(t.numel() * t.element_size() for t in adapter.values())
+    assert {m["weights/bytes"] for m in run.metrics} == {adapter_bytes}
+    model_bytes = sum(t.numel() * t.element_size() for t in base.load_hf_state_dict().values())
+    assert adapter_bytes < 0.2 * model_bytes
+    # The merged final model differs from the base and loads in transformers and vLLM alike.
+    final = transformers.AutoModelForCausalLM.from_pretrained(str(run.run_dir / "final_model"))
+    start = transformers.AutoModelForCausalLM.from_pretrained(str(base.path))
+    tokens = torch.tensor([[11, 3, 1, 4, 13]])
+    with torch.no_grad():
+        assert not torch.allclose(final(tokens).logits, start(tokens).logits)
+    assert_vllm_matches_transformers(run.run_dir / "final_model", final)

@@ -5,19 +5,18 @@ shared memory."""
 import asyncio
 import json
 
-import pytest
 import torch
-import transformers
 from safetensors.torch import load_file
 
 from conftest import fixed_sequences, spawn_generator, spawn_trainer
 from forge_async.launch import meshes
+from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import CONFIG_FILE, WEIGHTS_FILE, peft_key, target_modules
 from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
 from test_fsdp import assert_same_step, batch, step
-from test_weight_sync import TOLERANCE, assert_parity_across_one_step, max_diff
+from test_weight_sync import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
 
 LORA = LoraConfig(rank=4, alpha=16.0)
 # Adapters start at B = 0 and move by ~lr per step: a LoRA-sized lr makes one step visible.
@@ -45,17 +44,6 @@ def merged_by_hand(base: dict, adapter: dict, lora: LoraConfig) -> dict:
         a, b = adapter[peft_key(module, "A")], adapter[peft_key(module, "B")]
         merged[f"{module}.weight"] = base[f"{module}.weight"] + lora.scale * b @ a
     return merged
-
-
-def transformers_logprobs(path, sequences: list[list[int]]) -> list[list[float]]:
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    scores = []
-    with torch.no_grad():
-        for seq in sequences:
-            tokens = torch.tensor([seq])
-            log_probs = torch.log_softmax(model(tokens).logits[0, :-1], dim=-1)
-            scores.append(log_probs.gather(-1, tokens[0, 1:, None]).squeeze(-1).tolist())
-    return scores
 
 
 def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint, weight_store, tmp_path):
@@ -90,7 +78,8 @@ def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint
     expected = merged_by_hand(original, adapter, lora)
     assert merged.keys() == expected.keys()
     assert max((merged[k] - expected[k]).abs().max().item() for k in expected) < 1e-6
-    assert max_diff(transformers_logprobs(tmp_path / "merged", fixed_sequences()), policy) < TOLERANCE
+    merged_checkpoint = Checkpoint.open(tmp_path / "merged")
+    assert max_diff(fp32_logprobs(merged_checkpoint, fixed_sequences()), policy) < TOLERANCE
 
     # The adapter directory is PEFT's layout.
     config = json.loads((tmp_path / "adapter" / CONFIG_FILE).read_text())
@@ -111,11 +100,10 @@ def test_parity_with_adapters_synced_through_torchstore(tiny_checkpoint, weight_
         asyncio.run(store.delete_versions_before(10**9))
 
 
-@pytest.mark.parametrize("checkpoint", ["tiny_llama_checkpoint"])
-def test_parity_with_adapters_synced_through_shared_memory(checkpoint, request, tmp_path):
+def test_parity_with_adapters_synced_through_shared_memory(tiny_llama_checkpoint, tmp_path):
     """Llama (its q/k rows reordered on the way to HF names), 2 trainer ranks each writing its
     shard of the adapters, a generator that picks each version up by itself."""
-    checkpoint = request.getfixturevalue(checkpoint)
+    checkpoint = tiny_llama_checkpoint
     weights = WeightsConfig(transport="shm", channel_dir=str(tmp_path / "channel"))
     generator_procs, generator = spawn_generator(checkpoint, weights=weights, lora=LORA)
     trainer_procs, trainer = spawn_trainer(checkpoint, procs=2, weights=weights, lora=LORA, lr=LORA_LR)
