@@ -14,12 +14,19 @@ generator's parameters):
           reported apart from the steady state.
 - torchstore: put_state_dict / get_state_dict over Monarch RPC.
 
+With `--models tiny 100m`, the same for real models' tensors: each model's full
+weights (what a full fine-tuning run syncs) against its LoRA adapters of
+`--lora-rank` on the default targets (what a LoRA run syncs), and the ratio of
+the two; the adapter row's shm/memcpy compares with a memcpy of the adapter bytes.
+
     .venv/bin/python -m benchmarks.weight_transfer [--sizes 10 100 500] [--repeats 3]
+    .venv/bin/python -m benchmarks.weight_transfer --sizes --models tiny 100m --repeats 20
 """
 
 import argparse
 import asyncio
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,34 +34,55 @@ import torch
 from monarch.actor import Actor, endpoint, this_host
 
 import forge_async  # noqa: F401
+from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.config import LoraConfig, TinyModelConfig
+from forge_async.models.peft import zero_adapter
+from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights import store
 from forge_async.weights.config import default_root
-from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
+from forge_async.weights.shared_memory import SharedMemoryChannel
 
 LAYER_PARAMS = 4 * 1024 * 1024  # ~4M parameters per tensor, like one projection of a 1-2B model
+MODELS = {  # the tiny default model and one of ~100M parameters (as benchmarks/checkpoint_cost.py)
+    "tiny": TinyModelConfig(),
+    "100m": TinyModelConfig(dim=768, n_layers=11, n_heads=12, head_dim=64, ffn_dim=3072),
+}
+Shapes = dict[str, tuple[int, ...]]
 
 
-def make_state_dict(millions: int) -> dict[str, torch.Tensor]:
+def synthetic_shapes(millions: int) -> Shapes:
     count = max(1, millions * 1_000_000 // LAYER_PARAMS)
-    return {f"layers.{i}.weight": torch.randn(LAYER_PARAMS // 1024, 1024) for i in range(count)}
+    return {f"layers.{i}.weight": (LAYER_PARAMS // 1024, 1024) for i in range(count)}
+
+
+def model_shapes(model: str, rank: int) -> tuple[Shapes, Shapes]:
+    """A model's weight shapes (HF names) and its LoRA adapters' (PEFT names) on the default targets."""
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Checkpoint.open(create_tiny_checkpoint(Path(tmp) / "model", MODELS[model])).weight_shapes()
+    adapter = zero_adapter(weights, LoraConfig(rank=rank), torch.float32)
+    return weights, {name: tuple(t.shape) for name, t in adapter.items()}
+
+
+def make_state_dict(shapes: Shapes) -> dict[str, torch.Tensor]:
+    return {name: torch.randn(shape) for name, shape in shapes.items()}
+
+
+def nbytes(shapes: Shapes) -> int:
+    return sum(torch.Size(shape).numel() * 4 for shape in shapes.values())
 
 
 class Endpoint(Actor):
     """Holds a state dict (writer) or preallocated destination tensors (reader)."""
 
-    def __init__(self, millions: int, channel_dir: str):
+    def __init__(self, shapes: Shapes, channel_dir: str):
         torch.set_num_threads(1)
-        self.state_dict = make_state_dict(millions)
+        self.state_dict = make_state_dict(shapes)
         self.channel = SharedMemoryChannel(channel_dir)
 
     @endpoint
     async def write_shm(self, version: int) -> float:
         start = time.perf_counter()
-        header, slots, size = plan_layout({k: (tuple(t.shape), t.dtype) for k, t in self.state_dict.items()})
-        buffer = self.channel.begin_write(version, header, size)
-        for name, tensor in self.state_dict.items():
-            self.channel.view(buffer, slots[name]).copy_(tensor)
-        self.channel.publish(version)
+        self.channel.write(version, self.state_dict)
         return time.perf_counter() - start
 
     @endpoint
@@ -86,9 +114,9 @@ class Endpoint(Actor):
         return float(sum(t.double().sum() for t in self.state_dict.values()))
 
 
-def memcpy_s(millions: int, repeats: int) -> float:
+def memcpy_s(shapes: Shapes, repeats: int) -> float:
     torch.set_num_threads(1)  # as in the writer and reader procs
-    src, dst = make_state_dict(millions), make_state_dict(millions)
+    src, dst = make_state_dict(shapes), make_state_dict(shapes)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -98,11 +126,11 @@ def memcpy_s(millions: int, repeats: int) -> float:
     return min(times)
 
 
-async def measure(millions: int, repeats: int, torchstore: bool) -> dict[str, float]:
+async def measure(shapes: Shapes, repeats: int, torchstore: bool) -> dict[str, float]:
     channel_dir = str(default_root() / f"forge_async-bench-{os.getpid()}")
     procs = this_host().spawn_procs(per_host={"procs": 2})
-    writer = procs.slice(procs=0).spawn("writer", Endpoint, millions, channel_dir)
-    reader = procs.slice(procs=1).spawn("reader", Endpoint, millions, channel_dir)
+    writer = procs.slice(procs=0).spawn("writer", Endpoint, shapes, channel_dir)
+    reader = procs.slice(procs=1).spawn("reader", Endpoint, shapes, channel_dir)
     figures = {}
     try:
         shm = []
@@ -119,25 +147,57 @@ async def measure(millions: int, repeats: int, torchstore: bool) -> dict[str, fl
     finally:
         await procs.stop()
         SharedMemoryChannel(channel_dir).remove()
-    figures["memcpy"] = memcpy_s(millions, repeats + 2)  # with the procs gone: nothing competes
+    figures["memcpy"] = memcpy_s(shapes, repeats + 2)  # with the procs gone: nothing competes
     return figures
 
 
-async def main(sizes: list[int], repeats: int, torchstore_max: int) -> None:
+def row(label: str, shapes: Shapes, f: dict[str, float]) -> str:
+    rpc = f.get("torchstore")
+    return (
+        f"{label:>12} {nbytes(shapes) / 1e6:>9.3f}MB {f['memcpy'] * 1e3:>9.3f}ms {f['shm_first'] * 1e3:>9.3f}ms "
+        f"{f['shm'] * 1e3:>9.3f}ms {f['shm'] / f['memcpy']:>10.2f}x "
+        + (f"{rpc * 1e3:>9.1f}ms {rpc / f['memcpy']:>10.1f}x" if rpc else f"{'skipped':>11}")
+    )
+
+
+HEADER = (
+    f"{'weights':>12} {'bytes':>11} {'memcpy':>11} {'shm 1st':>11} {'shm':>11} {'shm/memcpy':>11} "
+    f"{'torchstore':>11} {'rpc/memcpy':>11}"
+)
+
+
+async def synthetic(sizes: list[int], repeats: int, torchstore_max: int) -> None:
+    print(HEADER)
+    for millions in sizes:
+        shapes = synthetic_shapes(millions)
+        f = await measure(shapes, repeats, torchstore=millions <= torchstore_max)
+        print(row(f"{millions}M", shapes, f), flush=True)
+
+
+async def full_vs_adapters(models: list[str], rank: int, repeats: int) -> None:
+    """Per model: its full weights, its adapters, and what the adapters cost against the full sync."""
+    print(f"\nfull weights vs LoRA adapters (rank {rank}, targets: attention and MLP projections)")
+    print(HEADER + f" {'shm vs full':>12} {'bytes vs full':>14}")
+    for model in models:
+        full_shapes, adapter_shapes = model_shapes(model, rank)
+        full = await measure(full_shapes, repeats, torchstore=True)
+        adapters = await measure(adapter_shapes, repeats, torchstore=True)
+        print(row(f"{model} full", full_shapes, full), flush=True)
+        print(
+            row(f"{model} lora", adapter_shapes, adapters)
+            + f" {adapters['shm'] / full['shm']:>11.3f}x {nbytes(adapter_shapes) / nbytes(full_shapes):>13.4f}x",
+            flush=True,
+        )
+
+
+async def main(args) -> None:
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # procs import this module
     await store.start_store()
-    print(f"{'params':>8} {'bytes':>9} {'memcpy':>10} {'shm 1st':>10} {'shm':>10} {'shm/memcpy':>11} {'torchstore':>11} {'rpc/memcpy':>11}")
     try:
-        for millions in sizes:
-            f = await measure(millions, repeats, torchstore=millions <= torchstore_max)
-            gb = sum(t.numel() * 4 for t in make_state_dict(millions).values()) / 1e9
-            rpc = f.get("torchstore")
-            print(
-                f"{millions:>7}M {gb:>8.2f}G {f['memcpy'] * 1e3:>8.1f}ms {f['shm_first'] * 1e3:>8.1f}ms "
-                f"{f['shm'] * 1e3:>8.1f}ms "
-                f"{f['shm'] / f['memcpy']:>10.2f}x "
-                + (f"{rpc * 1e3:>9.1f}ms {rpc / f['memcpy']:>10.1f}x" if rpc else f"{'skipped':>11}")
-            , flush=True)
+        if args.sizes:
+            await synthetic(args.sizes, args.repeats, args.torchstore_max)
+        if args.models:
+            await full_vs_adapters(args.models, args.lora_rank, args.repeats)
     finally:
         await store.stop_store()
     from monarch.actor import shutdown_context
@@ -147,8 +207,9 @@ async def main(sizes: list[int], repeats: int, torchstore_max: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 500], help="millions of params")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10, 100, 500], help="millions of params")
+    parser.add_argument("--models", nargs="*", default=[], choices=list(MODELS), help="full vs LoRA adapters")
+    parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3, help="best of N")
     parser.add_argument("--torchstore-max", type=int, default=500, help="skip torchstore above this size")
-    args = parser.parse_args()
-    asyncio.run(main(args.sizes, args.repeats, args.torchstore_max))
+    asyncio.run(main(parser.parse_args()))

@@ -248,16 +248,14 @@ class Trainer(ProcActor):
 
     def _write_shared_memory(self, hf_state_dict: dict) -> None:
         """Every rank copies its local shard into the version's slot at the shard's global offset."""
-        header, slots, size = plan_layout(
-            {name: (tuple(t.shape), t.dtype) for name, t in hf_state_dict.items()}
-        )
+        header, _, size = plan_layout({name: (tuple(t.shape), t.dtype) for name, t in hf_state_dict.items()})
         if self.rank == 0:
             self.channel.begin_write(self.version, header, size)  # waits for readers of the slot
         dist.barrier()
-        buffer = self.channel.writer_buffer(self.version)
+        views = self.channel.tensor_views(self.version, header)
         for name, tensor in hf_state_dict.items():
             local, offset = _local_shard(tensor)
-            full = self.channel.view(buffer, slots[name])
+            full = views[name]
             full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))].copy_(local)
         dist.barrier()
         if self.rank == 0:

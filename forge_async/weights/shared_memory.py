@@ -20,6 +20,7 @@ written version. At most two versions exist at any time.
 """
 
 import fcntl
+import functools
 import json
 import os
 import struct
@@ -58,8 +59,14 @@ def _align(n: int) -> int:
 def plan_layout(
     shapes: dict[str, tuple[tuple[int, ...], torch.dtype]],
 ) -> tuple[bytes, dict[str, TensorSlot], int]:
-    """Header bytes, slot per tensor, and total file size for tensors of these global shapes."""
-    entries = {n: (str(dtype).removeprefix("torch."), list(shape)) for n, (shape, dtype) in shapes.items()}
+    """Header bytes, slot per tensor, and total file size for tensors of these global shapes.
+    (Every version of a run has the same layout: it is planned once.)"""
+    return _plan_layout(tuple((n, tuple(shape), dtype) for n, (shape, dtype) in shapes.items()))
+
+
+@functools.lru_cache(maxsize=4)
+def _plan_layout(shapes: tuple[tuple[str, tuple[int, ...], torch.dtype], ...]):
+    entries = {n: (str(dtype).removeprefix("torch."), list(shape)) for n, shape, dtype in shapes}
     # The header's own length fixes the data offsets, so size it with generous offsets first.
     probe = json.dumps({n: [d, s, 10**15] for n, (d, s) in entries.items()}).encode()
     offset = _align(_PREFIX.size + len(probe))
@@ -77,6 +84,7 @@ class SharedMemoryChannel:
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
         self._maps: dict[int, tuple[int, torch.Tensor]] = {}  # slot -> (inode, mapping)
+        self._views: dict[int, tuple[torch.Tensor, bytes, dict[str, torch.Tensor]]] = {}  # slot -> (mapping, header, views)
         self._write_lock: int | None = None
 
     def slot_path(self, slot: int) -> Path:
@@ -95,8 +103,24 @@ class SharedMemoryChannel:
     def view(buffer: torch.Tensor, slot: TensorSlot) -> torch.Tensor:
         return buffer[slot.offset : slot.offset + slot.nbytes].view(slot.torch_dtype).view(slot.shape)
 
+    def tensor_views(self, version: int, header: bytes) -> dict[str, torch.Tensor]:
+        """A view of each tensor `header` lays out in `version`'s slot. Kept while the slot's mapping
+        and header stay the same (every version after the first): building views costs more
+        than copying small tensors (LoRA adapters)."""
+        slot = version % _SLOTS
+        buffer = self._mapping(slot)
+        cached = self._views.get(slot)
+        if cached is None or cached[0] is not buffer or cached[1] != header:
+            layout = json.loads(header)
+            views = {
+                name: self.view(buffer, TensorSlot(dtype, tuple(shape), offset))
+                for name, (dtype, shape, offset) in layout.items()
+            }
+            self._views[slot] = cached = (buffer, header, views)
+        return cached[2]
+
     # -- writing (rank 0 begins and publishes; every rank may write into the buffer) --
-    def begin_write(self, version: int, header: bytes, size: int) -> torch.Tensor:
+    def begin_write(self, version: int, header: bytes, size: int) -> None:
         """Lock the version's slot exclusively (waiting for readers), size it, write the header."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.slot_path(version % _SLOTS)
@@ -106,11 +130,6 @@ class SharedMemoryChannel:
             os.ftruncate(fd, size)
         os.pwrite(fd, _PREFIX.pack(len(header), version) + header, 0)
         self._write_lock = fd
-        return self._mapping(version % _SLOTS)
-
-    def writer_buffer(self, version: int) -> torch.Tensor:
-        """The mapping of `version`'s slot, for ranks other than the one that began the write."""
-        return self._mapping(version % _SLOTS)
 
     def publish(self, version: int) -> None:
         """Point LATEST at `version` (atomic rename) and release the slot to readers."""
@@ -123,10 +142,11 @@ class SharedMemoryChannel:
 
     def write(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         """Write and publish whole tensors as `version` (one writer holding every tensor)."""
-        header, slots, size = plan_layout({n: (tuple(t.shape), t.dtype) for n, t in state_dict.items()})
-        buffer = self.begin_write(version, header, size)
+        header, _, size = plan_layout({n: (tuple(t.shape), t.dtype) for n, t in state_dict.items()})
+        self.begin_write(version, header, size)
+        views = self.tensor_views(version, header)
         for name, tensor in state_dict.items():
-            self.view(buffer, slots[name]).copy_(tensor)
+            views[name].copy_(tensor)
         self.publish(version)
 
     # -- reading -------------------------------------------------------------
@@ -147,12 +167,7 @@ class SharedMemoryChannel:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             length, found = _PREFIX.unpack(os.pread(fd, _PREFIX.size, 0))
-            header = json.loads(os.pread(fd, length, _PREFIX.size))
-            buffer = self._mapping(version % _SLOTS)
-            yield found, {
-                name: self.view(buffer, TensorSlot(dtype, tuple(shape), offset))
-                for name, (dtype, shape, offset) in header.items()
-            }
+            yield found, self.tensor_views(version, os.pread(fd, length, _PREFIX.size))
         finally:
             os.close(fd)
 
@@ -169,6 +184,7 @@ class SharedMemoryChannel:
 
     def remove(self) -> None:
         self._maps.clear()
+        self._views.clear()
         for p in self.directory.glob("*"):
             p.unlink(missing_ok=True)
         if self.directory.is_dir():
