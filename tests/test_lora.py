@@ -121,3 +121,23 @@ def test_parity_with_adapters_synced_through_shared_memory(tiny_llama_checkpoint
         assert max_diff(v0, scored) > 1e-3
     finally:
         asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
+
+
+def test_a_checkpoint_restores_the_adapters_and_their_optimizer_state(tiny_checkpoint, weight_store, tmp_path):
+    """save_state / load_state (DCP) with frozen base weights: after a load, the next step is the
+    step the saved trainer took (Adam's moments came back too)."""
+    procs, trainer = spawn_trainer(tiny_checkpoint, procs=1, lora=LORA, lr=LORA_LR)
+    try:
+        trainer.train_step.call(batch()).get()
+        trainer.save_state.call(str(tmp_path / "state")).get()
+        saved = rank0(trainer.adapter_state_dict.call())
+        trainer.train_step.call(batch()).get()
+        stepped = rank0(trainer.adapter_state_dict.call())
+        assert rank0(trainer.load_state.call(str(tmp_path / "state"))) == 1
+        assert all(torch.equal(t, saved[k]) for k, t in rank0(trainer.adapter_state_dict.call()).items())
+        trainer.train_step.call(batch()).get()
+        again = rank0(trainer.adapter_state_dict.call())
+        assert all(torch.equal(t, stepped[k]) for k, t in again.items())
+        assert any(not torch.equal(t, saved[k]) for k, t in again.items())
+    finally:
+        asyncio.run(meshes.stop_all(procs))
