@@ -109,19 +109,26 @@ import json, sys
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.generator_platform import prepare_process
 from vllm import LLM, SamplingParams
+from vllm.lora.request import LoRARequest
 if __name__ == "__main__":
     platform = prepare_process(GeneratorConfig())  # as a generator proc does
-    llm = LLM(model=sys.argv[1], dtype="float32", kv_cache_memory_bytes=2**27, **platform.llm_kwargs())
+    adapter = sys.argv[2] if len(sys.argv) > 2 else None  # a PEFT adapter directory, served on the model
+    lora = {"enable_lora": True, "max_lora_rank": 8} if adapter else {}
+    llm = LLM(model=sys.argv[1], dtype="float32", kv_cache_memory_bytes=2**27, **platform.llm_kwargs(), **lora)
     out = llm.generate([{"prompt_token_ids": [11, 3, 1, 4, 13, 4, 12]}],
-                       SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False)[0]
+                       SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False,
+                       lora_request=LoRARequest("adapter", 1, adapter) if adapter else None)[0]
     seq = [11, 3, 1, 4, 13, 4, 12]
     print("LOGPROBS", json.dumps([out.prompt_logprobs[t][seq[t]].logprob for t in range(1, len(seq))]))
 """
 
 
-def assert_vllm_matches_transformers(model_dir, model) -> None:
+def assert_vllm_matches_transformers(model_dir, model, adapter_dir=None) -> None:
+    """vLLM serving `model_dir` (+ the PEFT adapter in `adapter_dir`, rank <= 8) gives the
+    logprobs transformers' `model` gives for a fixed sequence."""
+    adapter = [str(adapter_dir)] if adapter_dir else []
     proc = subprocess.run(
-        [sys.executable, "-c", VLLM_SCORE, str(model_dir)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", VLLM_SCORE, str(model_dir), *adapter], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(l for l in proc.stdout.splitlines() if l.startswith("LOGPROBS"))

@@ -56,3 +56,5 @@ def test_lora_reward_rises_from_a_pretrained_base(tiny_checkpoint, tmp_path):
     with torch.no_grad():
         assert not torch.allclose(final(tokens).logits, start(tokens).logits)
     assert_vllm_matches_transformers(run.run_dir / "final_model", final)
+    # The PEFT adapter directory, served by vLLM on the base, is the merged model.
+    assert_vllm_matches_transformers(base.path, final, adapter_dir=run.run_dir / "final_adapter")
