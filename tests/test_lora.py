@@ -14,7 +14,7 @@ from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import CONFIG_FILE, WEIGHTS_FILE, peft_key, target_modules
 from forge_async.weights import store
-from forge_async.weights.config import WeightsConfig
+from forge_async.weights.config import WeightsConfig, default_root
 from test_fsdp import assert_same_step, batch, step
 from test_weight_sync import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
 
@@ -90,14 +90,21 @@ def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint
     assert all(torch.equal(saved[k], adapter[k]) for k in adapter)
 
 
+def adapter_directories() -> set:
+    return set(default_root().glob("forge_async-adapter-*"))
+
+
 def test_parity_with_adapters_synced_through_torchstore(tiny_checkpoint, weight_store):
+    before = adapter_directories()
     generator_procs, generator = spawn_generator(tiny_checkpoint, lora=LORA)
     trainer_procs, trainer = spawn_trainer(tiny_checkpoint, procs=1, lora=LORA, lr=LORA_LR)
     try:
+        assert len(adapter_directories() - before) == 1  # the generator's adapter, in memory
         assert_parity_across_one_step(generator, trainer)
     finally:
         asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
         asyncio.run(store.delete_versions_before(10**9))
+    assert adapter_directories() == before  # removed with the generator's proc
 
 
 def test_parity_with_adapters_synced_through_shared_memory(tiny_llama_checkpoint, tmp_path):

@@ -109,6 +109,14 @@ class Generator(ProcActor):
 
         return AdapterSlot(self.lora, self.checkpoint, getattr(torch, dtype))
 
+    async def __cleanup__(self, exc: Exception | None) -> None:
+        """Remove the LoRA adapter's directory before the proc ends (ProcActor's stop ends it at
+        once, without the finalizers that would)."""
+        engine = getattr(self, "engine", None)
+        if engine is not None and engine.adapter is not None:
+            engine.adapter.remove()
+        await super().__cleanup__(exc)
+
     @endpoint
     async def rng_state(self) -> dict:
         """The sampler's random state (vLLM samples with torch's default generators)."""

@@ -30,7 +30,7 @@ class AdapterSlot:
         from vllm.lora.request import LoRARequest
 
         self.lora = lora
-        # Removed when this object is collected or the process exits (memory under /dev/shm).
+        # In memory (/dev/shm) where possible; removed by `remove`, or when collected.
         self._directory = tempfile.TemporaryDirectory(prefix="forge_async-adapter-", dir=default_root())
         self.path = Path(self._directory.name)
         save_adapter(self.path, zero_adapter(checkpoint.weight_shapes(), lora, dtype), lora, str(checkpoint.path))
@@ -40,6 +40,9 @@ class AdapterSlot:
     def llm_kwargs(self) -> dict:
         """vLLM engine options for serving this adapter."""
         return {"enable_lora": True, "max_loras": 1, "max_lora_rank": _vllm_max_rank(self.lora.rank)}
+
+    def remove(self) -> None:
+        self._directory.cleanup()
 
     def load(self, llm, tensors: dict[str, torch.Tensor]) -> None:
         """Make `tensors` (PEFT names) the adapter every request runs with, from the next step."""
