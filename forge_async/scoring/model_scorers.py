@@ -41,7 +41,7 @@ class ModelScorer:
         except ScorerFailed:
             raise
         except Exception as err:  # the model raised: every completion of the call is unscored
-            return regroup([Score(error=f"raised {type(err).__name__}: {err}")] * len(pairs), groups)
+            return regroup([Score.failed(err)] * len(pairs), groups)
         return regroup([self._score(c, lp) for (_, c), lp in zip(pairs, logprobs, strict=True)], groups)
 
     def _score(self, completion: Completion, logprobs: list[float]) -> Score:

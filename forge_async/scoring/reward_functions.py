@@ -49,13 +49,13 @@ class RewardFunction:
         try:
             return self._scored(self.fn(prompt, completion))
         except Exception as err:
-            return Score(error=f"raised {type(err).__name__}: {err}")
+            return Score.failed(err)
 
     async def _one_async(self, prompt: Prompt, completion: Completion) -> Score:
         try:
             return self._scored(await self.fn(prompt, completion))
         except Exception as err:
-            return Score(error=f"raised {type(err).__name__}: {err}")
+            return Score.failed(err)
 
     async def _batched(self, prompts: list[Prompt], completions: list[Completion]) -> list[Score]:
         try:
@@ -67,7 +67,7 @@ class RewardFunction:
                 raise ValueError(f"returned {len(rewards)} rewards for {len(completions)} completions")
             return [self._scored(r) for r in rewards]
         except Exception as err:
-            return [Score(error=f"raised {type(err).__name__}: {err}")] * len(completions)
+            return [Score.failed(err)] * len(completions)
 
     def _scored(self, value) -> Score:
         """A returned value as a Score; anything but a finite number is an error."""

@@ -26,6 +26,11 @@ class Score:
     metrics: dict[str, float] = field(default_factory=dict)  # per-episode figures, averaged per step
     error: str | None = None  # why this completion could not be scored (scoring.on_error decides)
 
+    @classmethod
+    def failed(cls, err: Exception) -> "Score":
+        """The Score of a completion a scorer raised on."""
+        return cls(error=f"raised {type(err).__name__}: {err}")
+
 
 class Scorer(Protocol):
     name: str
