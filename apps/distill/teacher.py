@@ -38,12 +38,24 @@ def train_teacher(config: DistillConfig, run_dir: Path) -> Path:
         f"model.tiny.seed={config.teacher.seed}",
         f"verbose={str(config.verbose).lower()}",
     ]
-    print(f"{since_launch()} training the teacher first: python -m apps.grpo {' '.join(overrides)}", flush=True)
+    print(
+        f"{since_launch()} training the teacher first: python -m apps.grpo steps={config.teacher.grpo_steps}, "
+        f"the student's task, sampling and model shape, tiny-model seed {config.teacher.seed} -> {teacher_dir} "
+        "(every override: its config.yaml)",
+        flush=True,
+    )
     done = subprocess.run([sys.executable, "-m", "apps.grpo", f"hydra.run.dir={teacher_dir}", *overrides], cwd=REPO)
     if done.returncode != 0 or not (final / "config.json").is_file():
         raise TeacherFailed(f"the teacher's GRPO run failed (exit {done.returncode}); see {teacher_dir}")
     reward = json.loads((teacher_dir / "summary.json").read_text())["reward_last"]
-    print(f"{since_launch()} teacher ready: reward {reward:.2f}, {final}\n", flush=True)
+    print(f"{since_launch()} teacher ready: reward {reward:.2f}, {final}", flush=True)
+    if reward < config.target_reward:
+        print(
+            f"warning: the teacher's reward {reward:.2f} is below target_reward={config.target_reward}: the "
+            "student can at best approach it (raise teacher.grpo_steps, or name a better teacher.path)",
+            flush=True,
+        )
+    print(flush=True)
     return final
 
 
