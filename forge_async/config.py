@@ -18,7 +18,8 @@ from forge_async.data.filters import FilterConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.data.tasks import TaskConfig, load_reward_fn
+from forge_async.data.tasks import TaskConfig, load_callable
+from forge_async.envs.environment import EnvConfig
 from forge_async.models.config import ModelConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
 from forge_async.tracing import TraceConfig
@@ -47,6 +48,8 @@ class GRPOConfig:
     verbose: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    # Multi-turn episodes: the environment and its limits (docs/environments.md).
+    env: EnvConfig = field(default_factory=EnvConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -117,7 +120,9 @@ class GRPOConfig:
             if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
                 raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
             if scorer.fn is not None:
-                load_reward_fn(scorer.fn, f"scorers[{index}].fn")
+                load_callable(scorer.fn, f"scorers[{index}].fn")
+        if self.env.name is not None:
+            load_callable(self.env.name, "env.name")
 
     @property
     def kl_coef(self) -> float:

@@ -33,6 +33,8 @@ from forge_async.checkpoint.directory import step_of
 from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Task
+from forge_async.envs.rollouts import EpisodeRollouts
+from forge_async.envs.runner import EnvRunner
 from forge_async.launch.supervision import GeneratorFailed, RunMeshes
 from forge_async.metric_sinks import build_sinks
 from forge_async.metrics import BusyClock, MetricsLog, batch_metrics
@@ -46,6 +48,8 @@ from forge_async.weights.sync import WeightSync
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
 _RATE_WINDOW = 10  # steps over which generation throughput is measured
 LOOP = "trainer loop"  # the controller's lane for the trainer's side (tracing.py)
+# Drop reasons logged every step (besides stale and the dropped_other total), 0 until one happens.
+SHOWN_DROPS = ("zero_variance", "scorer_error", "env_error", "env_timeout")
 
 
 class GRPOLoop:
@@ -56,7 +60,9 @@ class GRPOLoop:
         task: Task,
         meshes: RunMeshes,
         checkpointer: Checkpointer | None = None,
+        env_runner: EnvRunner | None = None,
     ):
+        """`env_runner`: plays `task`'s episodes in its environment (multi-turn); None: single-turn."""
         self.config = config
         self.run_dir = run_dir
         self.meshes = meshes
@@ -65,9 +71,8 @@ class GRPOLoop:
         self.scoring = build_tier(
             config.scorers, config.scoring, task, meshes.call_scorer, config.loss.scale_by_std
         )
-        self.rollouts = Rollouts(
-            task, self.scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed
-        )
+        rollouts = (task, self.scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed)
+        self.rollouts = Rollouts(*rollouts) if env_runner is None else EpisodeRollouts(*rollouts, env_runner)
         self.step = 0
         self.version = 0
         self.trained = 0
@@ -277,8 +282,8 @@ class GRPOLoop:
             generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
             calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
             remaining -= per_call
-        for episodes, unscored in await asyncio.gather(*calls):
-            await self.buffer.add(episodes, unscored)
+        for episodes, dropped in await asyncio.gather(*calls):
+            await self.buffer.add(episodes, dropped)
         return await self.buffer.sample(self.config.batch_size, self.version)
 
     async def _generate(self, index: int, *args) -> list:
@@ -307,13 +312,13 @@ class GRPOLoop:
         record.update(
             result,
             **self.scoring.metrics(),
+            **self.rollouts.metrics(),
             **{
                 "policy/version": self.version,
                 "samples/trained": self.trained,
                 "samples/dropped_stale": buffer["dropped_stale"],
                 "samples/dropped_other": buffer["dropped_other"],
-                "samples/dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),
-                "samples/dropped_scorer_error": buffer["dropped_by_reason"].get("scorer_error", 0),
+                **{f"samples/dropped_{reason}": buffer["dropped_by_reason"].get(reason, 0) for reason in SHOWN_DROPS},
                 "samples/buffered": buffer["size"],
                 "samples/in_flight": self.admission.in_flight,
                 "generator/paused_s": self.admission.paused_s,

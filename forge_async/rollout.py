@@ -10,13 +10,14 @@ import random
 from collections.abc import Awaitable, Callable
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.admission import AdmissionControl
-from forge_async.data.episode import Episode
-from forge_async.data.tasks import Task
+from forge_async.data.episode import Completion, Episode
+from forge_async.data.tasks import Prompt, Task
 from forge_async.scoring.tier import ScoringTier
 from forge_async.tracing import TRACER
 
 # (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
 Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list]]]
+Dropped = dict[str, int]  # samples lost before the buffer, by reason
 
 
 class Rollouts:
@@ -39,13 +40,21 @@ class Rollouts:
         self.added = asyncio.Event()  # set whenever episodes reach the buffer
         self._next_group = 0
 
-    async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], int]:
-        """One generate call, scored: its episodes, and how many completions could not be scored."""
+    async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], Dropped]:
+        """One generate call, scored: its episodes, and the completions lost on the way, by reason."""
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
-        first_group, self._next_group = self._next_group, self._next_group + len(prompts)
         groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
         self.tokens += sum(len(c.token_ids) for group in groups for c in group)
-        return await self.scoring.score(prompts, groups, first_group)
+        return await self._scored(prompts, groups)
+
+    async def _scored(self, prompts: list[Prompt], groups: list[list[Completion]]) -> tuple[list[Episode], Dropped]:
+        first_group, self._next_group = self._next_group, self._next_group + len(prompts)
+        episodes, unscored = await self.scoring.score(prompts, groups, first_group)
+        return episodes, ({"scorer_error": unscored} if unscored else {})
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of the rollouts since the last call (multi-turn rollouts have some)."""
+        return {}
 
     def state_dict(self) -> dict:
         """Where the prompt source is: its RNG state and the next group id."""
@@ -81,8 +90,8 @@ class Rollouts:
             if not admitted:
                 return
             with TRACER.span("generate + score", lane):
-                episodes, unscored = await self.produce(generate, admitted // self.group_size)
+                episodes, dropped = await self.produce(generate, admitted // self.group_size)
             with TRACER.span("buffer add", lane):
-                await buffer.add(episodes, unscored)
+                await buffer.add(episodes, dropped)
             self.added.set()
             await admission.generated(admitted)

@@ -106,7 +106,7 @@ def test_dropped_completions_are_counted_and_the_rest_of_the_group_is_scored():
     assert unscored == 1
     assert [e.completion.text for e in episodes] == ["7", "7ab", "1", "93"]
     buffer = EpisodeBuffer(max_policy_age=1, capacity=16)
-    buffer.add(episodes, unscored)
+    buffer.add(episodes, {"scorer_error": unscored})
     stats = buffer.stats()
     assert stats["dropped_by_reason"] == {"scorer_error": 1}
     assert stats["added"] == 5 == stats["size"] + stats["dropped_other"]

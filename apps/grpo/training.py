@@ -14,6 +14,7 @@ from forge_async.checkpoint.directory import CheckpointDirectory
 from forge_async.config import GRPOConfig
 from forge_async.console import since_launch
 from forge_async.data.tasks import build_task
+from forge_async.envs.runner import build_env_runner, with_environment
 from forge_async.errors import TrainerFailed
 from forge_async.interrupt import stop_on_signals
 from forge_async.launch.procs import RunProcs
@@ -39,7 +40,8 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
-    task = build_task(config.task, tokenizer, context - config.sampling.max_tokens)
+    task = with_environment(config.env, build_task(config.task, tokenizer, context - config.sampling.max_tokens))
+    env_runner = build_env_runner(config.env, task, tokenizer, config.sampling, context)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
 
@@ -52,7 +54,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
             f"procs: {run_dir / 'procs.json'}",
             flush=True,
         )
-        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer)
+        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer, env_runner)
         with stop_on_signals(loop.request_stop):
             try:
                 return await loop.run(resume_from)

@@ -13,9 +13,9 @@ class ReplayBuffer(ProcActor):
         self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance)
 
     @endpoint
-    async def add(self, episodes: list[Episode], unscored: int = 0) -> int:
+    async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> int:
         with TRACER.span("add"):
-            self.buffer.add(episodes, unscored)
+            self.buffer.add(episodes, dropped)
         return len(self.buffer)
 
     @endpoint

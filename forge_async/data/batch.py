@@ -17,7 +17,7 @@ class TrainBatch:
     """
 
     tokens: torch.Tensor  # [B, L] int64
-    response_mask: torch.Tensor  # [B, L-1] float, 1 where position t predicts a response token
+    response_mask: torch.Tensor  # [B, L-1] float, 1 where position t predicts a token the model sampled
     behaviour_logprobs: torch.Tensor  # [B, L-1] generator's logprob of each predicted token
     versions: torch.Tensor  # [B, L-1] int64 policy version of each predicted token (-1 if none)
     advantages: torch.Tensor  # [B, L-1] advantage of each predicted token (0 outside the response)
@@ -54,7 +54,7 @@ def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
         prompt_len, response_len = len(c.prompt_ids), len(c.token_ids)
         tokens[row, : prompt_len + response_len] = torch.tensor(c.prompt_ids + c.token_ids)
         predicted = slice(prompt_len - 1, prompt_len - 1 + response_len)
-        mask[row, predicted] = 1.0
+        mask[row, predicted] = torch.tensor(c.model_mask, dtype=mask.dtype)  # environment tokens: 0
         behaviour[row, predicted] = torch.tensor(c.logprobs)
         versions[row, predicted] = torch.tensor(c.versions)
         advantages[row, predicted] = episode.advantage

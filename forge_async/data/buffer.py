@@ -14,8 +14,8 @@ class EpisodeBuffer:
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
     is full, adding evicts the oldest episodes, counted as "overflow"; with
     `drop_zero_variance`, groups whose rewards are all equal are dropped as they
-    arrive, counted as "zero_variance" (data/filters.py); completions a scorer could
-    not score arrive as a count, "scorer_error". Counters
+    arrive, counted as "zero_variance" (data/filters.py); samples lost on the way
+    (a scorer's or an environment's error) arrive as counts by reason. Counters
     keep every episode accounted for: added = sampled + dropped (by reason) + held.
     """
 
@@ -35,13 +35,13 @@ class EpisodeBuffer:
     def __len__(self) -> int:
         return len(self._episodes)
 
-    def add(self, episodes: list[Episode], unscored: int = 0) -> None:
+    def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
         """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
-        rewards are all equal ("zero_variance"). `unscored`: completions of the same call that
-        the scoring tier dropped (scoring.on_error=drop), counted as "scorer_error"."""
-        self.added += len(episodes) + unscored
-        if unscored:
-            self.dropped["scorer_error"] += unscored
+        rewards are all equal ("zero_variance"). `dropped`: samples of the same groups lost before
+        they got here, by reason (a scorer's error, an environment's), counted with the rest."""
+        dropped = dropped or {}
+        self.added += len(episodes) + sum(dropped.values())
+        self.dropped.update(dropped)
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
             self.dropped["zero_variance"] += len(no_signal)

@@ -25,7 +25,7 @@ from forge_async.data.tasks import (
     Prompt,
     TaskConfig,
     TaskError,
-    load_reward_fn,
+    load_callable,
     prompt_token_ids,
 )
 
@@ -48,7 +48,7 @@ class DatasetTask:
 
     def __init__(self, config: TaskConfig, tokenizer, max_prompt_tokens: int):
         self.name = f"dataset:{Path(config.dataset).name}"
-        self.score = load_reward_fn(config.reward_fn)
+        self.score = load_callable(config.reward_fn, "task.reward_fn")
         self.reward_fn_name = config.reward_fn
         rows = read_rows(config)
         self.rows_read = len(rows)

@@ -2,10 +2,15 @@
 
 Every generated token carries the policy version that produced it. A sample's
 policy age, at the moment the trainer would learn from it, is the trainer's
-version minus the oldest token version in the sample.
+version minus the oldest token version in the sample. A multi-turn episode's
+completion interleaves model turns with environment tokens (tool output,
+observations); those carry version -1 (ENV_TOKEN): no policy sampled them, they
+are masked from the loss and do not count towards the sample's age.
 """
 
 from dataclasses import dataclass
+
+ENV_TOKEN = -1  # the version of a token the environment wrote (not sampled by any policy)
 
 
 @dataclass
@@ -14,10 +19,14 @@ class Completion:
 
     prompt_ids: list[int]
     token_ids: list[int]
-    logprobs: list[float]  # log pi_behaviour of each sampled token
-    versions: list[int]  # policy version that produced each token
+    logprobs: list[float]  # log pi_behaviour of each sampled token (0 for environment tokens)
+    versions: list[int]  # policy version that produced each token; ENV_TOKEN for environment tokens
     text: str
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    # "stop" (EOS or stop string) or "length"; a multi-turn episode's: "done" (the environment
+    # ended it), "max_turns" or "max_episode_tokens" (a limit ended it)
+    finish_reason: str
+    turns: int = 1  # model turns (multi-turn episodes)
+    env_reward: float | None = None  # the sum of the environment's rewards (multi-turn episodes)
 
     def __post_init__(self) -> None:
         if not (len(self.token_ids) == len(self.logprobs) == len(self.versions)):
@@ -27,12 +36,22 @@ class Completion:
             )
 
     @property
+    def model_mask(self) -> list[bool]:
+        """Which tokens the model sampled (True) rather than the environment wrote."""
+        return [v != ENV_TOKEN for v in self.versions]
+
+    @property
+    def model_versions(self) -> list[int]:
+        return [v for v in self.versions if v != ENV_TOKEN]
+
+    @property
     def oldest_version(self) -> int:
-        return min(self.versions) if self.versions else -1
+        return min(self.model_versions, default=-1)
 
     @property
     def version_spread(self) -> int:
-        return max(self.versions) - min(self.versions) if self.versions else 0
+        versions = self.model_versions
+        return max(versions) - min(versions) if versions else 0
 
 
 @dataclass

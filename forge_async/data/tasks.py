@@ -35,7 +35,7 @@ class Task(Protocol):
 
 @dataclass
 class TaskConfig:
-    name: str = "max_digit"  # max_digit | first_digit | copy_digits | dataset
+    name: str = "max_digit"  # max_digit | first_digit | copy_digits | tool_lookup | dataset
     num_digits: int = 3
     dataset: str | None = None  # .jsonl / .json / .parquet / .csv file, or a save_to_disk directory
     prompt_column: str = "prompt"  # text, or a list of chat messages ({role, content})
@@ -67,7 +67,14 @@ def prompt_token_ids(tokenizer, prompt: str | ChatMessages) -> list[int]:
     return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
 
 
-def single_digit_reward(answer: str, completion: Completion, eos_id: int) -> float:
+class Sampled(Protocol):
+    """Tokens a model sampled and their text: a Completion, or one turn of an episode."""
+
+    text: str
+    token_ids: list[int]
+
+
+def single_digit_reward(answer: str, completion: Sampled, eos_id: int) -> float:
     """1 for the right digit then EOS, 0.5 for the right digit without EOS, 0 otherwise."""
     if not completion.text or completion.text[0] != answer:
         return 0.0
@@ -97,7 +104,9 @@ class DigitTask:
     def __init__(self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int):
         rules = DIGIT_RULES
         if name not in rules:
-            raise TaskError(f"unknown task {name!r}; built-in tasks: {', '.join(rules)}, or 'dataset'")
+            raise TaskError(
+                f"unknown task {name!r}; built-in tasks: {', '.join(rules)}, tool_lookup, or 'dataset'"
+            )
         if num_digits < 1:
             raise TaskError(f"task.num_digits must be >= 1, got {num_digits}")
         prompt_tokens = len(prompt_token_ids(tokenizer, "9" * num_digits))
@@ -127,8 +136,9 @@ def exact_match(answer: str, completion_text: str) -> float:
     return float(completion_text.strip() == answer.strip())
 
 
-def load_reward_fn(spec: str, key: str = "task.reward_fn") -> Callable:
-    """The callable `spec` ("module:function") names; a TaskError naming `key` if there is none."""
+def load_callable(spec: str, key: str) -> Callable:
+    """The callable `spec` ("module:function") names; a TaskError naming `key` if there is none
+    (task.reward_fn, scorers[i].fn, env.name)."""
     module_name, _, attr = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
@@ -149,6 +159,10 @@ def build_task(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
         raise TaskError(
             f"sampling.max_tokens leaves no room for a prompt in the context ({max_prompt_tokens} tokens)"
         )
+    if config.name == "tool_lookup":  # multi-turn: its environment is in forge_async/envs/
+        from forge_async.envs.tool_lookup import ToolLookupTask
+
+        return ToolLookupTask(tokenizer, max_prompt_tokens)
     if config.name != "dataset":
         return DigitTask(config.name, config.num_digits, tokenizer, max_prompt_tokens)
     if not config.dataset:

@@ -443,9 +443,9 @@ class SupervisedBuffer:
         await self.actor.load_state_dict.call_one({"episodes": [], **self._counters})
         self.owner._write_procs_file()
 
-    async def add(self, episodes: list[Episode], unscored: int = 0) -> None:
-        await self._call(lambda b: b.add.call_one(episodes, unscored))
-        self._counters["added"] += len(episodes) + unscored
+    async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
+        await self._call(lambda b: b.add.call_one(episodes, dropped))
+        self._counters["added"] += len(episodes) + sum((dropped or {}).values())
 
     async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
         batch = await self._call(lambda b: b.sample.call_one(batch_size, trainer_version))

@@ -18,7 +18,7 @@ import numbers
 from collections.abc import Callable
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import Prompt, Task, load_reward_fn
+from forge_async.data.tasks import Prompt, Task, load_callable
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, flatten, regroup
 
@@ -32,7 +32,7 @@ class RewardFunction:
         if config.fn is None:
             self.fn: Callable = task.reward
         else:
-            self.fn = load_reward_fn(config.fn, f"scorers[{index}].fn")
+            self.fn = load_callable(config.fn, f"scorers[{index}].fn")
         self.is_async = inspect.iscoroutinefunction(self.fn)
 
     async def score(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[list[Score]]:

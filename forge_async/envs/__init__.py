@@ -1,0 +1,1 @@
+"""Multi-turn episodes: environments the model acts in, turn by turn (docs/environments.md)."""

@@ -1,0 +1,65 @@
+"""The Environment protocol, and its config section.
+
+An episode with an environment alternates model turns and observations:
+
+    observation = env.reset(prompt)              # the first one: what the model sees first
+    loop: model turn -> env.step(turn) -> EnvStep(observation, reward, done)
+
+An observation is text (rendered as a `tool` message with the tokenizer's chat
+template, envs/templating.py) or token ids (used as they are). The episode's
+reward is the sum of the step rewards. Methods may be coroutines (awaited, with
+`env.timeout_s`; run many at once) or plain functions (called on the controller's
+event loop: keep them fast). One Environment object serves one episode.
+"""
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Protocol
+
+from forge_async.config_checks import AT_LEAST_1, POSITIVE, check_range
+from forge_async.data.tasks import Prompt
+
+Observation = str | list[int]
+
+
+@dataclass
+class ModelTurn:
+    """What the model said in one turn."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (it ended its turn) or "length" (sampling.max_tokens cut it)
+    index: int  # 0 for the first turn
+
+
+@dataclass
+class EnvStep:
+    observation: Observation | None = None  # what the model sees next (None or "" when done)
+    reward: float = 0.0
+    done: bool = False
+
+
+class Environment(Protocol):
+    def reset(self, prompt: Prompt) -> Observation | Awaitable[Observation]: ...
+
+    def step(self, turn: ModelTurn) -> EnvStep | Awaitable[EnvStep]: ...
+
+
+@dataclass
+class EnvConfig:
+    # "module:callable" returning a new Environment per episode; null: the task's own
+    # (task.name=tool_lookup has one), or none (single-turn episodes).
+    name: str | None = None
+    max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
+    # Tokens after the prompt (model turns + observations); null: as many as the context holds.
+    max_episode_tokens: int | None = None
+    # Longest an async reset/step may take; past it the episode is dropped (env_timeout).
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        check_range("env.max_turns", self.max_turns, AT_LEAST_1)
+        check_range(
+            "env.max_episode_tokens", self.max_episode_tokens, AT_LEAST_1,
+            nullable=True, note="null = the context",
+        )
+        check_range("env.timeout_s", self.timeout_s, POSITIVE)

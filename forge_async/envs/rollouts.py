@@ -1,0 +1,194 @@
+"""Rollouts of multi-turn episodes: each group is played, scored and buffered on its own.
+
+A rollout worker keeps up to `prompts_per_rollout` groups in flight. Every group
+plays its `group_size` episodes concurrently (envs/runner.py); the moment its last
+episode ends, the group is scored and goes to the buffer, and the worker admits a
+new group in its place. A slow group holds up nothing but itself: no call-sized
+batch waits for its longest episode. What stragglers cost is measured per group:
+the time its finished episodes waited for its last one, and the spread of their
+lengths (`rollout/straggler_wait_ms`, `rollout/length_spread`).
+"""
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+from dataclasses import astuple
+
+from forge_async.actors.generator_config import SamplingConfig
+from forge_async.admission import AdmissionControl
+from forge_async.data.episode import Completion, Episode
+from forge_async.data.tasks import Prompt, Task
+from forge_async.envs.runner import EnvRunner, EpisodeDropped
+from forge_async.rollout import Dropped, Generate, Rollouts
+from forge_async.scoring.tier import ScoringTier
+from forge_async.tracing import TRACER
+
+
+class TurnBatcher:
+    """Model turns asked for in the same pass of the event loop, sent as one generate call (per
+    sampling config): the episodes of a group start together and get their turns back together,
+    so a group costs about one call per turn instead of one per episode and turn."""
+
+    def __init__(self, generate: Generate):
+        self.generate = generate
+        self._waiting: dict[tuple, tuple[SamplingConfig, list]] = {}
+        self._sending: set[asyncio.Task] = set()  # held: the event loop keeps weak references only
+
+    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
+        key = astuple(sampling)
+        if key not in self._waiting:
+            self._waiting[key] = (sampling, [])
+            asyncio.get_running_loop().call_soon(self._start_sending, key)
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[key][1].append((prompt_ids, future))
+        return await future
+
+    def _start_sending(self, key: tuple) -> None:
+        task = asyncio.ensure_future(self._send(key))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, key: tuple) -> None:
+        sampling, batch = self._waiting.pop(key)
+        try:
+            groups = await self.generate([ids for ids, _ in batch], sampling, 1)
+        except Exception as err:
+            for _, future in batch:
+                future.set_exception(err)
+            return
+        for (_, future), group in zip(batch, groups, strict=True):
+            future.set_result(group[0])
+
+
+class EpisodeRollouts(Rollouts):
+    def __init__(
+        self,
+        task: Task,
+        scoring: ScoringTier,
+        sampling: SamplingConfig,
+        group_size: int,
+        groups_in_flight: int,
+        seed: int,
+        runner: EnvRunner,
+    ):
+        super().__init__(task, scoring, sampling, group_size, groups_in_flight, seed)
+        self.runner = runner
+        self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
+        self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
+        self._length_spreads: list[int] = []
+        self._reported: set[str] = set()  # drop reasons whose first occurrence was printed
+
+    async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], Dropped]:
+        """`num_prompts` groups played at once, scored, with the samples dropped on the way by reason."""
+        prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
+        generate_one = TurnBatcher(generate)
+        results = await asyncio.gather(*(self._play_group(generate_one, p) for p in prompts))
+        dropped: Counter[str] = Counter()
+        for _, group_dropped in results:
+            dropped.update(group_dropped)
+        return [e for episodes, _ in results for e in episodes], dict(dropped)
+
+    async def _play_group(self, generate_one: TurnBatcher, prompt: Prompt) -> tuple[list[Episode], Dropped]:
+        finished_at: list[float] = []
+
+        async def play() -> Completion | EpisodeDropped:
+            try:
+                completion = await self.runner.play(prompt, generate_one)
+            except EpisodeDropped as drop:
+                self._report(drop)
+                return drop
+            finished_at.append(time.perf_counter())
+            self.tokens += sum(completion.model_mask)
+            self.ended[completion.finish_reason] += 1
+            return completion
+
+        outcomes = await asyncio.gather(*(play() for _ in range(self.group_size)))
+        completions = [o for o in outcomes if isinstance(o, Completion)]
+        dropped = Counter(o.reason for o in outcomes if isinstance(o, EpisodeDropped))
+        if not completions:
+            return [], dict(dropped)
+        self._straggler_waits_s.append(max(finished_at) - min(finished_at))
+        lengths = [len(c.token_ids) for c in completions]
+        self._length_spreads.append(max(lengths) - min(lengths))
+        episodes, unscored = await self._scored([prompt], [completions])
+        dropped.update(unscored)
+        return episodes, dict(dropped)
+
+    def _report(self, drop: EpisodeDropped) -> None:
+        """Print the first drop of each reason (all are counted: samples/dropped_<reason>)."""
+        if drop.reason not in self._reported:
+            self._reported.add(drop.reason)
+            print(f"environment: {drop}; episode dropped (counted as {drop.reason}, later ones silently)", flush=True)
+
+    async def run_worker(
+        self,
+        generate: Generate,
+        generator_version,
+        buffer,
+        admission: AdmissionControl,
+        stop: asyncio.Event,
+        lane: str = "rollout worker",
+        partial_calls: bool = False,
+    ) -> None:
+        """Keep `prompts_per_rollout` groups in flight until `stop` is set, each admitted on its
+        own (one group's samples) and buffered as soon as it is complete; then finish those in
+        flight. A group's error (a generator lost for good, a scorer's) ends the worker."""
+        generate_one, pending = TurnBatcher(generate), set()
+        try:
+            while not stop.is_set():
+                if len(pending) >= self.prompts_per_call:
+                    await _settle(pending)
+                    continue
+                with TRACER.span("held back by admission", lane):
+                    admitted = await self._admit(admission, generator_version, pending)
+                if not admitted:
+                    break
+                pending.add(asyncio.create_task(self._group_into_buffer(generate_one, buffer, admission)))
+            while pending:
+                await _settle(pending)
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _admit(self, admission: AdmissionControl, generator_version, pending: set[asyncio.Task]) -> int:
+        """Admission for one group, raising meanwhile the error of any group in flight that fails."""
+        admit = asyncio.ensure_future(admission.admit(self.group_size, generator_version))
+        try:
+            while not admit.done():
+                await _settle(pending, admit)
+            return admit.result()
+        finally:
+            admit.cancel()
+
+    async def _group_into_buffer(self, generate_one: TurnBatcher, buffer, admission: AdmissionControl) -> None:
+        episodes, dropped = await self._play_group(generate_one, self.task.sample(self.rng))
+        await buffer.add(episodes, dropped)
+        self.added.set()
+        await admission.generated(self.group_size)
+
+    def metrics(self) -> dict[str, float]:
+        """Straggler figures of the groups finished since the last call; episodes ended by a limit."""
+        waits, spreads = self._straggler_waits_s, self._length_spreads
+        self._straggler_waits_s, self._length_spreads = [], []
+        figures = {f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")}
+        if waits:
+            figures["rollout/straggler_wait_ms"] = statistics.fmean(waits) * 1e3
+            figures["rollout/length_spread"] = statistics.fmean(spreads)
+        return figures
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "ended": dict(self.ended)}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.ended = Counter(state["ended"])
+
+
+async def _settle(pending: set[asyncio.Task], admit: asyncio.Future | None = None) -> None:
+    """Wait until a group in `pending` finishes (or `admit` does); remove it, raising its error."""
+    waiting = pending | ({admit} if admit is not None else set())
+    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    for task in done - {admit}:
+        pending.discard(task)
+        task.result()

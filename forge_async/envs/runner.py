@@ -1,0 +1,199 @@
+"""Plays one multi-turn episode: model turn, environment step, and again, until done or a limit.
+
+The episode's completion is every token after the first observation: model turns
+(with their sampled logprobs and per-token versions) and observations (version
+ENV_TOKEN, logprob 0: masked from the loss). Each model turn is one generate call
+with the whole episode so far as its prompt, so a turn may run under newer weights
+than the one before it; the episode's policy age is that of its oldest model token.
+
+An environment that raises, returns something malformed or (async) takes longer
+than env.timeout_s gets its episode dropped: EpisodeDropped, counted by reason
+(env_error, env_timeout) by the caller. The run goes on.
+"""
+
+import asyncio
+import inspect
+import math
+import numbers
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from forge_async.actors.generator_config import SamplingConfig
+from forge_async.data.episode import ENV_TOKEN, Completion
+from forge_async.data.tasks import Prompt, Task, load_callable, prompt_token_ids
+from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
+from forge_async.envs.templating import observation_ids
+
+# (prompt token ids, sampling) -> the one completion the model sampled
+GenerateOne = Callable[[list[int], SamplingConfig], Awaitable[Completion]]
+
+
+class EpisodeDropped(Exception):
+    """The environment failed this episode; `reason` is what the drop is counted as."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class EpisodeLimits:
+    max_turns: int
+    max_episode_tokens: int  # tokens after the first observation, within the context
+    context: int  # model context: first observation + episode tokens
+
+
+@dataclass
+class _Transcript:
+    """An episode's tokens after its first observation, as they accumulate."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+
+    def add_turn(self, completion: Completion) -> None:
+        self.token_ids += completion.token_ids
+        self.logprobs += completion.logprobs
+        self.versions += completion.versions
+
+    def add_observation(self, ids: list[int]) -> None:
+        self.token_ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.versions += [ENV_TOKEN] * len(ids)
+
+
+class EnvRunner:
+    def __init__(
+        self,
+        new_environment: Callable[[], Environment],
+        tokenizer,
+        sampling: SamplingConfig,
+        limits: EpisodeLimits,
+        timeout_s: float,
+    ):
+        self.new_environment = new_environment
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.limits = limits
+        self.timeout_s = timeout_s
+
+    async def play(self, prompt: Prompt, generate: GenerateOne) -> Completion:
+        """One episode from `prompt`, each model turn sampled by `generate`."""
+        env = self.new_environment()
+        first = self._first_observation_ids(await self._call(env.reset, prompt))
+        transcript = _Transcript([], [], [])
+        if self._turn_budget(len(first), 0) < 1:
+            raise EpisodeDropped(
+                "env_error", f"reset()'s observation ({len(first)} tokens) leaves no room in the context"
+            )
+        reward, turns, finish = 0.0, 0, "done"
+        while True:
+            budget = self._turn_budget(len(first), len(transcript.token_ids))
+            sampling = replace(self.sampling, max_tokens=budget, min_tokens=min(self.sampling.min_tokens, budget))
+            completion = await generate(first + transcript.token_ids, sampling)
+            transcript.add_turn(completion)
+            turn = ModelTurn(completion.text, completion.token_ids, completion.finish_reason, turns)
+            turns += 1
+            step = _checked(await self._call(env.step, turn))
+            reward += step.reward
+            if step.done:
+                break
+            if turns == self.limits.max_turns:
+                finish = "max_turns"
+                break
+            observation = self._observation_ids(step.observation)
+            if self._turn_budget(len(first), len(transcript.token_ids) + len(observation)) < 1:
+                finish = "max_episode_tokens"  # no room left for the model to answer it
+                break
+            transcript.add_observation(observation)
+        return Completion(
+            prompt_ids=first,
+            token_ids=transcript.token_ids,
+            logprobs=transcript.logprobs,
+            versions=transcript.versions,
+            text=self.tokenizer.decode(transcript.token_ids, skip_special_tokens=True),
+            finish_reason=finish,
+            turns=turns,
+            env_reward=reward,
+        )
+
+    def _turn_budget(self, first: int, so_far: int) -> int:
+        """Tokens the next model turn may take: the per-turn, per-episode and context limits."""
+        limits = self.limits
+        return min(self.sampling.max_tokens, limits.max_episode_tokens - so_far, limits.context - first - so_far)
+
+    def _first_observation_ids(self, observation: Observation) -> list[int]:
+        try:
+            ids = observation if not isinstance(observation, str) else prompt_token_ids(self.tokenizer, observation)
+            return _token_ids(ids, self.tokenizer)
+        except (TypeError, ValueError) as err:
+            raise EpisodeDropped("env_error", f"reset() returned an unusable observation: {err}") from err
+
+    def _observation_ids(self, observation: Observation | None) -> list[int]:
+        try:
+            return _token_ids(observation_ids(self.tokenizer, observation or []), self.tokenizer)
+        except (TypeError, ValueError) as err:
+            raise EpisodeDropped("env_error", f"step() returned an unusable observation: {err}") from err
+
+    async def _call(self, method, argument):
+        """env.reset/env.step: awaited with the timeout if a coroutine, else called as it is."""
+        name = method.__name__
+        try:
+            if inspect.iscoroutinefunction(method):
+                return await asyncio.wait_for(method(argument), self.timeout_s)
+            return method(argument)
+        except asyncio.TimeoutError as err:
+            raise EpisodeDropped("env_timeout", f"{name}() took longer than env.timeout_s={self.timeout_s}") from err
+        except Exception as err:
+            raise EpisodeDropped("env_error", f"{name}() raised {type(err).__name__}: {err}") from err
+
+
+def _checked(step) -> EnvStep:
+    if not isinstance(step, EnvStep):
+        raise EpisodeDropped("env_error", f"step() returned {step!r}, not an EnvStep")
+    if not isinstance(step.reward, numbers.Real) or not math.isfinite(step.reward):
+        raise EpisodeDropped("env_error", f"step() returned reward {step.reward!r}, not a finite number")
+    return step
+
+
+def _token_ids(ids, tokenizer) -> list[int]:
+    ids = list(ids)
+    if not all(isinstance(i, int) and 0 <= i < len(tokenizer) for i in ids):
+        raise ValueError(f"token ids must be ints in [0, {len(tokenizer)}), got {ids[:8]}...")
+    return ids
+
+
+class EnvironmentTask:
+    """A task whose prompts are played as episodes in `env.name`'s environment: the task's prompts,
+    the environment's reward (the sum of its step rewards)."""
+
+    def __init__(self, task: Task, new_environment: Callable[[], Environment]):
+        self.task = task
+        self.name = task.name
+        self.skipped_rows = task.skipped_rows
+        self.new_environment = new_environment
+
+    def sample(self, rng) -> Prompt:
+        return self.task.sample(rng)
+
+    def reward(self, prompt: Prompt, completion: Completion) -> float:
+        return completion.env_reward
+
+
+def with_environment(config: EnvConfig, task: Task) -> Task:
+    """`task`, played in `env.name`'s environment when one is named."""
+    if config.name is None:
+        return task
+    return EnvironmentTask(task, load_callable(config.name, "env.name"))
+
+
+def build_env_runner(
+    config: EnvConfig, task: Task, tokenizer, sampling: SamplingConfig, context: int
+) -> EnvRunner | None:
+    """The runner of `task`'s episodes if it has an environment (from with_environment, or its own:
+    tool_lookup); None for single-turn tasks."""
+    new_environment = getattr(task, "new_environment", None)
+    if new_environment is None:
+        return None
+    limits = EpisodeLimits(config.max_turns, min(config.max_episode_tokens or context, context), context)
+    return EnvRunner(new_environment, tokenizer, sampling, limits, config.timeout_s)
