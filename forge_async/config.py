@@ -90,6 +90,11 @@ class GRPOConfig:
             )
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
         check_scorers(self.scorers)
+        if self.env.procs and self.env.name is None and self.task.name != "tool_lookup":
+            raise ConfigError(
+                f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
+                "name one with env.name=module:callable"
+            )
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens
         if self.generator.dtype is None:

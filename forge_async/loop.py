@@ -34,6 +34,7 @@ from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.data.tasks import Task
 from forge_async.envs.rollouts import EpisodeRollouts
+from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner
 from forge_async.launch.supervision import GeneratorFailed, RunMeshes
 from forge_async.metric_sinks import build_sinks
@@ -114,7 +115,7 @@ class GRPOLoop:
                 await self._run_async()
             else:
                 await self._run_sync()
-        except (GeneratorFailed, ScorerFailed, ScorerError) as err:  # the trainer is fine: save what it learned
+        except (GeneratorFailed, ScorerFailed, ScorerError, EnvironmentFailed) as err:  # the trainer is fine: save
             failure = str(err)
         finally:
             await self.sync.close()

@@ -14,7 +14,7 @@ from forge_async.checkpoint.directory import CheckpointDirectory
 from forge_async.config import GRPOConfig
 from forge_async.console import since_launch
 from forge_async.data.tasks import build_task
-from forge_async.envs.runner import build_env_runner, with_environment
+from forge_async.envs.runner import build_env_runner, environment_factory, with_environment
 from forge_async.errors import TrainerFailed
 from forge_async.interrupt import stop_on_signals
 from forge_async.launch.procs import RunProcs
@@ -41,7 +41,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     task = with_environment(config.env, build_task(config.task, tokenizer, context - config.sampling.max_tokens))
-    env_runner = build_env_runner(config.env, task, tokenizer, config.sampling, context)
+    new_environment = environment_factory(task)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
 
@@ -54,6 +54,11 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
             f"procs: {run_dir / 'procs.json'}",
             flush=True,
         )
+        env_runner = None
+        if new_environment is not None:
+            if config.env.procs:
+                new_environment = await meshes.spawn_environments(new_environment)
+            env_runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context)
         loop = GRPOLoop(config, run_dir, task, meshes, checkpointer, env_runner)
         with stop_on_signals(loop.request_stop):
             try:

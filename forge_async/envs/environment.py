@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
-from forge_async.config_checks import AT_LEAST_1, POSITIVE, check_range
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
 from forge_async.data.tasks import Prompt
 
 Observation = str | list[int]
@@ -44,6 +44,8 @@ class Environment(Protocol):
 
     def step(self, turn: ModelTurn) -> EnvStep | Awaitable[EnvStep]: ...
 
+    # Optional: `close()` (sync or async), called when the episode ends, however it ends.
+
 
 @dataclass
 class EnvConfig:
@@ -55,6 +57,9 @@ class EnvConfig:
     max_episode_tokens: int | None = None
     # Longest an async reset/step may take; past it the episode is dropped (env_timeout).
     timeout_s: float = 30.0
+    # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
+    # actors, roles environment0..n-1), episodes spread over them.
+    procs: int = 0
 
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)
@@ -63,3 +68,4 @@ class EnvConfig:
             nullable=True, note="null = the context",
         )
         check_range("env.timeout_s", self.timeout_s, POSITIVE)
+        check_range("env.procs", self.procs, AT_LEAST_0, note="0 = in the controller")

@@ -8,7 +8,8 @@ than the one before it; the episode's policy age is that of its oldest model tok
 
 An environment that raises, returns something malformed or (async) takes longer
 than env.timeout_s gets its episode dropped: EpisodeDropped, counted by reason
-(env_error, env_timeout) by the caller. The run goes on.
+(env_error, env_timeout) by the caller. The run goes on. An environment's optional
+`close()` is called when its episode ends, however it ends.
 """
 
 import asyncio
@@ -22,8 +23,10 @@ from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
 from forge_async.data.tasks import Prompt, Task, load_callable, prompt_token_ids
 from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
+from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.templating import observation_ids
 
+EnvFactory = Callable[[], Environment]  # a new environment, for one episode
 # (prompt token ids, sampling) -> the one completion the model sampled
 GenerateOne = Callable[[list[int], SamplingConfig], Awaitable[Completion]]
 
@@ -65,7 +68,7 @@ class _Transcript:
 class EnvRunner:
     def __init__(
         self,
-        new_environment: Callable[[], Environment],
+        new_environment: EnvFactory,
         tokenizer,
         sampling: SamplingConfig,
         limits: EpisodeLimits,
@@ -80,6 +83,14 @@ class EnvRunner:
     async def play(self, prompt: Prompt, generate: GenerateOne) -> Completion:
         """One episode from `prompt`, each model turn sampled by `generate`."""
         env = self.new_environment()
+        try:
+            return await self._play(env, prompt, generate)
+        finally:
+            close = getattr(env, "close", None)
+            if close is not None:
+                await self._call(close)
+
+    async def _play(self, env: Environment, prompt: Prompt, generate: GenerateOne) -> Completion:
         first = self._first_observation_ids(await self._call(env.reset, prompt))
         transcript = _Transcript([], [], [])
         if self._turn_budget(len(first), 0) < 1:
@@ -135,13 +146,15 @@ class EnvRunner:
         except (TypeError, ValueError) as err:
             raise EpisodeDropped("env_error", f"step() returned an unusable observation: {err}") from err
 
-    async def _call(self, method, argument):
-        """env.reset/env.step: awaited with the timeout if a coroutine, else called as it is."""
+    async def _call(self, method, *args):
+        """env.reset/step/close: awaited with the timeout if a coroutine, else called as it is."""
         name = method.__name__
         try:
             if inspect.iscoroutinefunction(method):
-                return await asyncio.wait_for(method(argument), self.timeout_s)
-            return method(argument)
+                return await asyncio.wait_for(method(*args), self.timeout_s)
+            return method(*args)
+        except EnvironmentFailed:
+            raise
         except asyncio.TimeoutError as err:
             raise EpisodeDropped("env_timeout", f"{name}() took longer than env.timeout_s={self.timeout_s}") from err
         except Exception as err:
@@ -167,7 +180,7 @@ class EnvironmentTask:
     """A task whose prompts are played as episodes in `env.name`'s environment: the task's prompts,
     the environment's reward (the sum of its step rewards)."""
 
-    def __init__(self, task: Task, new_environment: Callable[[], Environment]):
+    def __init__(self, task: Task, new_environment: EnvFactory):
         self.task = task
         self.name = task.name
         self.skipped_rows = task.skipped_rows
@@ -187,13 +200,14 @@ def with_environment(config: EnvConfig, task: Task) -> Task:
     return EnvironmentTask(task, load_callable(config.name, "env.name"))
 
 
+def environment_factory(task: Task) -> EnvFactory | None:
+    """What makes `task`'s environments (with_environment's, or its own: tool_lookup); None for
+    single-turn tasks."""
+    return getattr(task, "new_environment", None)
+
+
 def build_env_runner(
-    config: EnvConfig, task: Task, tokenizer, sampling: SamplingConfig, context: int
-) -> EnvRunner | None:
-    """The runner of `task`'s episodes if it has an environment (from with_environment, or its own:
-    tool_lookup); None for single-turn tasks."""
-    new_environment = getattr(task, "new_environment", None)
-    if new_environment is None:
-        return None
+    config: EnvConfig, new_environment: EnvFactory, tokenizer, sampling: SamplingConfig, context: int
+) -> EnvRunner:
     limits = EpisodeLimits(config.max_turns, min(config.max_episode_tokens or context, context), context)
     return EnvRunner(new_environment, tokenizer, sampling, limits, config.timeout_s)

@@ -23,6 +23,7 @@ Each answer part counts in full for the digit then EOS, half for the digit witho
 """
 
 import random
+from functools import partial
 
 from forge_async.data.episode import Completion
 from forge_async.data.tasks import Prompt, TaskError, prompt_token_ids, single_digit_reward
@@ -74,14 +75,13 @@ class ToolLookupTask:
             )
         self.tokenizer = tokenizer
         self.skipped_rows: dict[str, int] = {}
+        # A partial, not a method: it travels light to environment procs (env.procs).
+        self.new_environment = partial(ToolLookupEnv, tokenizer.eos_token_id)
 
     def sample(self, rng: random.Random) -> Prompt:
         key, table = rng.randrange(10), [rng.randrange(10) for _ in range(10)]
         ids = prompt_token_ids(self.tokenizer, str(key))
         return Prompt(token_ids=ids, answer=str(table[key]), text=str(key), meta={"key": key, "table": table})
-
-    def new_environment(self) -> ToolLookupEnv:
-        return ToolLookupEnv(self.tokenizer.eos_token_id)
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         """The environment's: the episode's step rewards, summed."""

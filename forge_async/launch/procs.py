@@ -7,7 +7,7 @@ transformers) and builds the tiny checkpoint; the actors spawned on them later
 find their modules loaded. This module therefore imports nothing heavy itself.
 
 Roles: `trainer`, `generator<i>`, `replay_buffer`, `weight_relay<node>`, `scorer<i>` (the
-model scorer at position i of the `scorers` list).
+model scorer at position i of the `scorers` list), `environment<i>` (env.procs).
 """
 
 import asyncio
@@ -36,6 +36,7 @@ PRELOAD = {
     "replay_buffer": ("forge_async.actors.replay_buffer",),
     "weight_relay": ("forge_async.actors.weight_relay",),
     "scorer": ("forge_async.actors.logprob_model",),
+    "environment": ("forge_async.actors.environment_host",),
 }
 
 
@@ -125,7 +126,7 @@ class RunProcs:
             return self.hosts.node(placement.generator_host(int(role.removeprefix("generator"))))
         if role.startswith("weight_relay"):
             return self.hosts.node(int(role.removeprefix("weight_relay")))
-        return self.hosts.node(0)  # the replay buffer and model scorers, beside the controller
+        return self.hosts.node(0)  # the replay buffer, model scorers and environments, beside the controller
 
     def spawn(self, role: str) -> ProcMesh:
         """New procs for `role`, importing what its actor needs as they start."""
@@ -151,12 +152,13 @@ class RunProcs:
         return tuple(steps)
 
     def spawn_all(self) -> None:
-        """Trainer, generators, replay buffer and model scorers, all at once (weight relays are
+        """Trainer, generators, replay buffer, model scorers and environment procs, all at once (weight relays are
         spawned when needed)."""
         c = self.config
         roles = [
             "trainer", "replay_buffer", *(f"generator{i}" for i in range(c.generator.count)),
             *(f"scorer{i}" for i, scorer in enumerate(c.scorers) if scorer.runs_a_model),
+            *(f"environment{i}" for i in range(c.env.procs)),
         ]
         self._early = {role: self.spawn(role) for role in roles}
 

@@ -35,6 +35,8 @@ from forge_async.launch.hosts import node_address, node_rank
 from forge_async.launch.procs import RunProcs
 from forge_async.tracing import TRACER
 from forge_async.models.checkpoint import Checkpoint
+from forge_async.actors.environment_host import EnvironmentHost
+from forge_async.envs.remote import RemoteEnvironments
 from forge_async.scoring.scorer import ScorerFailed
 
 _STOP_TIMEOUT_S = 10
@@ -109,6 +111,7 @@ class RunMeshes:
         self.relay_nodes: list[int] = []  # generator nodes reached through a WeightRelay
         self._relays: list = []
         self._scorers: dict[int, object] = {}  # position in config.scorers -> its LogprobModel
+        self._environment_hosts: list = []  # EnvironmentHost actors (env.procs)
 
     async def start(self) -> list[float]:
         """Spawn trainer, generators, buffer and weight relays, all at once; returns engine start times.
@@ -191,6 +194,20 @@ class RunMeshes:
             raise ScorerFailed(
                 f"scorer {label!r} ({_located(self._where[f'scorer{index}'])}) failed: {cause}"
             ) from None
+
+    async def spawn_environments(self, new_environment: Callable[[], object]) -> RemoteEnvironments:
+        """An EnvironmentHost making environments with `new_environment` on each of the env.procs
+        procs; returns the factory of their proxies (the episodes' environments)."""
+        hosts = []
+        for index in range(self.config.env.procs):
+            role = f"environment{index}"
+            self._procs[role] = self.procs.take(role)
+            host = self._procs[role].spawn(role, EnvironmentHost, new_environment)
+            self._where[role] = await host.where.call_one()
+            self._environment_hosts.append(host)
+            hosts.append((host, _located(self._where[role])))
+        self._write_procs_file()
+        return RemoteEnvironments(hosts)
 
     def _generator_node(self, index: int) -> int:
         return self.config.placement.generator_host(index)
@@ -344,6 +361,7 @@ class RunMeshes:
         calls.update(
             {f"scorer {self.config.scorers[i].label}": m.trace_spans.call_one() for i, m in self._scorers.items()}
         )
+        calls.update({f"environment {i}": h.trace_spans.call_one() for i, h in enumerate(self._environment_hosts)})
         for track, call in calls.items():
             try:
                 spans = await _within(call, _STOP_TIMEOUT_S)

@@ -1,0 +1,67 @@
+"""EnvironmentHost: environments on a proc of their own (env.procs >= 1), one object per episode.
+
+For environments that are heavy (a simulator, a sandbox) or blocking: they run off the
+controller's event loop, plain methods in a worker thread (so env.timeout_s bounds them
+too), and several hosts share the episodes. An environment's own error comes back as a
+value and is raised again in the controller (the episode is dropped, env_error); an
+exception of the call itself means the proc failed (envs/remote.py: EnvironmentFailed).
+"""
+
+import asyncio
+import inspect
+import pickle
+from collections.abc import Callable
+
+from monarch.actor import endpoint
+
+from forge_async.actors.proc_actor import ProcActor
+from forge_async.data.tasks import Prompt
+from forge_async.envs.environment import Environment, ModelTurn
+
+Outcome = tuple[object, Exception | None]  # (what the method returned, or the error it raised)
+
+
+class EnvironmentHost(ProcActor):
+    def __init__(self, new_environment: Callable[[], Environment]):
+        self.new_environment = new_environment
+        self.episodes: dict[int, Environment] = {}
+
+    @endpoint
+    async def reset(self, episode: int, prompt: Prompt) -> Outcome:
+        try:
+            self.episodes[episode] = self.new_environment()
+        except Exception as err:
+            return None, _sendable(err)
+        return await _outcome(self.episodes[episode].reset, prompt)
+
+    @endpoint
+    async def step(self, episode: int, turn: ModelTurn) -> Outcome:
+        return await _outcome(self.episodes[episode].step, turn)
+
+    @endpoint
+    async def close(self, episode: int) -> Outcome:
+        env = self.episodes.pop(episode, None)
+        close = getattr(env, "close", None)
+        return await _outcome(close) if close is not None else (None, None)
+
+    @endpoint
+    async def open_episodes(self) -> int:
+        return len(self.episodes)
+
+
+async def _outcome(method, *args) -> Outcome:
+    try:
+        if inspect.iscoroutinefunction(method):
+            return await method(*args), None
+        return await asyncio.to_thread(method, *args), None
+    except Exception as err:
+        return None, _sendable(err)
+
+
+def _sendable(err: Exception) -> Exception:
+    """`err`, or a RuntimeError saying what it was if it cannot travel back to the controller."""
+    try:
+        pickle.loads(pickle.dumps(err))
+        return err
+    except Exception:
+        return RuntimeError(f"{type(err).__name__}: {err}")

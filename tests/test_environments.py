@@ -1,0 +1,181 @@
+"""Multi-turn episodes: the runner's token bookkeeping, environment tokens out of the loss, and
+tool_lookup learning in a run whose environment sometimes fails."""
+
+import asyncio
+import json
+import statistics
+
+import pytest
+import torch
+
+from apps.grpo.subprocess_run import run_app
+from forge_async.actors.generator_config import SamplingConfig
+from forge_async.data.batch import pack_episodes
+from forge_async.data.episode import ENV_TOKEN, Completion, Episode
+from forge_async.data.tasks import Prompt
+from forge_async.envs.environment import EnvStep, ModelTurn
+from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
+from forge_async.losses.config import ImportanceConfig
+from forge_async.losses.grpo import importance_weights, policy_gradient_loss, token_logprobs
+from forge_async.models.tokenizer import BOS, EOS, SEP, VOCAB, build_digit_tokenizer
+from forge_async.models.titan import build_titan_model
+from test_grpo_app import assert_accounting
+
+TOKENIZER = build_digit_tokenizer()
+BOS_ID, EOS_ID, SEP_ID = VOCAB.index(BOS), VOCAB.index(EOS), VOCAB.index(SEP)
+PAD_ID = VOCAB.index("<pad>")
+
+
+class ScriptedModel:
+    """Stands in for the generator in runner tests (the runner is what is tested here): turn k
+    says `turns[k]` (then EOS), sampled by policy version `versions[k]`."""
+
+    def __init__(self, turns: list[str], versions: list[int]):
+        self.turns, self.versions, self.prompts, self.budgets = turns, versions, [], []
+
+    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
+        k = len(self.prompts)
+        self.prompts.append(prompt_ids)
+        self.budgets.append(sampling.max_tokens)
+        ids = ([int(c) for c in self.turns[k]] + [EOS_ID])[: sampling.max_tokens]
+        finish = "stop" if ids[-1] == EOS_ID else "length"
+        text = "".join(str(i) for i in ids if i < 10)
+        return Completion(prompt_ids, ids, [-0.5] * len(ids), [self.versions[k]] * len(ids), text, finish)
+
+
+class Echo:
+    """Replies to each turn with its text reversed; done after `turns` turns."""
+
+    def __init__(self, turns: int = 2, reward: float = 0.25):
+        self.turns, self.reward = turns, reward
+
+    def reset(self, prompt: Prompt) -> str:
+        return prompt.text
+
+    def step(self, turn: ModelTurn) -> EnvStep:
+        return EnvStep(observation=turn.text[::-1], reward=self.reward, done=turn.index + 1 == self.turns)
+
+
+def runner(env_factory, max_turns=4, max_episode_tokens=64, context=64, timeout_s=5.0) -> EnvRunner:
+    limits = EpisodeLimits(max_turns, max_episode_tokens, context)
+    return EnvRunner(env_factory, TOKENIZER, SamplingConfig(max_tokens=4), limits, timeout_s)
+
+
+def play(env_factory, model: ScriptedModel, **limits) -> Completion:
+    return asyncio.run(runner(env_factory, **limits).play(Prompt([], "", text="5"), model))
+
+
+def test_turns_and_observations_interleave_with_versions_logprobs_and_templating():
+    model = ScriptedModel(["12", "3"], versions=[3, 4])
+    c = play(Echo, model)
+    assert c.prompt_ids == [BOS_ID, 5, SEP_ID]  # reset's text, as a user message
+    #                       turn 1 (v3)   observation "21" + <sep> (chat template)   turn 2 (v4)
+    assert c.token_ids == [1, 2, EOS_ID, 2, 1, SEP_ID, 3, EOS_ID]
+    assert c.versions == [3, 3, 3, ENV_TOKEN, ENV_TOKEN, ENV_TOKEN, 4, 4]
+    assert c.logprobs == [-0.5] * 3 + [0.0] * 3 + [-0.5] * 2
+    assert c.model_mask == [True] * 3 + [False] * 3 + [True] * 2
+    assert model.prompts[1] == c.prompt_ids + c.token_ids[:6]  # turn 2 saw the whole episode so far
+    assert (c.turns, c.env_reward, c.finish_reason) == (2, 0.5, "done")
+    assert (c.oldest_version, c.version_spread) == (3, 1)  # environment tokens have no version
+    assert Episode(c, 0.5, 1.0).policy_age(6) == 3
+
+
+def test_limits_end_episodes_and_say_which():
+    c = play(lambda: Echo(turns=10), ScriptedModel(["1"] * 10, [0] * 10), max_turns=3)
+    assert (c.turns, c.finish_reason) == (3, "max_turns")
+    assert c.token_ids[-1] == EOS_ID  # the last turn's observation is not added
+
+    model = ScriptedModel(["123", "4567", "8"], [0, 0, 0])
+    c = play(lambda: Echo(turns=10), model, max_episode_tokens=9)
+    # turn 1: 4 tokens, observation 4 -> 8 used; turn 2 may take 1 (of sampling.max_tokens=4)
+    assert model.budgets == [4, 1]
+    assert c.finish_reason == "max_episode_tokens" and len(c.token_ids) == 9
+
+
+class Raises(Echo):
+    def step(self, turn):
+        raise KeyError("no such tool")
+
+
+class Hangs(Echo):
+    async def step(self, turn):
+        await asyncio.sleep(3600)
+
+
+class BadReward(Echo):
+    def step(self, turn):
+        return EnvStep(reward=float("nan"), done=True)
+
+
+@pytest.mark.parametrize(
+    "env, reason, says",
+    [(Raises, "env_error", "step() raised KeyError"), (Hangs, "env_timeout", "env.timeout_s=0.2"),
+     (BadReward, "env_error", "not a finite number")],
+)
+def test_a_failing_environment_drops_the_episode_with_a_reason(env, reason, says):
+    with pytest.raises(EpisodeDropped, match=says.replace("(", r"\(").replace(")", r"\)")) as dropped:
+        play(env, ScriptedModel(["1"], [0]), timeout_s=0.2)
+    assert dropped.value.reason == reason
+
+
+def test_environment_tokens_get_no_gradient(tiny_checkpoint):
+    """The environment tokens' recorded logprobs and advantages move no gradient (their terms are not
+    in the loss); changing a model token does."""
+    torch.manual_seed(0)
+    model = build_titan_model(tiny_checkpoint.shape)
+
+    def gradient(token_ids, logprobs, token_advantages) -> torch.Tensor:
+        versions = [0, 0, ENV_TOKEN, ENV_TOKEN, 1, 1]
+        c = Completion([BOS_ID, 4, SEP_ID], token_ids, logprobs, versions, "", "done", turns=2)
+        batch = pack_episodes([Episode(c, 1.0, 1.0, token_advantages=token_advantages)], PAD_ID)
+        assert batch.response_mask[0].tolist() == [0, 0, 1, 1, 0, 0, 1, 1]
+        model.zero_grad()
+        logprobs_now = token_logprobs(model(batch.tokens), batch.tokens)
+        weights, _ = importance_weights(logprobs_now, batch, ImportanceConfig())  # truncated IS, as trained
+        policy_gradient_loss(logprobs_now, batch, 1 / batch.num_response_tokens, weights).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    base = gradient([4, EOS_ID, 7, SEP_ID, 7, EOS_ID], [-1.0, -1.0, 0.0, 0.0, -1.0, -1.0], [0.0] * 6)
+    env_changed = gradient(
+        [4, EOS_ID, 7, SEP_ID, 7, EOS_ID], [-1.0, -1.0, -9.0, -9.0, -1.0, -1.0], [0.0, 0.0, 5.0, 5.0, 0.0, 0.0]
+    )
+    assert torch.equal(base, env_changed)
+    model_changed = gradient([4, EOS_ID, 7, SEP_ID, 3, EOS_ID], [-1.0, -1.0, 0.0, 0.0, -1.0, -1.0], [0.0] * 6)
+    assert not torch.allclose(base, model_changed)
+
+
+def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
+    steps = 60
+    run = run_app(
+        tmp_path / "run", "--config-name=tool_lookup", f"steps={steps}",
+        "env.name=tests.flaky_environment:FlakyLookupEnv", "env.timeout_s=0.5", timeout=900,
+    )
+    assert run.returncode == 0, run.output
+    assert "episode dropped (counted as env_error" in run.output
+    assert "episode dropped (counted as env_timeout" in run.output
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert_accounting(summary)
+    dropped = summary["dropped_by_reason"]
+    assert dropped["env_error"] > 0 and dropped["env_timeout"] > 0, dropped
+    metrics = run.metrics
+    assert metrics[-1]["samples/dropped_env_error"] == dropped["env_error"]
+    # From chance (~0.01) to well beyond it: the call format and key are learned by step 60.
+    first, last = (statistics.fmean(m["reward/mean"] for m in part) for part in (metrics[:10], metrics[-10:]))
+    assert first < 0.06 and last > first + 0.08, (first, last)
+    # Turns of one episode are sampled under different versions (async, weights swapped between them).
+    assert max(m["policy/version_spread_max"] for m in metrics) >= 1
+    assert all(m["policy/age_max"] <= 1 for m in metrics)  # age counts model tokens only
+    assert all(m["rollout/straggler_wait_ms"] >= 0 for m in metrics if "rollout/straggler_wait_ms" in m)
+    # The hung answers (key 8) keep their groups waiting at least env.timeout_s.
+    assert max(m["rollout/straggler_wait_ms"] for m in metrics if "rollout/straggler_wait_ms" in m) >= 500
+
+
+def test_the_documented_custom_environment_plays_as_described():
+    from docs.examples.custom_environment import HigherLower
+
+    prompt = Prompt([BOS_ID, 2, 7, 1, SEP_ID], answer="7", text="271")
+    model = ScriptedModel(["2", "9", "7"], versions=[0, 0, 1])
+    c = asyncio.run(runner(HigherLower).play(prompt, model))
+    # 2: higher ("1"), 9: lower ("0"), 7: right on the third try
+    assert c.token_ids == [2, EOS_ID, 1, SEP_ID, 9, EOS_ID, 0, SEP_ID, 7, EOS_ID]
+    assert (c.turns, c.env_reward, c.finish_reason) == (3, pytest.approx(1 / 3), "done")
