@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from apps.grpo.subprocess_run import run_app
+from apps.grpo.subprocess_run import run_app, run_app_acting_at
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.batch import pack_episodes
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
@@ -20,6 +20,7 @@ from forge_async.losses.grpo import importance_weights, policy_gradient_loss, to
 from forge_async.models.tokenizer import BOS, EOS, SEP, VOCAB, build_digit_tokenizer
 from forge_async.models.titan import build_titan_model
 from test_grpo_app import assert_accounting
+from test_survival import kill_role
 
 TOKENIZER = build_digit_tokenizer()
 BOS_ID, EOS_ID, SEP_ID = VOCAB.index(BOS), VOCAB.index(EOS), VOCAB.index(SEP)
@@ -166,7 +167,7 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     assert max(m["policy/version_spread_max"] for m in metrics) >= 1
     assert all(m["policy/age_max"] <= 1 for m in metrics)  # age counts model tokens only
     assert all(m["rollout/straggler_wait_ms"] >= 0 for m in metrics if "rollout/straggler_wait_ms" in m)
-    # The hung answers (key 8) keep their groups waiting at least env.timeout_s.
+    # The hung calls (key 8) keep their groups waiting at least env.timeout_s.
     assert max(m["rollout/straggler_wait_ms"] for m in metrics if "rollout/straggler_wait_ms" in m) >= 500
 
 
@@ -179,3 +180,24 @@ def test_the_documented_custom_environment_plays_as_described():
     # 2: higher ("1"), 9: lower ("0"), 7: right on the third try
     assert c.token_ids == [2, EOS_ID, 1, SEP_ID, 9, EOS_ID, 0, SEP_ID, 7, EOS_ID]
     assert (c.turns, c.env_reward, c.finish_reason) == (3, pytest.approx(1 / 3), "done")
+
+
+def test_environments_on_a_proc_of_their_own_drop_by_reason_and_a_killed_one_ends_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    run = run_app_acting_at(
+        run_dir, {4: kill_role(run_dir, "environment0")}, "--config-name=tool_lookup", "steps=30", "env.procs=1",
+        "env.name=tests.flaky_environment:FlakyLookupEnv", "env.timeout_s=0.5",
+    )
+    pid = run.procs["environment0"]["pid"]
+    # Errors raised on the environment's proc come back as the environment's, counted by reason.
+    dropped = run.metrics[2]
+    assert dropped["samples/dropped_env_error"] > 0 and dropped["samples/dropped_env_timeout"] > 0, dropped
+    assert "reset() raised RuntimeError: no table for key 7" in run.output
+    # Its death ends the run within a minute, naming the proc; what was learned is saved.
+    assert run.returncode == 1, run.output
+    assert run.ended_at - run.acted_at[4] < 60
+    assert f"environment proc (pid {pid} on" in run.output and "Traceback" not in run.output
+    summary = run.summary
+    assert summary["failure"].startswith("environment proc") and summary["steps"] < 30
+    assert_accounting(summary)
+    assert (run_dir / "final_model" / "config.json").is_file()

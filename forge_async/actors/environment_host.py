@@ -2,7 +2,9 @@
 
 For environments that are heavy (a simulator, a sandbox) or blocking: they run off the
 controller's event loop, plain methods in a worker thread (so env.timeout_s bounds them
-too), and several hosts share the episodes. An environment's own error comes back as a
+too), and several hosts share the episodes. The endpoints are concurrent: a Monarch
+actor otherwise handles one message at a time, and one hung step would hold up every
+episode of the host. An environment's own error comes back as a
 value and is raised again in the controller (the episode is dropped, env_error); an
 exception of the call itself means the proc failed (envs/remote.py: EnvironmentFailed).
 """
@@ -12,7 +14,7 @@ import inspect
 import pickle
 from collections.abc import Callable
 
-from monarch.actor import endpoint
+from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.tasks import Prompt
@@ -26,7 +28,7 @@ class EnvironmentHost(ProcActor):
         self.new_environment = new_environment
         self.episodes: dict[int, Environment] = {}
 
-    @endpoint
+    @concurrent_endpoint
     async def reset(self, episode: int, prompt: Prompt) -> Outcome:
         try:
             self.episodes[episode] = self.new_environment()
@@ -34,11 +36,11 @@ class EnvironmentHost(ProcActor):
             return None, _sendable(err)
         return await _outcome(self.episodes[episode].reset, prompt)
 
-    @endpoint
+    @concurrent_endpoint
     async def step(self, episode: int, turn: ModelTurn) -> Outcome:
         return await _outcome(self.episodes[episode].step, turn)
 
-    @endpoint
+    @concurrent_endpoint
     async def close(self, episode: int) -> Outcome:
         env = self.episodes.pop(episode, None)
         close = getattr(env, "close", None)

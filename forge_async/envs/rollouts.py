@@ -5,8 +5,8 @@ plays its `group_size` episodes concurrently (envs/runner.py); the moment its la
 episode ends, the group is scored and goes to the buffer, and the worker admits a
 new group in its place. A slow group holds up nothing but itself: no call-sized
 batch waits for its longest episode. What stragglers cost is measured per group:
-the time its finished episodes waited for its last one, and the spread of their
-lengths (`rollout/straggler_wait_ms`, `rollout/length_spread`).
+the time its episodes that ended first (trained or dropped) waited for its last one,
+and the spread of their lengths (`rollout/straggler_wait_ms`, `rollout/length_spread`).
 """
 
 import asyncio
@@ -90,7 +90,7 @@ class EpisodeRollouts(Rollouts):
         return [e for episodes, _ in results for e in episodes], dict(dropped)
 
     async def _play_group(self, generate_one: TurnBatcher, prompt: Prompt) -> tuple[list[Episode], Dropped]:
-        finished_at: list[float] = []
+        ended_at: list[float] = []
 
         async def play() -> Completion | EpisodeDropped:
             try:
@@ -98,7 +98,8 @@ class EpisodeRollouts(Rollouts):
             except EpisodeDropped as drop:
                 self._report(drop)
                 return drop
-            finished_at.append(time.perf_counter())
+            finally:
+                ended_at.append(time.perf_counter())
             self.tokens += sum(completion.model_mask)
             self.ended[completion.finish_reason] += 1
             return completion
@@ -106,9 +107,9 @@ class EpisodeRollouts(Rollouts):
         outcomes = await asyncio.gather(*(play() for _ in range(self.group_size)))
         completions = [o for o in outcomes if isinstance(o, Completion)]
         dropped = Counter(o.reason for o in outcomes if isinstance(o, EpisodeDropped))
+        self._straggler_waits_s.append(max(ended_at) - min(ended_at))
         if not completions:
             return [], dict(dropped)
-        self._straggler_waits_s.append(max(finished_at) - min(finished_at))
         lengths = [len(c.token_ids) for c in completions]
         self._length_spreads.append(max(lengths) - min(lengths))
         episodes, unscored = await self._scored([prompt], [completions])
