@@ -18,9 +18,13 @@ PROMPT = [11, 3, 1, 4, 13]
 STEPS_BEFORE_SWAP = 4
 MAX_TOKENS = 10
 LORA = LoraConfig(rank=4)
+# abort_resume: swap after RESUME_AT of RESUME_MAX tokens; prompt + prefix fill a 32-token block,
+# which the prefix cache would serve again were it not reset
+RESUME_AT = 30
+RESUME_MAX = 40
 
 
-def start_llm(checkpoint, **options):
+def start_llm(checkpoint, swap_mode: str = "inflight", **options):
     """The generator's engine, built in this test process the way a generator proc builds it.
     Its environment is set only while it starts: procs spawned later inherit this process's
     (vLLM pinning pytest's threads to a core, or dynamo off in a trainer)."""
@@ -37,7 +41,7 @@ def start_llm(checkpoint, **options):
             max_model_len=checkpoint.shape.max_seq_len,
             kv_cache_memory_bytes=2**28,
             **platform.llm_kwargs(),
-            **VersionedEngine.llm_kwargs("inflight"),
+            **VersionedEngine.llm_kwargs(swap_mode),
             **options,
         )
 
@@ -58,14 +62,20 @@ def lora_llm(tiny_checkpoint, adapter_slot):
     return start_llm(tiny_checkpoint, **adapter_slot.llm_kwargs())
 
 
-def params():
+@pytest.fixture(scope="module")
+def resume_llm(tiny_checkpoint):
+    """An engine with prefix caching, as abort_resume runs it. Blocks of 32 tokens (vLLM's CPU
+    default is 128, longer than the tiny model's context), so prompt + prefix fill a block."""
+    return start_llm(tiny_checkpoint, "abort_resume", block_size=32)
+
+
+def params(**options):
+    """Sampling for MAX_TOKENS tokens (EOS ignored unless `options` say otherwise)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    return SamplingParams(
-        max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA,
-        detokenize=False,
-    )
+    options = {"max_tokens": MAX_TOKENS, "ignore_eos": True} | options
+    return SamplingParams(logprobs=0, output_kind=RequestOutputKind.DELTA, detokenize=False, **options)
 
 
 def titan_logprobs(checkpoint, hf_state_dict, sequence: list[int]) -> list[float]:
@@ -158,3 +168,57 @@ def test_inflight_adapter_swap_moves_running_requests_to_the_new_adapter(lora_ll
     reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
     assert c.versions == [2] * MAX_TOKENS
     assert max(abs(x - y) for x, y in zip(c.logprobs, reference)) < 1e-4
+
+
+def run_to_end(engine: VersionedEngine) -> None:
+    while engine.has_work:
+        engine.step()
+
+
+def test_abort_resume_with_unchanged_weights_is_the_uninterrupted_greedy_completion(resume_llm, tiny_checkpoint):
+    v0 = tiny_checkpoint.load_hf_state_dict()
+    engine = VersionedEngine(resume_llm, "abort_resume")
+    greedy = params(temperature=0.0, max_tokens=RESUME_MAX)
+    uninterrupted = engine.submit(PROMPT, greedy)
+    run_to_end(engine)
+    resumed = [engine.submit(PROMPT, greedy) for _ in range(2)]
+    for _ in range(RESUME_AT):
+        engine.step()
+    engine.swap(v0, version=1)
+    run_to_end(engine)
+    expected = uninterrupted.result
+    for request in resumed:
+        c = request.result
+        assert c.prompt_ids == PROMPT
+        assert c.token_ids == expected.token_ids
+        assert c.versions == [0] * RESUME_AT + [1] * (RESUME_MAX - RESUME_AT)
+        assert max(abs(x - y) for x, y in zip(c.logprobs, expected.logprobs)) < 1e-4
+    assert (engine.resumed_requests, engine.resumed_prefix_tokens) == (2, 2 * (len(PROMPT) + RESUME_AT))
+    assert len(engine.swap_pauses_ms) == 1
+
+
+def test_abort_resume_keeps_the_prefix_and_computes_the_rest_with_the_new_weights_alone(
+    resume_llm, tiny_checkpoint
+):
+    v0 = tiny_checkpoint.load_hf_state_dict()
+    engine = VersionedEngine(resume_llm, "abort_resume")
+    # Version 0 = all-zero weights: uniform logprobs, and a KV cache of zeros.
+    engine.swap(zeros_like(v0), version=0)
+    sampling = params(max_tokens=RESUME_MAX, min_tokens=RESUME_MAX, ignore_eos=False)
+    requests = [engine.submit(PROMPT, sampling) for _ in range(3)]
+    for _ in range(RESUME_AT):
+        engine.step()
+    prefixes = [(list(r.token_ids), list(r.logprobs)) for r in requests]
+    engine.swap(v0, version=1)
+    run_to_end(engine)
+    uniform = -math.log(tiny_checkpoint.shape.vocab_size)
+    for request, (prefix, prefix_logprobs) in zip(requests, prefixes):
+        c = request.result
+        assert len(c.token_ids) == RESUME_MAX and c.prompt_ids == PROMPT
+        assert c.versions == [0] * RESUME_AT + [1] * (RESUME_MAX - RESUME_AT)
+        assert c.token_ids[:RESUME_AT] == prefix and c.logprobs[:RESUME_AT] == prefix_logprobs
+        assert all(abs(lp - uniform) < 1e-5 for lp in prefix_logprobs)
+        # Resumed tokens: v0's logprobs given the whole sequence, i.e. no KV of the zero weights.
+        reference = titan_logprobs(tiny_checkpoint, v0, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
+        assert max(abs(c.logprobs[t] - reference[t]) for t in range(RESUME_AT, RESUME_MAX)) < 1e-4
+    assert engine.resumed_requests == 3

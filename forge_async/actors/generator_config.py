@@ -14,7 +14,7 @@ class GeneratorConfig:
     max_model_len: int | None = None  # default: the checkpoint's max_position_embeddings
     dtype: str | None = None  # float32 | bfloat16; null = trainer.dtype (composed alone: the checkpoint's)
     seed: int = 0
-    swap_mode: str = "inflight"  # inflight | drain (see generation/versioned_engine.py)
+    swap_mode: str = "inflight"  # inflight | drain | abort_resume (see generation/versioned_engine.py)
     # vLLM CPU OpenMP thread binding, e.g. "0" (core 0), "0-3", "auto", "nobind".
     cpu_threads_bind: str = "auto"
     # Share of its GPU's memory vLLM may take (weights, activations, KV cache). kv_cache_gib,

@@ -11,9 +11,16 @@ replaces the weights between two steps:
 - swap_mode=drain: the caller sets `draining` when a new version waits; no new
   request is admitted until running ones finish; then `swap` runs with the
   engine idle and the prefix cache is reset.
+- swap_mode=abort_resume: `swap` aborts every request vLLM holds, loads the
+  weights, resets the prefix cache and re-submits each request (under a fresh
+  vLLM id) with its prompt + the tokens it has so far as the new prompt, and its
+  max_tokens / min_tokens reduced by those tokens. vLLM prefills that prefix again
+  under the new weights, so no KV of the old weights is used after the swap. The
+  caller's Completion keeps the original prompt; its prefix tokens keep their old
+  versions and logprobs, the resumed ones carry the new version.
 
 With an AdapterSlot (LoRA), every request runs base + adapter and `swap` replaces
-the adapter alone, under the same two modes; the base weights never change.
+the adapter alone, under the same modes; the base weights never change.
 
 Requests are sampled with detokenize=False: vLLM's incremental detokenizer, run on
 every step, was ~30% of a tiny model's decode time on CPU. A completion's text is
@@ -24,15 +31,20 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from forge_async.data.episode import Completion
 
-SWAP_MODES = ("inflight", "drain")
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+
+SWAP_MODES = ("inflight", "drain", "abort_resume")
 
 
 @dataclass
 class Request:
     prompt_ids: list[int]
+    params: "SamplingParams"
     on_done: Callable[[Completion], None] | None = None
     on_error: Callable[[Exception], None] | None = None
     token_ids: list[int] = field(default_factory=list)
@@ -56,14 +68,18 @@ class VersionedEngine:
         self.draining = False
         self.busy_s = 0.0  # time inside engine steps
         self.swap_pauses_ms: list[float] = []  # pause of each swap made with requests running
+        # abort_resume: requests re-submitted with a generated prefix, and their prefix lengths
+        # (prompt + generated), the tokens vLLM prefills again after a swap
+        self.resumed_requests = 0
+        self.resumed_prefix_tokens = 0
         self._ids = itertools.count()
-        self._queue: list[tuple[str, Request, object]] = []
-        self._running: dict[str, Request] = {}
+        self._queue: list[Request] = []
+        self._running: dict[str, Request] = {}  # by vLLM request id
 
     @staticmethod
     def llm_kwargs(swap_mode: str) -> dict:
         """Engine options this class relies on."""
-        return {"enable_prefix_caching": swap_mode == "drain"}
+        return {"enable_prefix_caching": swap_mode != "inflight"}
 
     @property
     def running(self) -> bool:
@@ -73,20 +89,17 @@ class VersionedEngine:
     def has_work(self) -> bool:
         return bool(self._queue) or self.running
 
-    def submit(self, prompt_ids: list[int], params, on_done=None, on_error=None) -> Request:
+    def submit(self, prompt_ids: list[int], params: "SamplingParams", on_done=None, on_error=None) -> Request:
         """Queue a request; `params` must use RequestOutputKind.DELTA, logprobs=0 and detokenize=False."""
-        request = Request(list(prompt_ids), on_done, on_error)
-        self._queue.append((str(next(self._ids)), request, params))
+        request = Request(list(prompt_ids), params, on_done, on_error)
+        self._queue.append(request)
         return request
 
     def step(self) -> None:
         """Admit queued requests (unless draining), then one engine step."""
         if self._queue and not self.draining:
-            for request_id, request, params in self._queue:
-                self.engine.add_request(
-                    request_id, {"prompt_token_ids": request.prompt_ids}, params, lora_request=self.lora_request
-                )
-                self._running[request_id] = request
+            for request in self._queue:
+                self._add(request, request.prompt_ids, request.params)
             self._queue.clear()
         if not self.running:
             return
@@ -96,8 +109,15 @@ class VersionedEngine:
         for output in outputs:
             self._record(output)
 
+    def _add(self, request: Request, prompt_ids: list[int], params: "SamplingParams") -> None:
+        request_id = str(next(self._ids))
+        self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params, lora_request=self.lora_request)
+        self._running[request_id] = request
+
     def _record(self, output) -> None:
-        request = self._running[output.request_id]
+        request = self._running.get(output.request_id)
+        if request is None:  # a request aborted by an abort_resume swap: its id is retired
+            return
         delta = output.outputs[0]
         request.token_ids.extend(delta.token_ids)
         request.logprobs.extend(lp[tok].logprob for lp, tok in zip(delta.logprobs, delta.token_ids))
@@ -120,26 +140,45 @@ class VersionedEngine:
         slot the adapter (PEFT names). Returns the pause in ms."""
         in_flight = self.running
         start = time.perf_counter()
+        aborted = self._abort_running() if self.swap_mode == "abort_resume" else []
         if self.adapter is not None:
             self.adapter.load(self.llm, state_dict)
         else:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
-        if self.swap_mode == "drain":
+        if self.swap_mode != "inflight":
             self.llm.reset_prefix_cache()
         self.version = version
         self.draining = False
+        for request in aborted:
+            self._resume(request)
         pause_ms = (time.perf_counter() - start) * 1e3
         if in_flight:
             self.swap_pauses_ms.append(pause_ms)
         return pause_ms
 
-    def fail_all(self, error: Exception) -> None:
-        """Drop every queued and running request after an engine error, telling their owners."""
-        failed = [r for _, r, _ in self._queue] + list(self._running.values())
+    def _abort_running(self) -> list[Request]:
+        """Abort every request vLLM holds (decoding, waiting or mid-prefill), freeing all KV blocks."""
+        aborted = list(self._running.values())
         if self._running:
             self.engine.abort_request(list(self._running))
-        self._queue.clear()
-        self._running.clear()
+            self._running.clear()
+        return aborted
+
+    def _resume(self, request: Request) -> None:
+        """Re-submit `request` with its generated tokens appended to its prompt, for what remains."""
+        done = len(request.token_ids)
+        params = request.params.clone()
+        params.max_tokens -= done
+        params.min_tokens = max(0, params.min_tokens - done)
+        if done:
+            self.resumed_requests += 1
+            self.resumed_prefix_tokens += len(request.prompt_ids) + done
+        self._add(request, request.prompt_ids + request.token_ids, params)
+
+    def fail_all(self, error: Exception) -> None:
+        """Drop every queued and running request after an engine error, telling their owners."""
+        failed = self._queue + self._abort_running()
+        self._queue = []
         for request in failed:
             if request.on_error is not None:
                 request.on_error(error)
