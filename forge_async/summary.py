@@ -55,6 +55,10 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "inflight_swaps": len(pauses),
         "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
         "swap_pause_ms_max": max(pauses) if pauses else None,
+        # swap_mode=abort_resume: requests re-submitted with their generated prefix, and the
+        # prefix tokens (prompt + generated) prefilled again
+        "resumed_requests": sum(g["resumed_requests"] for g in generators),
+        "resumed_prefix_tokens": sum(g["resumed_prefix_tokens"] for g in generators),
         "stored_versions": await _stored_versions(config),
         # versions kept for relays / generators
         "torchstore_versions": await store.stored_versions() if meshes.uses_torchstore else [],

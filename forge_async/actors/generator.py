@@ -4,7 +4,9 @@ The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and is stepped by
 a background task on the actor's event loop (see VersionedEngine). `generate`
 queues requests and waits for them. With the shm weight transport, the loop
 looks at the channel's LATEST pointer before every engine step and applies a
-newer version by itself, in flight or after draining (generator.swap_mode).
+newer version by itself (generator.swap_mode): at once for inflight and
+abort_resume (running requests keep their KV, or are re-submitted with their
+prefix), after the running requests finish for drain.
 With the torchstore transport, versions arrive through `load_version`.
 With LoRA, the engine serves the checkpoint's weights plus one adapter, and each
 version carries the adapter alone (generation/adapter_slot.py).
@@ -139,7 +141,13 @@ class Generator(ProcActor):
     @endpoint
     async def stats(self) -> dict:
         e = self.engine
-        return {"version": e.version, "busy_s": e.busy_s, "swap_pauses_ms": list(e.swap_pauses_ms)}
+        return {
+            "version": e.version,
+            "busy_s": e.busy_s,
+            "swap_pauses_ms": list(e.swap_pauses_ms),
+            "resumed_requests": e.resumed_requests,
+            "resumed_prefix_tokens": e.resumed_prefix_tokens,
+        }
 
     def _prompt_ids(self, prompt: str | list[int], max_tokens: int) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
