@@ -222,3 +222,24 @@ def test_abort_resume_keeps_the_prefix_and_computes_the_rest_with_the_new_weight
         reference = titan_logprobs(tiny_checkpoint, v0, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
         assert max(abs(c.logprobs[t] - reference[t]) for t in range(RESUME_AT, RESUME_MAX)) < 1e-4
     assert engine.resumed_requests == 3
+
+
+def test_abort_resume_adapter_swap_resumes_running_requests_with_the_new_adapter(
+    lora_llm, adapter_slot, tiny_checkpoint
+):
+    engine = VersionedEngine(lora_llm, "abort_resume", adapter=adapter_slot)
+    requests = [engine.submit(PROMPT, params()) for _ in range(2)]
+    for _ in range(STEPS_BEFORE_SWAP):
+        engine.step()
+    adapter = random_adapter(tiny_checkpoint, seed=2)
+    engine.swap(adapter, version=1)
+    run_to_end(engine)
+    base = tiny_checkpoint.load_hf_state_dict()
+    for request in requests:
+        c = request.result
+        assert c.versions == [0] * STEPS_BEFORE_SWAP + [1] * (MAX_TOKENS - STEPS_BEFORE_SWAP)
+        reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
+        assert max(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP)) < 1e-4
+        assert min(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS)) > 1e-3
+    assert engine.resumed_requests == 2
+    engine.swap(zero_adapter(tiny_checkpoint.weight_shapes(), LORA, torch.float32), version=2)
