@@ -90,6 +90,11 @@ def zeros_like(state_dict):
     return {name: torch.zeros_like(t) for name, t in state_dict.items()}
 
 
+def run_to_end(engine: VersionedEngine) -> None:
+    while engine.has_work:
+        engine.step()
+
+
 def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tiny_checkpoint):
     v0 = tiny_checkpoint.load_hf_state_dict()
     engine = VersionedEngine(llm, "inflight")
@@ -99,8 +104,7 @@ def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tin
     # v1 = all-zero weights: every logit is 0, whatever KV the running requests carry,
     # so a token sampled by v1 has logprob exactly -log(vocab).
     engine.swap(zeros_like(v0), version=1)
-    while engine.has_work:
-        engine.step()
+    run_to_end(engine)
     uniform = -math.log(tiny_checkpoint.shape.vocab_size)
     for request in requests:
         c = request.result
@@ -128,8 +132,7 @@ def test_drain_mode_holds_new_requests_until_the_swap(llm, tiny_checkpoint):
     assert second.token_ids == []  # not admitted while draining
     engine.swap(zeros_like(v0), version=1)
     assert engine.swap_pauses_ms == []  # the swap ran with nothing in flight
-    while engine.has_work:
-        engine.step()
+    run_to_end(engine)
     assert second.result.versions == [1] * MAX_TOKENS
     engine.swap(v0, version=0)
 
@@ -148,8 +151,7 @@ def test_inflight_adapter_swap_moves_running_requests_to_the_new_adapter(lora_ll
     for _ in range(STEPS_BEFORE_SWAP):
         engine.step()
     engine.swap(random_adapter(tiny_checkpoint, seed=1), version=1)
-    while engine.has_work:
-        engine.step()
+    run_to_end(engine)
     for request in requests:
         c = request.result
         assert c.versions == [0] * STEPS_BEFORE_SWAP + [1] * (MAX_TOKENS - STEPS_BEFORE_SWAP)
@@ -162,17 +164,11 @@ def test_inflight_adapter_swap_moves_running_requests_to_the_new_adapter(lora_ll
     # The base weights were never touched: a zero adapter serves the base model again.
     engine.swap(zero_adapter(tiny_checkpoint.weight_shapes(), LORA, torch.float32), version=2)
     (request,) = [engine.submit(PROMPT, params())]
-    while engine.has_work:
-        engine.step()
+    run_to_end(engine)
     c = request.result
     reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
     assert c.versions == [2] * MAX_TOKENS
     assert max(abs(x - y) for x, y in zip(c.logprobs, reference)) < 1e-4
-
-
-def run_to_end(engine: VersionedEngine) -> None:
-    while engine.has_work:
-        engine.step()
 
 
 def test_abort_resume_with_unchanged_weights_is_the_uninterrupted_greedy_completion(resume_llm, tiny_checkpoint):

@@ -137,7 +137,8 @@ class VersionedEngine:
 
     def swap(self, state_dict: dict, version: int) -> float:
         """Load `state_dict` as `version`: full weights (Hugging Face names), or with an adapter
-        slot the adapter (PEFT names). Returns the pause in ms."""
+        slot the adapter (PEFT names). Returns the pause in ms (with abort_resume: abort, load and
+        re-submit; the prefill of the resumed prefixes comes in the next steps)."""
         in_flight = self.running
         start = time.perf_counter()
         aborted = self._abort_running() if self.swap_mode == "abort_resume" else []
