@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from apps.grpo.subprocess_run import hydra_command_line
+
 REPO = Path(__file__).resolve().parents[1]
 _STEP = re.compile(r"^step +(\d+)[ /]")
 _MODEL = re.compile(r"(^|\] )model[: ]")
@@ -39,7 +41,7 @@ def timed_run(
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", app, f"hydra.run.dir={run_dir or Path(tmp) / 'run'}", f"steps={steps}", *overrides],
+            [sys.executable, "-m", app, *hydra_command_line(run_dir or Path(tmp) / "run", (f"steps={steps}", *overrides))],
             cwd=repo,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

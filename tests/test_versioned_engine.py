@@ -144,8 +144,9 @@ def random_adapter(checkpoint, seed: int) -> dict[str, torch.Tensor]:
     return {name: 0.3 * torch.randn(t.shape, generator=generator) for name, t in zeros.items()}
 
 
-def test_inflight_adapter_swap_moves_running_requests_to_the_new_adapter(lora_llm, adapter_slot, tiny_checkpoint):
-    engine = VersionedEngine(lora_llm, "inflight", adapter=adapter_slot)
+@pytest.mark.parametrize("mode", ["inflight", "abort_resume"])
+def test_adapter_swap_moves_running_requests_to_the_new_adapter(lora_llm, adapter_slot, tiny_checkpoint, mode):
+    engine = VersionedEngine(lora_llm, mode, adapter=adapter_slot)
     base = tiny_checkpoint.load_hf_state_dict()
     requests = [engine.submit(PROMPT, params()) for _ in range(3)]
     for _ in range(STEPS_BEFORE_SWAP):
@@ -156,9 +157,11 @@ def test_inflight_adapter_swap_moves_running_requests_to_the_new_adapter(lora_ll
         c = request.result
         assert c.versions == [0] * STEPS_BEFORE_SWAP + [1] * (MAX_TOKENS - STEPS_BEFORE_SWAP)
         reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
-        # Before the swap: the zero adapter, i.e. the base model. After: the new adapter, in the same request.
+        # Before the swap: the zero adapter, i.e. the base model. After: the new adapter, in the same request
+        # (in flight, or resumed from its prefix).
         assert max(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP)) < 1e-4
         assert min(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS)) > 1e-3
+    assert engine.resumed_requests == (3 if mode == "abort_resume" else 0)
     assert len(engine.swap_pauses_ms) == 1
 
     # The base weights were never touched: a zero adapter serves the base model again.
@@ -218,24 +221,3 @@ def test_abort_resume_keeps_the_prefix_and_computes_the_rest_with_the_new_weight
         reference = titan_logprobs(tiny_checkpoint, v0, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
         assert max(abs(c.logprobs[t] - reference[t]) for t in range(RESUME_AT, RESUME_MAX)) < 1e-4
     assert engine.resumed_requests == 3
-
-
-def test_abort_resume_adapter_swap_resumes_running_requests_with_the_new_adapter(
-    lora_llm, adapter_slot, tiny_checkpoint
-):
-    engine = VersionedEngine(lora_llm, "abort_resume", adapter=adapter_slot)
-    requests = [engine.submit(PROMPT, params()) for _ in range(2)]
-    for _ in range(STEPS_BEFORE_SWAP):
-        engine.step()
-    adapter = random_adapter(tiny_checkpoint, seed=2)
-    engine.swap(adapter, version=1)
-    run_to_end(engine)
-    base = tiny_checkpoint.load_hf_state_dict()
-    for request in requests:
-        c = request.result
-        assert c.versions == [0] * STEPS_BEFORE_SWAP + [1] * (MAX_TOKENS - STEPS_BEFORE_SWAP)
-        reference = titan_logprobs(tiny_checkpoint, base, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
-        assert max(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP)) < 1e-4
-        assert min(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS)) > 1e-3
-    assert engine.resumed_requests == 2
-    engine.swap(zero_adapter(tiny_checkpoint.weight_shapes(), LORA, torch.float32), version=2)

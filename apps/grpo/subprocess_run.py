@@ -42,7 +42,7 @@ class AppRun:
 
 def run_app(run_dir: Path, *overrides: str, timeout: int = 600, app: str = "apps.grpo") -> AppRun:
     proc = subprocess.run(
-        [sys.executable, "-m", app, *_hydra_command_line(run_dir, overrides)],
+        [sys.executable, "-m", app, *hydra_command_line(run_dir, overrides)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -64,7 +64,7 @@ def run_app_acting_at(
     like Ctrl-C in a terminal. After `timeout` seconds its process group is killed.
     """
     proc = subprocess.Popen(
-        [sys.executable, "-m", app, *_hydra_command_line(run_dir, overrides)],
+        [sys.executable, "-m", app, *hydra_command_line(run_dir, overrides)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -87,7 +87,7 @@ def run_app_acting_at(
     return AppRun(proc.returncode, "".join(lines), run_dir, acted_at, time.monotonic())
 
 
-def _hydra_command_line(run_dir: Path, overrides: tuple[str, ...]) -> list[str]:
+def hydra_command_line(run_dir: Path, overrides: tuple[str, ...]) -> list[str]:
     """Hydra's flags (`--config-name=grpo_long`) first: none may follow an override."""
     flags = [o for o in overrides if o.startswith("--")]
     return [*flags, f"hydra.run.dir={run_dir}", *(o for o in overrides if not o.startswith("--"))]
