@@ -18,7 +18,7 @@ from forge_async.data.filters import FilterConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.data.tasks import TaskConfig, load_callable
+from forge_async.data.tasks import MULTI_TURN_TASKS, TaskConfig, load_callable
 from forge_async.envs.environment import EnvConfig
 from forge_async.models.config import ModelConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
@@ -90,13 +90,13 @@ class GRPOConfig:
             )
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
         check_scorers(self.scorers)
-        if self.env.procs and self.env.name is None and self.task.name != "tool_lookup":
+        if self.env.procs and not self.multi_turn:
             raise ConfigError(
                 f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
                 "name one with env.name=module:callable"
             )
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
-            self.loss.max_tokens = self.sampling.max_tokens
+            self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
         if self.generator.dtype is None:
             self.generator.dtype = self.trainer.dtype
         if self.trainer.lr_total_steps is None:
@@ -128,6 +128,11 @@ class GRPOConfig:
                 load_callable(scorer.fn, f"scorers[{index}].fn")
         if self.env.name is not None:
             load_callable(self.env.name, "env.name")
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether episodes are played in an environment: env.name's, or the task's own."""
+        return self.env.name is not None or self.task.name in MULTI_TURN_TASKS
 
     @property
     def kl_coef(self) -> float:

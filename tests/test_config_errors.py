@@ -58,6 +58,11 @@ BAD_VALUES = {
     "generator.dtype=int8": "generator.dtype='int8': one of float32, bfloat16, float16",
     "sampling.min_tokens=4": "sampling.min_tokens=4: must be in [0, 3]",
     "generator.count=0": "generator.count=0: must be >= 1",
+    "env.max_turns=0": "env.max_turns=0: must be >= 1",
+    "env.max_episode_tokens=0": "env.max_episode_tokens=0: must be >= 1 or null (null = the context)",
+    "env.timeout_s=0": "env.timeout_s=0.0: must be > 0",
+    "env.procs=-1": "env.procs=-1: must be >= 0 (0 = in the controller)",
+    "env.procs=1": "env.procs=1: task.name=max_digit has no environment to host",
     "generator.max_restarts=-1": "generator.max_restarts=-1: must be >= 0",
     "generator.max_model_len=0": "generator.max_model_len=0: must be >= 1 or null",
     "generator.seed=-1": "generator.seed=-1: must be in [0, 4294967295]",
@@ -139,6 +144,13 @@ def test_the_app_exits_2_naming_the_key_before_any_proc_starts(tmp_path):
     assert "error: sampling.top_p=1.5: must be in (0, 1]" in run.output
     assert "Traceback" not in run.output
     assert "spawning" not in run.output and not (run.run_dir / "initial_model").exists()
+
+
+def test_an_environment_that_cannot_be_imported_fails_before_any_proc_starts():
+    with pytest.raises(TaskError, match=r"^env.name 'no_such_module:Env' cannot be imported"):
+        app_config("env.name=no_such_module:Env").check_paths()
+    config = app_config(config_name="tool_lookup")
+    assert config.multi_turn and config.loss.max_tokens == config.sampling.max_tokens * config.env.max_turns
 
 
 def test_bad_scorer_inputs_fail_before_any_proc_starts(tmp_path):

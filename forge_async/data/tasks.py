@@ -44,6 +44,9 @@ class TaskConfig:
     reward_fn: str = "forge_async.data.tasks:exact_match"  # "module:function" for datasets
 
 
+MULTI_TURN_TASKS = ("tool_lookup",)  # built-in tasks that bring an environment (forge_async/envs/)
+
+
 class TaskError(UserError):
     """A task that cannot be built: unknown name, missing or malformed dataset, bad reward fn."""
 

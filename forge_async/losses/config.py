@@ -18,7 +18,8 @@ class LossConfig:
     # (clip-higher: clip_high > clip_low); null = off. Replaces importance.* (set importance.cap=null).
     clip_low: float | None = None
     clip_high: float | None = None
-    max_tokens: int | None = None  # constant aggregation's tokens per sequence; null = sampling.max_tokens
+    # constant aggregation's tokens per sequence; null = sampling.max_tokens (x env.max_turns, multi-turn)
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_choice("loss.aggregation", self.aggregation, AGGREGATIONS)
