@@ -4,7 +4,8 @@
 
 The task's prompts (max of 3 digits by default) become a guessing game: a right answer
 ends the episode with reward 1 / turn; a wrong digit gets a hint, "1" (higher) or "0"
-(lower), and another try; anything else ends it with no reward.
+(lower), and another try; anything else ends it with no reward. Measured: the mean
+reward goes from 0.21 to 0.44 in 30 steps (30 s on a 2-core CPU box).
 """
 
 import asyncio
