@@ -167,8 +167,9 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     assert max(m["policy/version_spread_max"] for m in metrics) >= 1
     assert all(m["policy/age_max"] <= 1 for m in metrics)  # age counts model tokens only
     assert all(m["rollout/straggler_wait_ms"] >= 0 for m in metrics if "rollout/straggler_wait_ms" in m)
-    # The hung calls (key 8) keep their groups waiting at least env.timeout_s.
-    assert max(m["rollout/straggler_wait_ms"] for m in metrics if "rollout/straggler_wait_ms" in m) >= 500
+    # The hung calls (key 8) keep their groups waiting about env.timeout_s (from the group's first episode
+    # to end, which may have run a little after the hung call started).
+    assert max(m.get("rollout/straggler_wait_max_ms", 0) for m in metrics) >= 450
 
 
 def test_the_documented_custom_environment_plays_as_described():

@@ -6,7 +6,7 @@ episode ends, the group is scored and goes to the buffer, and the worker admits 
 new group in its place. A slow group holds up nothing but itself: no call-sized
 batch waits for its longest episode. What stragglers cost is measured per group:
 the time its episodes that ended first (trained or dropped) waited for its last one,
-and the spread of their lengths (`rollout/straggler_wait_ms`, `rollout/length_spread`).
+and the spread of their lengths (`rollout/straggler_wait_ms` and its max, `rollout/length_spread`).
 """
 
 import asyncio
@@ -175,6 +175,7 @@ class EpisodeRollouts(Rollouts):
         figures = {f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")}
         if waits:
             figures["rollout/straggler_wait_ms"] = statistics.fmean(waits) * 1e3
+            figures["rollout/straggler_wait_max_ms"] = max(waits) * 1e3
             figures["rollout/length_spread"] = statistics.fmean(spreads)
         return figures
 
