@@ -39,9 +39,10 @@ def timed_run(
     """(seconds since launch, line) for every console line of `python -m APP`, and the exit as the
     last entry. The run goes to `run_dir` (default: a temporary directory, removed after)."""
     with tempfile.TemporaryDirectory() as tmp:
+        command = hydra_command_line(run_dir or Path(tmp) / "run", (f"steps={steps}", *overrides))
         start = time.perf_counter()
         proc = subprocess.Popen(
-            [sys.executable, "-m", app, *hydra_command_line(run_dir or Path(tmp) / "run", (f"steps={steps}", *overrides))],
+            [sys.executable, "-m", app, *command],
             cwd=repo,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -55,10 +55,12 @@ class TurnBatcher:
             groups = await self.generate([ids for ids, _ in batch], sampling, 1)
         except Exception as err:
             for _, future in batch:
-                future.set_exception(err)
+                if not future.done():  # a waiter cancelled meanwhile (its group was) is left alone
+                    future.set_exception(err)
             return
         for (_, future), group in zip(batch, groups, strict=True):
-            future.set_result(group[0])
+            if not future.done():
+                future.set_result(group[0])
 
 
 class EpisodeRollouts(Rollouts):
