@@ -14,7 +14,7 @@ import inspect
 import pickle
 from collections.abc import Callable
 
-from monarch.actor import concurrent_endpoint, endpoint
+from monarch.actor import concurrent_endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.tasks import Prompt
@@ -45,10 +45,6 @@ class EnvironmentHost(ProcActor):
         env = self.episodes.pop(episode, None)
         close = getattr(env, "close", None)
         return await _outcome(close) if close is not None else (None, None)
-
-    @endpoint
-    async def open_episodes(self) -> int:
-        return len(self.episodes)
 
 
 async def _outcome(method, *args) -> Outcome:
