@@ -46,11 +46,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     await hosts.start()
     procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs")
     procs.spawn_all()
-    print(
-        f"{since_launch()} spawning trainer x{config.trainer.procs}, "
-        f"generators x{config.generator.count}, replay buffer ...",
-        flush=True,
-    )
+    print(f"{since_launch()} spawning {spawned_meshes(config)} ...", flush=True)
     try:
         from apps.grpo.training import train
 
@@ -165,3 +161,13 @@ def start(hydra_entry: Callable[[], None]) -> None:
 def main() -> None:
     start(hydra_main)
 
+
+def spawned_meshes(config: GRPOConfig) -> str:
+    """The meshes spawn_all starts, as the start-up line names them."""
+    meshes = [f"trainer x{config.trainer.procs}", f"generators x{config.generator.count}", "replay buffer"]
+    model_scorers = sum(s.runs_a_model for s in config.scorers)
+    if model_scorers:
+        meshes.append(f"model scorers x{model_scorers}")
+    if config.env.procs:
+        meshes.append(f"environments x{config.env.procs}")
+    return ", ".join(meshes)
