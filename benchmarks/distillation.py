@@ -19,6 +19,7 @@ from pathlib import Path
 
 from benchmarks.pipeline import launch_to_reward
 from benchmarks.startup import timed_run
+from forge_async.metrics import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 STUDENT = "model.tiny.seed=1"
@@ -37,7 +38,7 @@ def one_run(app: str, seed: int, steps: int, target: float, overrides: list[str]
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         lines = timed_run(REPO, steps, [f"seed={seed}", STUDENT, *overrides], run_dir, app=app)
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        metrics, _ = read_rows(run_dir)
     reached = launch_to_reward(lines, metrics, target)
     kl = [m["distill/reverse_kl"] for m in metrics if "distill/reverse_kl" in m]
     return {

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from benchmarks.pipeline import launch_to_reward
 from benchmarks.startup import timed_run
+from forge_async.metrics import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,7 +27,7 @@ def one_run(mode: str, seed: int, steps: int, target: float, overrides: list[str
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         lines = timed_run(REPO, steps, [f"mode={mode}", f"seed={seed}", *overrides], run_dir)
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        metrics, _ = read_rows(run_dir)
         summary = json.loads((run_dir / "summary.json").read_text())
     reached = launch_to_reward(lines, metrics, target)
     return {

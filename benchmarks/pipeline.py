@@ -13,12 +13,12 @@ reward reaches 0.8.
 """
 
 import argparse
-import json
 import re
 import tempfile
 from pathlib import Path
 
 from benchmarks.startup import timed_run
+from forge_async.metrics import read_rows
 from forge_async.trace import budget, format_budget
 
 _STEP = re.compile(r"^step +(\d+)/")
@@ -55,7 +55,7 @@ def main() -> None:
         run_dir = Path(tmp) / "run"
         print(f"running apps.grpo steps={args.steps} {' '.join(args.overrides)} ...", flush=True)
         lines = timed_run(repo, args.steps, args.overrides, run_dir)
-        metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        metrics, _ = read_rows(run_dir)
         result = budget(run_dir)
     m = result["median_ms"]
     generate = _sum(m, "generator 0", ("decode", "swap weights"))

@@ -20,6 +20,7 @@ from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.tasks import MULTI_TURN_TASKS, TaskConfig, load_callable
 from forge_async.envs.environment import EnvConfig
+from forge_async.evaluation.config import EvalConfig
 from forge_async.models.config import ModelConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
 from forge_async.tracing import TraceConfig
@@ -56,6 +57,8 @@ class GRPOConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
+    # Evaluation on held-out prompts during training: docs/evaluation.md.
+    eval: EvalConfig = field(default_factory=EvalConfig)
     # What scores each completion (rewards, reference KL, teacher): docs/scoring.md.
     scorers: list[ScorerConfig] = field(default_factory=default_scorers)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
@@ -90,6 +93,11 @@ class GRPOConfig:
             )
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
         check_scorers(self.scorers)
+        if self.eval.dataset is not None and self.task.name != "dataset":
+            raise ConfigError(
+                f"eval.dataset={self.eval.dataset}: held-out files are for task.name=dataset; "
+                f"task.name={self.task.name} sets aside held-out prompts of its own"
+            )
         if self.env.procs and not self.multi_turn:
             raise ConfigError(
                 f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
@@ -121,6 +129,8 @@ class GRPOConfig:
             raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
         if self.task.name == "dataset" and self.task.dataset and not Path(self.task.dataset).exists():
             raise ConfigError(f"task.dataset not found: {self.task.dataset}")
+        if self.eval.dataset is not None and not Path(self.eval.dataset).exists():
+            raise ConfigError(f"eval.dataset not found: {self.eval.dataset}")
         for index, scorer in enumerate(self.scorers):
             if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
                 raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")

@@ -36,6 +36,7 @@ from forge_async.data.tasks import Task
 from forge_async.envs.rollouts import EpisodeRollouts
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner
+from forge_async.evaluation.evaluator import Evaluator
 from forge_async.launch.supervision import GeneratorFailed, RunMeshes
 from forge_async.metric_sinks import build_sinks
 from forge_async.metrics import BusyClock, MetricsLog, batch_metrics
@@ -49,6 +50,7 @@ from forge_async.weights.sync import WeightSync
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
 _RATE_WINDOW = 10  # steps over which generation throughput is measured
 LOOP = "trainer loop"  # the controller's lane for the trainer's side (tracing.py)
+EVALUATION = "evaluation"  # the controller's lane for evaluations
 # Drop reasons logged every step (besides stale and the dropped_other total), 0 until one happens.
 SHOWN_DROPS = ("zero_variance", "scorer_error", "env_error", "env_timeout")
 
@@ -62,8 +64,10 @@ class GRPOLoop:
         meshes: RunMeshes,
         checkpointer: Checkpointer | None = None,
         env_runner: EnvRunner | None = None,
+        evaluator: Evaluator | None = None,
     ):
-        """`env_runner`: plays `task`'s episodes in its environment (multi-turn); None: single-turn."""
+        """`env_runner`: plays `task`'s episodes in its environment (multi-turn); None: single-turn.
+        `evaluator`: evaluates the policy on held-out prompts every eval.every_steps; None: never."""
         self.config = config
         self.run_dir = run_dir
         self.meshes = meshes
@@ -87,6 +91,11 @@ class GRPOLoop:
         self.checkpoint_s = 0.0
         self.stop_reason: str | None = None
         self._stop = asyncio.Event()
+        self.evaluator = evaluator
+        self.evaluations = 0  # started so far (they take the generators in turn)
+        self.eval_first: dict | None = None  # the rows of the first and the latest evaluation
+        self.eval_last: dict | None = None
+        self._evaluating: asyncio.Task | None = None  # async mode: the evaluation in flight
 
     def request_stop(self, reason: str) -> None:
         """End the run after the step in flight (the run still checkpoints and reports)."""
@@ -115,9 +124,12 @@ class GRPOLoop:
                 await self._run_async()
             else:
                 await self._run_sync()
+            await self._final_evaluation()
         except (GeneratorFailed, ScorerFailed, ScorerError, EnvironmentFailed) as err:  # the trainer is fine: save
             failure = str(err)
         finally:
+            if self._evaluating is not None:
+                self._evaluating.cancel()  # a no-op unless a failure ended the run while it ran
             await self.sync.close()
             self.metrics.close()
         if self.checkpointer is not None:
@@ -161,6 +173,9 @@ class GRPOLoop:
         self.trained, self.trainer_idle_s = state["trained"], state["trainer_idle_s"]
         self.wall_before_s, self.checkpoint_s = state["wall_s"], state["checkpoint_s"]
         self.rewards, self.target_reached = state["rewards"], state["target_reached"]
+        evaluations = state.get("evaluations", {})  # absent from checkpoints of runs before evaluation
+        self.evaluations = evaluations.get("count", 0)
+        self.eval_first, self.eval_last = evaluations.get("first"), evaluations.get("last")
         self.rollouts.load_state_dict(state["rollouts"])
         self.metrics.load_state_dict(state["metrics"])
         buffer = await self.buffer.stats()
@@ -178,6 +193,7 @@ class GRPOLoop:
             "checkpoint_s": self.checkpoint_s,
             "rewards": list(self.rewards),
             "target_reached": self.target_reached,
+            "evaluations": {"count": self.evaluations, "first": self.eval_first, "last": self.eval_last},
             "rollouts": self.rollouts.state_dict(),
             "metrics": self.metrics.state_dict(),
         }
@@ -200,6 +216,9 @@ class GRPOLoop:
 
     async def _run_async(self) -> None:
         stop = asyncio.Event()
+        await self.sync.wait_until_loaded(self.version)
+        if self.step == 0:
+            self._start_evaluation()  # before the workers: its call reaches a generator first
         workers = []
         for i in range(self.config.rollout_workers):
             g = i % self.meshes.generator_count
@@ -217,7 +236,6 @@ class GRPOLoop:
                 )
             )
         try:
-            await self.sync.wait_until_loaded(self.version)
             while self._steps_left():
                 with TRACER.span("step", LOOP):
                     waited_from = time.perf_counter()
@@ -225,6 +243,8 @@ class GRPOLoop:
                         batch = await self._next_batch(workers)
                     self.trainer_idle_s += time.perf_counter() - waited_from
                     await self._train(batch)
+                if self._due_for_evaluation():
+                    self._start_evaluation()
                 if self._due_for_checkpoint() and self._steps_left():
                     await self._checkpoint()
         finally:
@@ -252,6 +272,8 @@ class GRPOLoop:
         per_call = self.config.prompts_per_rollout
         count = self.meshes.generator_count
         await self.sync.wait_until_loaded(self.version)
+        if self.step == 0 and self.evaluator is not None:
+            await self._evaluate()
         while self._steps_left():
             with TRACER.span("step", LOOP):
                 waited_from = time.perf_counter()
@@ -261,8 +283,52 @@ class GRPOLoop:
                 await self._train(batch)
                 with TRACER.span("wait for weights", LOOP):
                     await self.sync.wait_until_loaded(self.version)
+            if self._due_for_evaluation():
+                await self._evaluate()
             if self._due_for_checkpoint() and self._steps_left():
                 await self._checkpoint()
+
+    def _due_for_evaluation(self) -> bool:
+        """Every eval.every_steps steps; the run's last version is evaluated after the loop."""
+        every = self.config.eval.every_steps
+        return self.evaluator is not None and self.step % every == 0 and self._steps_left()
+
+    def _start_evaluation(self) -> None:
+        """Async mode: evaluate the newest version the generators hold, beside training. One at a
+        time: an evaluation due while the last one still runs is skipped, and said."""
+        if self.evaluator is None:
+            return
+        if self._evaluating is not None:
+            if not self._evaluating.done():
+                print(f"evaluation at step {self.step} skipped: the previous one still runs", flush=True)
+                return
+            self._evaluating.result()  # its error, if it failed
+        self._evaluating = asyncio.create_task(self._evaluate())
+
+    async def _evaluate(self) -> None:
+        """One evaluation on the next generator in turn, its weights pinned meanwhile."""
+        index = self.evaluations % self.meshes.generator_count
+        self.evaluations += 1
+        with TRACER.span("evaluate", EVALUATION):
+            row = await self.evaluator.evaluate(
+                lambda *args, **kwargs: self._generate(index, *args, **kwargs), lambda: self.sync.pinned(index)
+            )
+        row["time/wall_s"] = time.perf_counter() - self.start
+        self.eval_first = self.eval_first or row
+        self.eval_last = row
+        self.metrics.log_eval(self.step, row)
+
+    async def _final_evaluation(self) -> None:
+        """After the last step: the evaluation in flight, then one of the final policy (unless the
+        run was interrupted, or that version was just evaluated)."""
+        if self.evaluator is None:
+            return
+        if self._evaluating is not None:
+            await self._evaluating
+        if self._stop.is_set() or (self.eval_last is not None and self.eval_last["eval/version"] == self.version):
+            return
+        await self.sync.wait_until_loaded(self.version)
+        await self._evaluate()
 
     async def _generate_batch(self, per_call: int, count: int) -> list[Episode]:
         """Sync mode: one batch, generated in calls of `per_call` prompts over `count` generators.
@@ -287,9 +353,9 @@ class GRPOLoop:
             await self.buffer.add(episodes, dropped)
         return await self.buffer.sample(self.config.batch_size, self.version)
 
-    async def _generate(self, index: int, *args) -> list:
+    async def _generate(self, index: int, *args, **kwargs) -> list:
         with self.generating[index]:
-            return await self.meshes.generate(index, *args)
+            return await self.meshes.generate(index, *args, **kwargs)
 
     async def _train(self, batch: list[Episode]) -> None:
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}

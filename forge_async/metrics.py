@@ -3,7 +3,9 @@
 Every metric is named `area/what` (docs/metrics.md lists them): reward/, policy/,
 train/, is/ (importance sampling), kl/, distill/, scoring/, samples/, generator/,
 completion/, weights/, time/.
-A row of metrics.jsonl is one training step: {"step": k, "reward/mean": ..., ...}.
+A row of metrics.jsonl is one training step: {"step": k, "reward/mean": ..., ...}, or one
+evaluation on held-out prompts: {"step": k, "eval/version": v, "eval/reward_mean": ..., ...},
+logged when it finished, k being the last step trained by then (`split_rows` tells them apart).
 """
 
 import json
@@ -46,6 +48,20 @@ def scorer_metrics(episodes: list[Episode]) -> dict[str, float]:
         for key, value in (episode.metrics or {}).items():
             values.setdefault(key, []).append(value)
     return {key: statistics.fmean(v) for key, v in values.items()}
+
+
+EVAL_KEY = "eval/version"  # the key that marks an evaluation row
+
+
+def split_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """metrics.jsonl's rows as (training steps, evaluations), each in file order."""
+    return [r for r in rows if EVAL_KEY not in r], [r for r in rows if EVAL_KEY in r]
+
+
+def read_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """RUN_DIR/metrics.jsonl as (training steps, evaluations)."""
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return split_rows([json.loads(line) for line in lines if line.strip()])
 
 
 class BusyClock:
@@ -126,6 +142,19 @@ class MetricsLog:
             sink.write(record["step"], scalars)
         print(self._console_line(record), flush=True)
         self._warn_on_entropy_collapse(record)
+
+    def log_eval(self, step: int, row: dict) -> None:
+        """An evaluation's row, logged at `step` (the last step trained when it finished)."""
+        self._file.write(json.dumps({"step": step, **row}) + "\n")
+        self._file.flush()
+        for sink in self.sinks:
+            sink.write(step, row)
+        print(
+            f"eval v{row['eval/version']} | reward {row['eval/reward_mean']:.2f} | "
+            f"pass@{row['eval/samples_per_prompt']} {row['eval/pass@k']:.2f} | len {row['eval/len_mean']:.1f} | "
+            f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
+            flush=True,
+        )
 
     def _console_line(self, record: dict) -> str:
         step, wall = record["step"], record["time/wall_s"]

@@ -32,6 +32,7 @@ class Line:
     scale: float = 1.0  # e.g. 100 to show a fraction as a percentage
     width: float = 1.5
     alpha: float = 1.0
+    x: str = "step"  # evaluations: the version they measured (version k is the policy after step k)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Panel:
     shows_target_reward: bool = False
 
 
+EVAL_X = "eval/version"
 PANELS = (
     Panel(
         "Reward",
@@ -92,8 +94,19 @@ PANELS = (
         "entropy (nats/token)",
         (Line("train/entropy", "entropy"),),
     ),
+    Panel(
+        "Evaluation on held-out prompts",
+        "reward / pass rate",
+        (Line("eval/reward_mean", "mean reward", x=EVAL_X), Line("eval/pass@k", "pass@k", x=EVAL_X)),
+        shows_target_reward=True,
+    ),
+    Panel(
+        "Evaluation: completion length",
+        "length (tokens)",
+        (Line("eval/len_mean", "mean", x=EVAL_X),),
+    ),
 )
-ROWS, COLUMNS = 4, 2  # the grid PANELS fill
+ROWS, COLUMNS = 5, 2  # the grid PANELS fill
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -133,8 +146,8 @@ def target_reward(run_dir: Path) -> float | None:
 
 
 def series(rows: list[dict], line: Line) -> tuple[list[float], list[float]]:
-    """(steps, values) of the rows that have `line.key`."""
-    points = [(row["step"], row[line.key] * line.scale) for row in rows if row.get(line.key) is not None]
+    """(x, values) of the rows that have `line.key`."""
+    points = [(row[line.x], row[line.key] * line.scale) for row in rows if row.get(line.key) is not None]
     return [step for step, _ in points], [value for _, value in points]
 
 
@@ -166,7 +179,7 @@ def draw_plots(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     target = target_reward(run_dir)
-    figure = Figure(figsize=(14, 10), dpi=100)
+    figure = Figure(figsize=(14, 12.5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.subplots(ROWS, COLUMNS, sharex=True).flatten()
     for ax, panel in zip(axes, PANELS, strict=True):

@@ -43,6 +43,9 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "lost_in_failed_step": buffer["sampled"] - loop.trained,
         "reward_first": statistics.fmean(loop.rewards[:window]) if loop.rewards else None,
         "reward_last": statistics.fmean(loop.rewards[-window:]) if loop.rewards else None,
+        # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null
+        "eval_first": loop.eval_first,
+        "eval_last": loop.eval_last,
         "target_reward": config.target_reward,
         "target_reached": loop.target_reached,
         "samples_per_s": loop.trained / wall,

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from apps.distill.config import DistillConfig
 from apps.distill.teacher import train_teacher
 from apps.grpo.main import CONFIG_DIR, launch, load_config, start
+from forge_async.metrics import read_rows
 
 # configs/distill.yaml builds on grpo.yaml, whose defaults name `grpo_schema`: here that is
 # DistillConfig (GRPOConfig plus `teacher:`).
@@ -42,7 +43,7 @@ def prepare(cfg: DictConfig, run_dir: Path) -> DistillConfig:
 def report_distillation(summary: dict) -> None:
     """The reverse KL to the teacher at the start and end of the run, and the teacher's own reward."""
     run_dir = Path(summary["run_dir"])
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows, _ = read_rows(run_dir)
     kl = [r["distill/reverse_kl"] for r in rows if "distill/reverse_kl" in r]
     if not kl:
         return

@@ -75,6 +75,13 @@ def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:
         f"run dir: {summary['run_dir']} (metrics.jsonl, plots.png, trace.json, summary.json, config.yaml, final_model/,"
         " checkpoints/, logs/)"
     )
+    if summary["eval_last"]:
+        first, last = summary["eval_first"], summary["eval_last"]
+        print(
+            f"eval on {last['eval/prompts']} held-out prompts: reward {first['eval/reward_mean']:.2f} "
+            f"(v{first['eval/version']}) -> {last['eval/reward_mean']:.2f} (v{last['eval/version']}), "
+            f"pass@{last['eval/samples_per_prompt']} {first['eval/pass@k']:.2f} -> {last['eval/pass@k']:.2f}"
+        )
     if summary["dropped_other"]:
         print(f"dropped by reason: {summary['dropped_by_reason']}")
     if summary["generator_restarts"]:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forge_async.metrics import read_rows
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,8 +29,13 @@ class AppRun:
 
     @property
     def metrics(self) -> list[dict]:
-        lines = (self.run_dir / "metrics.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        """metrics.jsonl's training rows, one per step."""
+        return read_rows(self.run_dir)[0]
+
+    @property
+    def evaluations(self) -> list[dict]:
+        """metrics.jsonl's evaluation rows."""
+        return read_rows(self.run_dir)[1]
 
     @property
     def summary(self) -> dict:

@@ -16,6 +16,7 @@ from forge_async.console import since_launch
 from forge_async.data.tasks import build_task
 from forge_async.envs.runner import build_env_runner, environment_factory, with_environment
 from forge_async.errors import TrainerFailed
+from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.interrupt import stop_on_signals
 from forge_async.launch.procs import RunProcs
 from forge_async.launch.supervision import RunMeshes
@@ -40,7 +41,9 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
-    task = with_environment(config.env, build_task(config.task, tokenizer, context - config.sampling.max_tokens))
+    room = context - config.sampling.max_tokens  # for a prompt
+    task = with_environment(config.env, build_task(config.task, tokenizer, room))
+    eval_prompts = held_out_prompts(config.eval, task, config.task, tokenizer, room) if config.eval.enabled else []
     new_environment = environment_factory(task)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
@@ -59,7 +62,12 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
             if config.env.procs:
                 new_environment = await meshes.spawn_environments(new_environment)
             env_runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context)
-        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer, env_runner)
+        evaluator = None
+        if config.eval.enabled:
+            evaluator = build_evaluator(
+                config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, env_runner
+            )
+        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer, env_runner, evaluator)
         with stop_on_signals(loop.request_stop):
             try:
                 return await loop.run(resume_from)

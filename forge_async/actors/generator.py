@@ -74,6 +74,7 @@ class Generator(ProcActor):
             SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
         )
         self._work = asyncio.Event()
+        self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
 
     @endpoint
     async def setup(self) -> dict[str, float]:
@@ -161,9 +162,20 @@ class Generator(ProcActor):
 
     @endpoint
     async def generate(
-        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
+        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1, pin: bool = False
     ) -> list[list[Completion]]:
-        """`n` completions for each prompt, each token tagged with the version that sampled it."""
+        """`n` completions for each prompt, each token tagged with the version that sampled it.
+        `pin`: every token of the call sampled by the weights in use when it starts (evaluations;
+        calls run one at a time, so no other call's requests wait for the swap meanwhile)."""
+        if not pin:
+            return await self._generate(prompts, sampling, n)
+        self._weight_holds += 1
+        try:
+            return await self._generate(prompts, sampling, n)
+        finally:
+            self._weight_holds -= 1
+
+    async def _generate(self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
         params = sampling_params(sampling)
         all_ids = [self._prompt_ids(p, sampling.max_tokens) for p in prompts]
         loop = asyncio.get_running_loop()
@@ -201,8 +213,18 @@ class Generator(ProcActor):
         except asyncio.TimeoutError:
             pass
 
+    @endpoint
+    async def hold_weights(self, hold: bool) -> int:
+        """Keep (True) the weights in use, taking no newer version from the channel until released
+        (False), across calls: a multi-turn evaluation pinned to one version. Returns the version."""
+        self._weight_holds += 1 if hold else -1
+        return self.engine.version
+
     def _maybe_swap(self) -> None:
         if self.channel is None:
+            return
+        if self._weight_holds:
+            self.engine.draining = False  # drain mode: the swap waits for the hold, not for requests
             return
         latest = self.channel.latest()
         if latest is None or latest <= self.engine.version:

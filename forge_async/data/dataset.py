@@ -21,6 +21,7 @@ import datasets
 
 from forge_async.data.episode import Completion
 from forge_async.data.tasks import (
+    HELD_OUT_SEED,
     ChatMessages,
     Prompt,
     TaskConfig,
@@ -46,11 +47,12 @@ class BadRow(Exception):
 class DatasetTask:
     """Prompts from a local dataset, checked at load and sampled uniformly at random."""
 
-    def __init__(self, config: TaskConfig, tokenizer, max_prompt_tokens: int):
+    def __init__(self, config: TaskConfig, tokenizer, max_prompt_tokens: int, key: str = "task.dataset"):
+        """`key`: the config key that named `config.dataset`, as errors name it (eval.dataset too)."""
         self.name = f"dataset:{Path(config.dataset).name}"
         self.score = load_callable(config.reward_fn, "task.reward_fn")
         self.reward_fn_name = config.reward_fn
-        rows = read_rows(config)
+        rows = read_rows(config, key)
         self.rows_read = len(rows)
         self.prompts, self.skipped_rows = load_prompts(rows, config, tokenizer, max_prompt_tokens)
 
@@ -63,6 +65,21 @@ class DatasetTask:
     def sample(self, rng: random.Random) -> Prompt:
         return rng.choice(self.prompts)
 
+    def hold_out(self, count: int) -> list[Prompt]:
+        """`count` rows, picked with a fixed seed (the same in every run), taken out of training."""
+        if count > len(self.prompts) // 2:
+            raise TaskError(
+                f"eval.prompts={count} would hold out more than half of the {len(self.prompts)} prompts "
+                f"of {self.name}; lower eval.prompts, or give a held-out file as eval.dataset"
+            )
+        order = list(range(len(self.prompts)))
+        random.Random(HELD_OUT_SEED).shuffle(order)
+        held = set(order[:count])
+        kept = [p for i, p in enumerate(self.prompts) if i not in held]
+        evaluated = [self.prompts[i] for i in sorted(held)]
+        self.prompts = kept
+        return evaluated
+
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         try:
             return float(self.score(prompt.answer, completion.text))
@@ -73,20 +90,20 @@ class DatasetTask:
             ) from err
 
 
-def read_rows(config: TaskConfig) -> datasets.Dataset:
-    """The rows of `task.dataset`, held in memory; a failure to read it is one TaskError."""
+def read_rows(config: TaskConfig, key: str = "task.dataset") -> datasets.Dataset:
+    """The rows of `config.dataset` (named by `key`), held in memory; a failure to read it is one TaskError."""
     path = Path(config.dataset)
     if not path.exists():
-        raise TaskError(f"task.dataset not found: {path}")
+        raise TaskError(f"{key} not found: {path}")
     if path.is_file() and path.suffix not in BUILDERS:
         raise TaskError(
-            f"task.dataset {path}: unsupported file type {path.suffix!r} "
+            f"{key} {path}: unsupported file type {path.suffix!r} "
             f"(use {', '.join(BUILDERS)}, or a save_to_disk directory)"
         )
     if path.is_file() and path.stat().st_size == 0:
-        raise TaskError(f"task.dataset {path} has no rows (the file is empty)")
+        raise TaskError(f"{key} {path} has no rows (the file is empty)")
     if path.suffix in TEXT_SUFFIXES and path.is_file():
-        _check_utf8(path)
+        _check_utf8(path, key)
     try:
         with _quiet_datasets():
             if path.is_dir():
@@ -94,12 +111,12 @@ def read_rows(config: TaskConfig) -> datasets.Dataset:
             else:
                 rows = _load_file(path, config)
     except Exception as err:  # datasets, pyarrow and pandas each raise their own kinds
-        raise TaskError(f"task.dataset {path} cannot be read: {_innermost(err)}") from err
-    _check_shape(rows, path, config)
+        raise TaskError(f"{key} {path} cannot be read: {_innermost(err)}") from err
+    _check_shape(rows, path, config, key)
     return rows
 
 
-def _check_utf8(path: Path) -> None:
+def _check_utf8(path: Path, key: str) -> None:
     """Name the first line that is not UTF-8: `datasets` would fail without saying where."""
     with path.open("rb") as file:
         for number, line in enumerate(file, start=1):
@@ -107,7 +124,7 @@ def _check_utf8(path: Path) -> None:
                 line.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise TaskError(
-                    f"task.dataset {path}: line {number} is not valid UTF-8 "
+                    f"{key} {path}: line {number} is not valid UTF-8 "
                     f"(0x{line[err.start]:02x} at byte {err.start + 1} of the line); save the file as UTF-8"
                 ) from None
 
@@ -133,20 +150,20 @@ def _load_file(path: Path, config: TaskConfig) -> datasets.Dataset:
         )
 
 
-def _check_shape(rows: datasets.Dataset | datasets.DatasetDict, path: Path, config: TaskConfig) -> None:
+def _check_shape(rows: datasets.Dataset | datasets.DatasetDict, path: Path, config: TaskConfig, key: str) -> None:
     """One split, some rows, and both columns the config names."""
     if isinstance(rows, datasets.DatasetDict):
         raise TaskError(
-            f"task.dataset {path} holds several splits ({', '.join(rows)}); "
+            f"{key} {path} holds several splits ({', '.join(rows)}); "
             f"point it at one split's directory, e.g. {path / next(iter(rows))}"
         )
     if len(rows) == 0:
-        raise TaskError(f"task.dataset {path} has no rows")
-    for key in ("prompt_column", "answer_column"):
-        column = getattr(config, key)
+        raise TaskError(f"{key} {path} has no rows")
+    for column_key in ("prompt_column", "answer_column"):
+        column = getattr(config, column_key)
         if column not in rows.column_names:
             raise TaskError(
-                f"task.dataset {path} has no column {column!r} (task.{key}); "
+                f"{key} {path} has no column {column!r} (task.{column_key}); "
                 f"its columns: {', '.join(rows.column_names)}"
             )
 

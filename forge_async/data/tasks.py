@@ -30,6 +30,11 @@ class Task(Protocol):
 
     def sample(self, rng: random.Random) -> Prompt: ...
 
+    def hold_out(self, count: int) -> list[Prompt]:
+        """Set `count` prompts aside for evaluation (the same ones in every run); `sample` never
+        hands them out from then on."""
+        ...
+
     def reward(self, prompt: Prompt, completion: Completion) -> float: ...
 
 
@@ -93,6 +98,42 @@ def copied_fraction(answer: str, completion: Completion, eos_id: int) -> float:
     return matched if ended else 0.5 * matched
 
 
+HELD_OUT_SEED = 7919  # fixed, not the run's seed: every run of a task evaluates on the same prompts
+
+
+class HeldOutSplit:
+    """A generated task's prompts, split: those set aside for evaluation, drawn once from a fixed
+    seed, and the rest, which training samples from. `distinct`: how many different prompts the
+    task can make (None: too many to matter)."""
+
+    def __init__(self, draw: Callable[[random.Random], Prompt], task_name: str, distinct: int | None = None):
+        self.draw, self.task_name, self.distinct = draw, task_name, distinct
+        self.held: dict[tuple, Prompt] = {}
+
+    def hold_out(self, count: int) -> list[Prompt]:
+        if self.distinct is not None and count > self.distinct // 2:
+            raise TaskError(
+                f"eval.prompts={count} would hold out more than half of task {self.task_name}'s "
+                f"{self.distinct} distinct prompts; lower eval.prompts, or eval.every_steps=0 turns evaluation off"
+            )
+        rng = random.Random(HELD_OUT_SEED)
+        while len(self.held) < count:
+            prompt = self.draw(rng)
+            self.held.setdefault(_identity(prompt), prompt)
+        return list(self.held.values())
+
+    def sample(self, rng: random.Random) -> Prompt:
+        """A training prompt: drawn as the task draws them, redrawn while it is a held-out one."""
+        while True:
+            prompt = self.draw(rng)
+            if _identity(prompt) not in self.held:
+                return prompt
+
+
+def _identity(prompt: Prompt) -> tuple:
+    return prompt.text, prompt.answer, repr(sorted(prompt.meta.items()))
+
+
 # The answer each built-in task computes from the prompt's digits.
 DIGIT_RULES: dict[str, Callable[[list[int]], object]] = {
     "max_digit": max,
@@ -121,8 +162,15 @@ class DigitTask:
         self.name, self.num_digits, self.rule = name, num_digits, rules[name]
         self.tokenizer = tokenizer
         self.skipped_rows: dict[str, int] = {}  # prompts are generated: no rows to skip
+        self.split = HeldOutSplit(self._draw, name, 10**num_digits)
 
     def sample(self, rng: random.Random) -> Prompt:
+        return self.split.sample(rng)
+
+    def hold_out(self, count: int) -> list[Prompt]:
+        return self.split.hold_out(count)
+
+    def _draw(self, rng: random.Random) -> Prompt:
         digits = [rng.randrange(10) for _ in range(self.num_digits)]
         text = "".join(map(str, digits))
         ids = prompt_token_ids(self.tokenizer, text)

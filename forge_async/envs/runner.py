@@ -80,17 +80,20 @@ class EnvRunner:
         self.limits = limits
         self.timeout_s = timeout_s
 
-    async def play(self, prompt: Prompt, generate: GenerateOne) -> Completion:
-        """One episode from `prompt`, each model turn sampled by `generate`."""
+    async def play(self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None) -> Completion:
+        """One episode from `prompt`, each model turn sampled by `generate` (with `sampling`, by
+        default the runner's: evaluation samples with its own)."""
         env = self.new_environment()
         try:
-            return await self._play(env, prompt, generate)
+            return await self._play(env, prompt, generate, sampling or self.sampling)
         finally:
             close = getattr(env, "close", None)
             if close is not None:
                 await self._call(close)
 
-    async def _play(self, env: Environment, prompt: Prompt, generate: GenerateOne) -> Completion:
+    async def _play(
+        self, env: Environment, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig
+    ) -> Completion:
         first = self._first_observation_ids(await self._call(env.reset, prompt))
         transcript = _Transcript([], [], [])
         if self._turn_budget(len(first), 0) < 1:
@@ -100,8 +103,8 @@ class EnvRunner:
         reward, turns, finish = 0.0, 0, "done"
         while True:
             budget = self._turn_budget(len(first), len(transcript.token_ids))
-            sampling = replace(self.sampling, max_tokens=budget, min_tokens=min(self.sampling.min_tokens, budget))
-            completion = await generate(first + transcript.token_ids, sampling)
+            turn_sampling = replace(sampling, max_tokens=budget, min_tokens=min(sampling.min_tokens, budget))
+            completion = await generate(first + transcript.token_ids, turn_sampling)
             transcript.add_turn(completion)
             turn = ModelTurn(completion.text, completion.token_ids, completion.finish_reason, turns)
             turns += 1
@@ -188,6 +191,9 @@ class EnvironmentTask:
 
     def sample(self, rng) -> Prompt:
         return self.task.sample(rng)
+
+    def hold_out(self, count: int) -> list[Prompt]:
+        return self.task.hold_out(count)
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         return completion.env_reward

@@ -26,7 +26,7 @@ import random
 from functools import partial
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import Prompt, TaskError, prompt_token_ids, single_digit_reward
+from forge_async.data.tasks import HeldOutSplit, Prompt, TaskError, prompt_token_ids, single_digit_reward
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation
 
 CALL_FORMAT_REWARD = 0.1
@@ -77,8 +77,15 @@ class ToolLookupTask:
         self.skipped_rows: dict[str, int] = {}
         # A partial, not a method: it travels light to environment procs (env.procs).
         self.new_environment = partial(ToolLookupEnv, tokenizer.eos_token_id)
+        self.split = HeldOutSplit(self._draw, self.name)  # 10^11 distinct prompts (key, table)
 
     def sample(self, rng: random.Random) -> Prompt:
+        return self.split.sample(rng)
+
+    def hold_out(self, count: int) -> list[Prompt]:
+        return self.split.hold_out(count)
+
+    def _draw(self, rng: random.Random) -> Prompt:
         key, table = rng.randrange(10), [rng.randrange(10) for _ in range(10)]
         ids = prompt_token_ids(self.tokenizer, str(key))
         return Prompt(token_ids=ids, answer=str(table[key]), text=str(key), meta={"key": key, "table": table})

@@ -293,10 +293,11 @@ class RunMeshes:
                 answers.append(None)
         return answers
 
-    async def generate(self, index: int, prompt_ids: list, sampling, n: int) -> list:
-        """Completions from generator `index`; a call lost with its generator is issued again."""
+    async def generate(self, index: int, prompt_ids: list, sampling, n: int, pin: bool = False) -> list:
+        """Completions from generator `index` (`pin`: all by one version); a call lost with its
+        generator is issued again."""
         return await self.call_generator(
-            index, lambda g: g.generate.call_one(prompt_ids, sampling, n), len(prompt_ids) * n
+            index, lambda g: g.generate.call_one(prompt_ids, sampling, n, pin), len(prompt_ids) * n
         )
 
     async def _restart_generator(self, index: int, dead, err: Exception) -> None:

@@ -13,7 +13,8 @@ moved past it.
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from forge_async.weights import store
 
@@ -45,6 +46,8 @@ class WeightSync:
         self.published = 0
         self.last_load_ms = 0.0
         self._wake = [asyncio.Event() for _ in receivers]
+        self._loading = [asyncio.Lock() for _ in receivers]  # held while a receiver loads, or is pinned
+        self._pinned: dict[int, int] = {}  # generator -> version it holds for an evaluation (channel readers)
         self._tasks = [asyncio.create_task(self._update(i)) for i in range(len(receivers))]
 
     def check(self) -> None:
@@ -61,6 +64,8 @@ class WeightSync:
 
     def generator_version(self, index: int) -> int:
         """The oldest version generator `index` can be sampling with from now on."""
+        if index in self._pinned:
+            return self._pinned[index]
         receiver = self.receiver_of[index]
         return self.published if receiver is None else self.loaded[receiver]
 
@@ -81,6 +86,27 @@ class WeightSync:
                 return
             await asyncio.sleep(_POLL_S)
 
+    @asynccontextmanager
+    async def pinned(self, index: int) -> AsyncIterator[int]:
+        """Generator `index` keeps the weights it holds until the block ends; yields their version.
+
+        A generator told what to load (torchstore) is told nothing meanwhile; one that reads a
+        shared-memory channel is asked to hold its weights (it swaps to the newest version after).
+        Either way `generator_version` says the held version, so admission control sends that
+        generator no work it could not train on in time."""
+        if self.receivers_are_generators:
+            async with self._loading[index]:
+                yield await self.call_generator(index, lambda g: g.get_version.call_one())
+            return
+        self._pinned[index] = await self.call_generator(index, lambda g: g.hold_weights.call_one(True))
+        try:
+            yield self._pinned[index]
+        finally:
+            del self._pinned[index]
+            await self.call_generator(index, lambda g: g.hold_weights.call_one(False))
+            if self.on_loaded is not None:
+                await self.on_loaded()  # admission: that generator is at the newest version again
+
     async def generator_replaced(self, index: int, generator) -> None:
         """A respawned generator starts from the initial weights: bring it to the newest version.
 
@@ -96,9 +122,11 @@ class WeightSync:
             version = self.published
             if version <= self.loaded[index]:
                 continue
-            start = time.perf_counter()
-            await self.receivers[index](version)
-            self.last_load_ms = (time.perf_counter() - start) * 1e3
+            async with self._loading[index]:
+                version = self.published  # the newest, after waiting out a pin
+                start = time.perf_counter()
+                await self.receivers[index](version)
+                self.last_load_ms = (time.perf_counter() - start) * 1e3
             holding = [version if i == index else v for i, v in enumerate(self.loaded)]
             await store.delete_versions_before(min(holding))
             self.loaded[index] = version  # after the cleanup, so waiters see a tidy store

@@ -1,0 +1,152 @@
+"""How the policy does on prompts it never trains on (docs/evaluation.md).
+
+An evaluation samples `eval.samples_per_prompt` completions (multi-turn: episodes) for
+every held-out prompt on one generator, and scores them with the run's reward scorers.
+Every token is sampled by one policy version, the one its row names (`evaluate` checks):
+single-turn, the evaluation is one generate call that the generator keeps on the weights
+it starts with (`pin`); multi-turn, the caller pins the generator's weights across the
+episodes' calls (WeightSync.pinned). Training goes on meanwhile: the trainer steps on
+what the buffer holds, and the generators serve the rollout workers between evaluation calls.
+
+    eval/reward_mean  mean@k: the mean reward over every sample
+    eval/pass@k       the share of prompts with at least one sample whose reward reaches
+                      eval.pass_reward (k = eval/samples_per_prompt)
+    eval/len_mean     model tokens per sample
+"""
+
+import asyncio
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
+
+from forge_async.actors.generator_config import SamplingConfig
+from forge_async.data.episode import Completion, Episode
+from forge_async.data.tasks import Prompt, Task, TaskConfig
+from forge_async.envs.rollouts import TurnBatcher
+from forge_async.envs.runner import EnvRunner, EpisodeDropped
+from forge_async.evaluation.config import EvalConfig
+from forge_async.rollout import Generate
+
+# Generate, with `pin=True` for one call sampled wholly by the weights in use when it starts
+PinnableGenerate = Callable[..., Awaitable[list[list[Completion]]]]
+from forge_async.scoring.config import ScorerConfig, ScoringConfig
+from forge_async.scoring.tier import ScoringTier, build_tier
+
+
+class Evaluator:
+    def __init__(
+        self,
+        config: EvalConfig,
+        prompts: list[Prompt],
+        scoring: ScoringTier,
+        sampling: SamplingConfig,
+        runner: EnvRunner | None = None,
+    ):
+        """`runner`: plays multi-turn episodes; None: one generate call per evaluation."""
+        self.config = config
+        self.prompts = prompts
+        self.scoring = scoring
+        self.sampling = replace(sampling, temperature=eval_temperature(config, sampling))
+        self.runner = runner
+
+    async def evaluate(
+        self, generate: PinnableGenerate, pinned: Callable[[], AbstractAsyncContextManager[int]]
+    ) -> dict[str, float]:
+        """Every held-out prompt's samples from one generator: `generate(..., pin=True)` is one call
+        on one version; `pinned()` holds the generator's weights across calls, yielding their version."""
+        start = time.perf_counter()
+        if self.runner is None:
+            ids = [prompt.token_ids for prompt in self.prompts]
+            groups = await generate(ids, self.sampling, self.config.samples_per_prompt, pin=True)
+            failed, version = 0, groups[0][0].oldest_version
+        else:
+            async with pinned() as version:
+                groups, failed = await self._play(generate)
+        sampled = [(prompt, group) for prompt, group in zip(self.prompts, groups) if group]
+        episodes, unscored = await self.scoring.score([p for p, _ in sampled], [g for _, g in sampled], 0)
+        check_pinned(episodes, version)
+        return {
+            "eval/version": version,
+            **self._figures(episodes),
+            "eval/prompts": len(self.prompts),
+            "eval/samples_per_prompt": self.config.samples_per_prompt,
+            "eval/dropped": failed + unscored,
+            "eval/seconds": time.perf_counter() - start,
+        }
+
+    async def _play(self, generate: Generate) -> tuple[list[list[Completion]], int]:
+        """Each prompt's episodes, and how many the environment failed (left out, counted)."""
+        generate_one = TurnBatcher(generate)
+
+        async def play(prompt: Prompt) -> Completion | None:
+            try:
+                return await self.runner.play(prompt, generate_one, self.sampling)
+            except EpisodeDropped:
+                return None
+
+        k = self.config.samples_per_prompt
+        played = await asyncio.gather(*(play(p) for p in self.prompts for _ in range(k)))
+        groups = [[c for c in played[i * k : (i + 1) * k] if c is not None] for i in range(len(self.prompts))]
+        return groups, played.count(None)
+
+    def _figures(self, episodes: list[Episode]) -> dict[str, float]:
+        """mean@k, pass@k (over every held-out prompt: one with no scored sample did not pass), length."""
+        best: dict[int, float] = defaultdict(lambda: float("-inf"))
+        for episode in episodes:
+            best[episode.group_id] = max(best[episode.group_id], episode.reward)
+        passed = sum(reward >= self.config.pass_reward for reward in best.values())
+        return {
+            "eval/reward_mean": statistics.fmean(e.reward for e in episodes) if episodes else 0.0,
+            "eval/pass@k": passed / len(self.prompts),
+            "eval/len_mean": (
+                statistics.fmean(sum(e.completion.model_mask) for e in episodes) if episodes else 0.0
+            ),
+        }
+
+
+def eval_temperature(config: EvalConfig, sampling: SamplingConfig) -> float:
+    """eval.temperature; unset: greedy for one sample per prompt, else the training temperature."""
+    if config.temperature is not None:
+        return config.temperature
+    return 0.0 if config.samples_per_prompt == 1 else sampling.temperature
+
+
+def check_pinned(episodes: list[Episode], version: int) -> None:
+    """Every model token was sampled at `version`: else the row would name a policy it did not measure."""
+    sampled_by = {v for e in episodes for v in e.completion.model_versions}
+    if sampled_by - {version}:
+        raise RuntimeError(
+            f"evaluation pinned at version {version} has tokens of versions {sorted(sampled_by)}: "
+            "the generator's weights changed during it"
+        )
+
+
+def held_out_prompts(
+    config: EvalConfig, task: Task, task_config: TaskConfig, tokenizer, max_prompt_tokens: int
+) -> list[Prompt]:
+    """The prompts evaluations use: eval.dataset's first eval.prompts rows, or a fixed split of the
+    task's own prompts (then never sampled for training). Call before training samples a prompt."""
+    if config.dataset is None:
+        return task.hold_out(config.prompts)
+    from forge_async.data.dataset import DatasetTask  # `datasets` takes seconds to import
+
+    held = DatasetTask(replace(task_config, dataset=config.dataset), tokenizer, max_prompt_tokens, "eval.dataset")
+    return held.prompts[: config.prompts]
+
+
+def build_evaluator(
+    config: EvalConfig,
+    prompts: list[Prompt],
+    scorers: list[ScorerConfig],
+    scoring: ScoringConfig,
+    task: Task,
+    sampling: SamplingConfig,
+    runner: EnvRunner | None,
+) -> Evaluator:
+    """An evaluator scoring with the run's reward scorers only (no model scorer: no advantages)."""
+    rewards = [s for s in scorers if s.kind == "reward"]
+    tier = build_tier(rewards, replace(scoring, outcome_advantage=False), task)
+    return Evaluator(config, prompts, tier, sampling, runner)
