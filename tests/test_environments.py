@@ -170,6 +170,11 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     # The hung calls (key 8) keep their groups waiting about env.timeout_s (from the group's first episode
     # to end, which may have run a little after the hung call started).
     assert max(m.get("rollout/straggler_wait_max_ms", 0) for m in metrics) >= 450
+    # Evaluated as episodes too (v0, ~v25, ~v50, v60), each pinned across its turns' calls; the
+    # environment's failures drop evaluation episodes as well (counted).
+    versions = [e["eval/version"] for e in run.evaluations]
+    assert versions[0] == 0 and versions[-1] == steps and versions == sorted(set(versions)), versions
+    assert sum(e["eval/dropped"] for e in run.evaluations) > 0
 
 
 def test_the_documented_custom_environment_plays_as_described():

@@ -24,12 +24,24 @@ def assert_reward_rose(metrics: list[dict], by: float) -> None:
     assert last - first > by, f"first {WINDOW} steps {first:.3f}, last {WINDOW} steps {last:.3f}"
 
 
-def test_reward_rises_on_the_default_task(tmp_path):
+def test_reward_rises_on_the_default_task_and_on_held_out_prompts(tmp_path):
     run = run_app(tmp_path / "run", f"steps={STEPS}", "seed=0")
     assert run.returncode == 0, run.output
     # Sampled reward of 128 episodes swings about +-0.15 step to step; averaged over
     # 8 steps the noise is ~0.05. The random-init model starts near 0.05.
     assert_reward_rose(run.metrics, 0.15)
+    # Evaluated (greedy, 64 held-out prompts) at the start, every 25 steps and at the end, each
+    # row pinned to one version (the run fails if an evaluation saw two) while training went on.
+    evaluations = run.evaluations
+    versions = [e["eval/version"] for e in evaluations]
+    assert versions[0] == 0 and versions[-1] == STEPS and len(versions) == 3, versions
+    assert 24 <= versions[1] <= 30, versions  # started after step 25, on the version its generator held
+    assert all(e["eval/prompts"] == 64 and e["eval/dropped"] == 0 for e in evaluations)
+    assert evaluations[-1]["eval/reward_mean"] > evaluations[0]["eval/reward_mean"] + 0.3, evaluations
+    summary = run.summary
+    for kept, row in ((summary["eval_first"], evaluations[0]), (summary["eval_last"], evaluations[-1])):
+        assert kept == {key: value for key, value in row.items() if key != "step"}
+    assert f"eval on 64 held-out prompts: reward {evaluations[0]['eval/reward_mean']:.2f} (v0)" in run.output
 
 
 def test_lora_reward_rises_from_a_pretrained_base(tiny_checkpoint, tmp_path):
