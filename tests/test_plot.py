@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from forge_async.plot import PlotError, draw_plots
+from forge_async.plot import PANELS, PlotError, draw_plots, series
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,6 +59,17 @@ def test_rows_missing_metrics_still_plot(tmp_path):
     old_style = [{"step": s, "reward/mean": 0.5} for s in range(1, 4)]
     partial = [{k: v for k, v in row(s).items() if not k.startswith("is/")} for s in range(4, 8)]
     assert draw_plots(write_run(tmp_path / "run", old_style + partial)).is_file()
+
+
+def test_evaluation_rows_are_drawn_at_the_version_they_measured(tmp_path):
+    """An evaluation row is logged at the step trained when it ended; it is drawn at its version,
+    and the per-step panels pass it by."""
+    evaluation = {"step": 4, "eval/version": 2, "eval/reward_mean": 0.4, "eval/pass@k": 0.25, "eval/len_mean": 2.5}
+    rows = [row(1), row(2), row(3), row(4), evaluation, row(5)]
+    panel = next(p for p in PANELS if p.title == "Evaluation on held-out prompts")
+    assert [series(rows, line) for line in panel.lines] == [([2], [0.4]), ([2], [0.25])]
+    assert series(rows, PANELS[0].lines[0])[0] == [1, 2, 3, 4, 5]
+    assert draw_plots(write_run(tmp_path / "run", rows)).is_file()
 
 
 def test_a_corrupt_line_before_the_last_is_an_error(tmp_path):
