@@ -96,6 +96,7 @@ class GRPOLoop:
         self.eval_first: dict | None = None  # the rows of the first and the latest evaluation
         self.eval_last: dict | None = None
         self._evaluating: asyncio.Task | None = None  # async mode: the evaluation in flight
+        self._warned_oversampling = False
 
     def request_stop(self, reason: str) -> None:
         """End the run after the step in flight (the run still checkpoints and reports)."""
@@ -386,6 +387,7 @@ class GRPOLoop:
                 "samples/dropped_stale": buffer["dropped_stale"],
                 "samples/dropped_other": buffer["dropped_other"],
                 **{f"samples/dropped_{reason}": buffer["dropped_by_reason"].get(reason, 0) for reason in SHOWN_DROPS},
+                "samples/kept_zero_variance": buffer["kept_zero_variance"],
                 "samples/buffered": buffer["size"],
                 "samples/in_flight": self.admission.in_flight,
                 "generator/paused_s": self.admission.paused_s,
@@ -400,8 +402,20 @@ class GRPOLoop:
             },
         )
         self.metrics.log(record)
+        self._warn_once_over_oversampling_cap(buffer["kept_zero_variance"])
         if self.target_reached is None and self.metrics.reward_smoothed >= self.config.target_reward:
             self.target_reached = {"step": self.step, "wall_s": record["time/wall_s"]}
+
+    def _warn_once_over_oversampling_cap(self, kept: int) -> None:
+        if kept and not self._warned_oversampling:
+            self._warned_oversampling = True
+            cap = self.config.filter.max_oversampling
+            print(
+                f"filter.zero_variance_groups: more than filter.max_oversampling={cap} batches' worth of groups "
+                "with equal rewards arrived for one step; those beyond it are trained on (counted as "
+                "kept_zero_variance): most prompts are solved, or not yet learnable",
+                flush=True,
+            )
 
     async def _note_drops(self) -> dict:
         """Tell admission control about samples the buffer dropped since last asked; returns its stats."""

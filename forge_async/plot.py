@@ -33,6 +33,7 @@ class Line:
     width: float = 1.5
     alpha: float = 1.0
     x: str = "step"  # evaluations: the version they measured (version k is the policy after step k)
+    marker: str | None = None  # for sparse series (evaluations)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Panel:
 
 
 EVAL_X = "eval/version"
+EVAL = {"x": EVAL_X, "marker": "o"}
 PANELS = (
     Panel(
         "Reward",
@@ -97,13 +99,13 @@ PANELS = (
     Panel(
         "Evaluation on held-out prompts",
         "reward / pass rate",
-        (Line("eval/reward_mean", "mean reward", x=EVAL_X), Line("eval/pass@k", "pass@k", x=EVAL_X)),
+        (Line("eval/reward_mean", "mean reward", **EVAL), Line("eval/pass@k", "pass@k", **EVAL)),
         shows_target_reward=True,
     ),
     Panel(
         "Evaluation: completion length",
         "length (tokens)",
-        (Line("eval/len_mean", "mean", x=EVAL_X),),
+        (Line("eval/len_mean", "mean", **EVAL),),
     ),
 )
 ROWS, COLUMNS = 5, 2  # the grid PANELS fill
@@ -159,7 +161,7 @@ def draw_panel(ax: Axes, panel: Panel, rows: list[dict], target: float | None) -
     for line in panel.lines:
         steps, values = series(rows, line)
         if steps:
-            marker = "o" if len(steps) == 1 else None  # a one-point line would be invisible
+            marker = "o" if len(steps) == 1 else line.marker  # a one-point line would be invisible
             ax.plot(steps, values, label=line.label, linewidth=line.width, alpha=line.alpha, marker=marker)
             drawn += 1
     if drawn == 0:

@@ -37,6 +37,8 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "dropped_other": buffer["dropped_other"],
         "dropped_by_reason": buffer["dropped_by_reason"],
         "dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),  # part of dropped_other
+        # episodes of groups with equal rewards trained on: over filter.max_oversampling
+        "kept_zero_variance": buffer["kept_zero_variance"],
         "left_in_buffer": buffer["size"],
         "in_flight": 0,  # workers are drained into the buffer before this point
         # taken for a step that a failed trainer never finished

@@ -40,6 +40,23 @@ def test_groups_with_equal_rewards_are_dropped_and_counted_when_asked():
     assert len(plain) == 6 and plain.stats()["dropped_other"] == 0
 
 
+def test_the_oversampling_cap_keeps_no_signal_groups_beyond_it_until_the_next_batch():
+    """At most 4 no-signal episodes dropped between two batches: whole groups, in arrival order."""
+    buffer = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True, max_zero_variance_drops=4)
+    buffer.add([scored(0, 1.0), scored(0, 1.0), scored(1, 0.0), scored(1, 0.0), scored(2, 0.0), scored(2, 1.0)])
+    buffer.add([scored(3, 0.0), scored(3, 0.0), scored(4, 1.0), scored(4, 1.0)])
+    stats = buffer.stats()
+    assert stats["dropped_by_reason"] == {"zero_variance": 4} and stats["kept_zero_variance"] == 4
+    assert [e.group_id for e in buffer.sample(6, trainer_version=0)] == [2, 2, 3, 3, 4, 4]
+    buffer.add([scored(5, 0.0), scored(5, 0.0), scored(6, 0.0), scored(6, 0.0), scored(7, 1.0), scored(7, 1.0)])
+    stats = buffer.stats()  # a batch was taken: the cap starts over
+    assert stats["dropped_by_reason"]["zero_variance"] == 8 and stats["kept_zero_variance"] == 6  # group 7 over the cap
+    assert stats["added"] == stats["sampled"] + stats["dropped_other"] + stats["size"]
+    restored = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True, max_zero_variance_drops=4)
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.stats() == stats
+
+
 def test_age_equal_to_max_is_kept_and_one_more_is_dropped():
     buffer = EpisodeBuffer(max_policy_age=2, capacity=100)
     buffer.add([episode([3]), episode([2]), episode([4])])
@@ -68,6 +85,7 @@ def test_max_policy_age_zero_keeps_only_current_version():
         "dropped_stale": 1,
         "dropped_other": 0,
         "dropped_by_reason": {"stale": 1},
+        "kept_zero_variance": 0,
     }
 
 

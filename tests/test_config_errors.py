@@ -64,6 +64,7 @@ BAD_VALUES = {
     "env.procs=-1": "env.procs=-1: must be >= 0 (0 = in the controller)",
     "env.procs=1": "env.procs=1: task.name=max_digit has no environment to host",
     "generator.max_restarts=-1": "generator.max_restarts=-1: must be >= 0",
+    "filter.max_oversampling=0": "filter.max_oversampling=0.0: must be > 0 or null (null = no cap)",
     "eval.every_steps=-1": "eval.every_steps=-1: must be >= 0 (0 = off)",
     "eval.prompts=0": "eval.prompts=0: must be >= 1",
     "eval.samples_per_prompt=0": "eval.samples_per_prompt=0: must be >= 1",

@@ -9,8 +9,14 @@ from forge_async.tracing import TRACER
 
 
 class ReplayBuffer(ProcActor):
-    def __init__(self, max_policy_age: int, capacity: int, drop_zero_variance: bool = False):
-        self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance)
+    def __init__(
+        self,
+        max_policy_age: int,
+        capacity: int,
+        drop_zero_variance: bool = False,
+        max_zero_variance_drops: int | None = None,
+    ):
+        self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance, max_zero_variance_drops)
 
     @endpoint
     async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> int:

@@ -3,7 +3,7 @@
 from collections import Counter, deque
 
 from forge_async.data.episode import Episode
-from forge_async.data.filters import split_zero_variance_groups
+from forge_async.data.filters import split_zero_variance_groups, whole_groups_within
 
 
 class EpisodeBuffer:
@@ -14,12 +14,20 @@ class EpisodeBuffer:
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
     is full, adding evicts the oldest episodes, counted as "overflow"; with
     `drop_zero_variance`, groups whose rewards are all equal are dropped as they
-    arrive, counted as "zero_variance" (data/filters.py); samples lost on the way
+    arrive, counted as "zero_variance", up to `max_zero_variance_drops` episodes between
+    two sampled batches; beyond that they are kept (`kept_zero_variance`;
+    data/filters.py). Samples lost on the way
     (a scorer's or an environment's error) arrive as counts by reason. Counters
     keep every episode accounted for: added = sampled + dropped (by reason) + held.
     """
 
-    def __init__(self, max_policy_age: int, capacity: int, drop_zero_variance: bool = False):
+    def __init__(
+        self,
+        max_policy_age: int,
+        capacity: int,
+        drop_zero_variance: bool = False,
+        max_zero_variance_drops: int | None = None,
+    ):
         if max_policy_age < 0:
             raise ValueError(f"max_policy_age must be >= 0, got {max_policy_age}")
         if capacity < 1:
@@ -27,6 +35,9 @@ class EpisodeBuffer:
         self.max_policy_age = max_policy_age
         self.capacity = capacity
         self.drop_zero_variance = drop_zero_variance
+        self.max_zero_variance_drops = max_zero_variance_drops
+        self.kept_zero_variance = 0  # episodes of no-signal groups kept: over the cap
+        self._zero_variance_since_sample = 0
         self._episodes: deque[Episode] = deque()
         self.added = 0
         self.sampled = 0
@@ -44,11 +55,21 @@ class EpisodeBuffer:
         self.dropped.update(dropped)
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
-            self.dropped["zero_variance"] += len(no_signal)
+            dropped, kept = self._within_drop_cap(no_signal)
+            self.dropped["zero_variance"] += len(dropped)
+            self._zero_variance_since_sample += len(dropped)
+            self.kept_zero_variance += len(kept)
+            episodes += kept
         self._episodes.extend(episodes)
         while len(self._episodes) > self.capacity:
             self._episodes.popleft()
             self.dropped["overflow"] += 1
+
+    def _within_drop_cap(self, no_signal: list[Episode]) -> tuple[list[Episode], list[Episode]]:
+        """(no-signal groups to drop, those over the cap to keep)."""
+        if self.max_zero_variance_drops is None:
+            return no_signal, []
+        return whole_groups_within(no_signal, self.max_zero_variance_drops - self._zero_variance_since_sample)
 
     def drop_stale(self, trainer_version: int) -> int:
         fresh = [e for e in self._episodes if e.policy_age(trainer_version) <= self.max_policy_age]
@@ -63,6 +84,7 @@ class EpisodeBuffer:
             return None
         batch = [self._episodes.popleft() for _ in range(batch_size)]
         self.sampled += batch_size
+        self._zero_variance_since_sample = 0
         return batch
 
     def stats(self) -> dict:
@@ -73,6 +95,7 @@ class EpisodeBuffer:
             "dropped_stale": self.dropped["stale"],
             "dropped_other": sum(n for reason, n in self.dropped.items() if reason != "stale"),
             "dropped_by_reason": dict(self.dropped),
+            "kept_zero_variance": self.kept_zero_variance,
         }
 
     def state_dict(self) -> dict:
@@ -82,9 +105,13 @@ class EpisodeBuffer:
             "added": self.added,
             "sampled": self.sampled,
             "dropped": dict(self.dropped),
+            "kept_zero_variance": self.kept_zero_variance,
+            "zero_variance_since_sample": self._zero_variance_since_sample,
         }
 
     def load_state_dict(self, state: dict) -> None:
         self._episodes = deque(state["episodes"])
         self.added, self.sampled = state["added"], state["sampled"]
         self.dropped = Counter(state["dropped"])
+        self.kept_zero_variance = state.get("kept_zero_variance", 0)  # absent before the cap existed
+        self._zero_variance_since_sample = state.get("zero_variance_since_sample", 0)

@@ -5,17 +5,35 @@ tokens add nothing to the policy gradient but still take a batch slot (DAPO's dy
 sampling). With `filter.zero_variance_groups=true` the replay buffer drops such groups as
 they arrive, counted under the reason "zero_variance", and the batch is filled with
 groups that do carry signal (generation goes on until it is).
+
+When nearly every group carries no signal (a task almost solved, or not yet learnable at
+all), filling a batch could take unbounded generation. `filter.max_oversampling` caps it:
+between two training batches the buffer drops at most that many batches' worth of such
+episodes; groups beyond the cap are kept and trained on (counted as kept_zero_variance),
+so the run goes on.
 """
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+from forge_async.config_checks import POSITIVE, check_range
 from forge_async.data.episode import Episode
 
 
 @dataclass
 class FilterConfig:
     zero_variance_groups: bool = False  # drop groups whose rewards are all equal
+    # At most this many batches' worth of episodes dropped per training batch; beyond it, such
+    # groups are trained on. null = no cap (a batch waits for groups with signal however long).
+    max_oversampling: float | None = 4.0
+
+    def __post_init__(self) -> None:
+        check_range("filter.max_oversampling", self.max_oversampling, POSITIVE, nullable=True, note="null = no cap")
+
+    def max_drops(self, batch_size: int) -> int | None:
+        """Episodes the buffer may drop for no signal between two training batches (None: any)."""
+        return None if self.max_oversampling is None else math.ceil(self.max_oversampling * batch_size)
 
 
 def split_zero_variance_groups(episodes: list[Episode]) -> tuple[list[Episode], list[Episode]]:
@@ -27,3 +45,17 @@ def split_zero_variance_groups(episodes: list[Episode]) -> tuple[list[Episode], 
     kept = [e for e in episodes if len(rewards[e.group_id]) > 1]
     dropped = [e for e in episodes if len(rewards[e.group_id]) <= 1]
     return kept, dropped
+
+
+def whole_groups_within(episodes: list[Episode], budget: int) -> tuple[list[Episode], list[Episode]]:
+    """(the episodes of the first groups that fit in `budget` episodes together, the others)."""
+    sizes: dict[int, int] = defaultdict(int)
+    for episode in episodes:
+        sizes[episode.group_id] += 1
+    within, used = set(), 0
+    for group_id, size in sizes.items():
+        if used + size > budget:
+            break
+        within.add(group_id)
+        used += size
+    return [e for e in episodes if e.group_id in within], [e for e in episodes if e.group_id not in within]

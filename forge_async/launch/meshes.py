@@ -86,10 +86,13 @@ async def spawn_replay_buffer(
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
     drop_zero_variance: bool = False,
+    max_zero_variance_drops: int | None = None,
 ):
     if procs is None:
         procs = spawn_procs(host, 1, "replay_buffer", log_dir)
-    buffer = procs.spawn("replay_buffer", ReplayBuffer, max_policy_age, capacity, drop_zero_variance)
+    buffer = procs.spawn(
+        "replay_buffer", ReplayBuffer, max_policy_age, capacity, drop_zero_variance, max_zero_variance_drops
+    )
     return procs, buffer
 
 

@@ -422,7 +422,7 @@ class SupervisedBuffer:
 
     def __init__(self, owner: RunMeshes):
         self.owner = owner
-        self._counters = {"added": 0, "sampled": 0, "dropped": {}}
+        self._counters = {"added": 0, "sampled": 0, "dropped": {}, "kept_zero_variance": 0}
         self._replacing = asyncio.Lock()
 
     async def spawn(self) -> None:
@@ -430,6 +430,7 @@ class SupervisedBuffer:
         self.owner._procs["replay_buffer"], self.actor = await meshes.spawn_replay_buffer(
             c.max_policy_age, c.buffer_capacity, procs=self.owner.procs.take("replay_buffer"),
             drop_zero_variance=c.filter.zero_variance_groups,
+            max_zero_variance_drops=c.filter.max_drops(c.batch_size),
         )
         self.owner._where["replay_buffer"] = await self.actor.where.call_one()
 
@@ -458,7 +459,7 @@ class SupervisedBuffer:
         )
         await _stop_quietly(self.owner._procs["replay_buffer"])
         await self.spawn()
-        self._counters = {"added": c["added"], "sampled": c["sampled"], "dropped": dropped}
+        self._counters = {**c, "dropped": dropped}
         await self.actor.load_state_dict.call_one({"episodes": [], **self._counters})
         self.owner._write_procs_file()
 
@@ -475,6 +476,7 @@ class SupervisedBuffer:
     async def stats(self) -> dict:
         stats = await self._call(lambda b: b.stats.call_one())
         self._counters["dropped"] = dict(stats["dropped_by_reason"])
+        self._counters["kept_zero_variance"] = stats["kept_zero_variance"]
         return stats
 
     async def state_dict(self) -> dict:
@@ -483,6 +485,7 @@ class SupervisedBuffer:
     async def load_state_dict(self, state: dict) -> None:
         await self._call(lambda b: b.load_state_dict.call_one(state))
         self._counters = {k: state[k] for k in ("added", "sampled", "dropped")}
+        self._counters["kept_zero_variance"] = state.get("kept_zero_variance", 0)
 
 
 def _here() -> dict:
