@@ -219,9 +219,11 @@ def test_dataset_prompts_with_custom_reward(tmp_path):
         f"task.dataset={data}",
         "task.reward_fn=forge_async.data.tasks:exact_match",
         "task.skip_bad_rows=true",
+        "eval.prompts=10",  # held out of the 100 rows (the default 64 would be more than half)
     )
     assert run.returncode == 0, run.output
     assert len(run.metrics) == 2
     assert "task dataset:prompts.jsonl" in run.output
     assert "dataset: kept 100 of 101 rows (skipped: too_long 1)" in run.output
     assert run.summary["skipped_rows"]["too_long"] == 1
+    assert [(e["eval/version"], e["eval/prompts"]) for e in run.evaluations] == [(0, 10), (2, 10)]

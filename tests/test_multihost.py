@@ -16,6 +16,7 @@ import pytest
 
 from apps.grpo.subprocess_run import run_app
 from forge_async.launch.netns import available, launch_command, simulated_hosts
+from forge_async.metrics import read_rows
 
 # Outside CI a machine without root or iproute2 skips these; CI (CI=true) never skips them.
 pytestmark = pytest.mark.skipif(
@@ -46,7 +47,8 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
 
 
 def read_metrics(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """metrics.jsonl's step rows (evaluation rows aside)."""
+    return read_rows(run_dir)[0]
 
 
 def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
@@ -70,6 +72,9 @@ def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
     assert max(summary["torchstore_versions"]) == 40 and min(summary["torchstore_versions"]) >= 38
     rewards = [m["reward/mean"] for m in metrics]
     assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
+    # Evaluations ran on the generator of node 1, each on one version of the weights its relay brought.
+    versions = [e["eval/version"] for e in read_rows(run_dir)[1]]
+    assert versions[0] == 0 and versions[-1] == 40 and versions == sorted(set(versions)), versions
 
 
 def test_fsdp_across_two_hosts_computes_what_one_host_computes(tmp_path):
