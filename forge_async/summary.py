@@ -39,6 +39,8 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),  # part of dropped_other
         # episodes of groups with equal rewards trained on: over filter.max_oversampling
         "kept_zero_variance": buffer["kept_zero_variance"],
+        # per completion-length quartile, and the longest's drop rate over the shortest's (docs/staleness.md)
+        "dropped_stale_by_len": buffer["dropped_stale_by_len"],
         "left_in_buffer": buffer["size"],
         "in_flight": 0,  # workers are drained into the buffer before this point
         # taken for a step that a failed trainer never finished

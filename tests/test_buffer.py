@@ -1,10 +1,11 @@
 """Replay buffer: policy-age drops at the boundaries, counts, capacity, the actor."""
 
 import asyncio
+from collections import Counter
 
 import pytest
 
-from forge_async.data.buffer import EpisodeBuffer
+from forge_async.data.buffer import EpisodeBuffer, length_quartiles, stale_drops_by_length
 from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
 
@@ -86,6 +87,10 @@ def test_max_policy_age_zero_keeps_only_current_version():
         "dropped_other": 0,
         "dropped_by_reason": {"stale": 1},
         "kept_zero_variance": 0,
+        "dropped_stale_by_len": {
+            "quartiles": [{"lengths": [1, 1], "added": 3, "dropped_stale": 1, "drop_rate": 1 / 3}],
+            "longest_to_shortest": None,  # one quartile: nothing to compare
+        },
     }
 
 
@@ -123,6 +128,43 @@ def test_state_dict_round_trip_keeps_episodes_and_counters():
     assert restored.stats() == buffer.stats()
     assert [e.oldest_version for e in restored.sample(1, 7)] == [7]
     assert restored.stats()["sampled"] == 3
+
+
+def test_lengths_of_added_and_stale_episodes_are_counted_and_kept_in_the_state():
+    buffer = EpisodeBuffer(max_policy_age=1, capacity=100)
+    buffer.add([episode([0, 0, 0]), episode([0]), episode([2, 2]), episode([2])])
+    buffer.sample(batch_size=2, trainer_version=2)  # the two of version 0 are stale
+    assert buffer.added_by_len == {3: 1, 1: 2, 2: 1} and buffer.stale_by_len == {3: 1, 1: 1}
+    restored = EpisodeBuffer(max_policy_age=1, capacity=100)
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.stats() == buffer.stats()
+    old_checkpoint = {k: v for k, v in buffer.state_dict().items() if not k.endswith("_by_len")}
+    restored.load_state_dict(old_checkpoint)  # written before lengths were counted
+    assert restored.stats()["dropped_stale_by_len"] == {"quartiles": [], "longest_to_shortest": None}
+
+
+def test_length_quartiles_split_by_rank_and_keep_one_length_together():
+    assert length_quartiles(Counter({n: 10 for n in range(2, 10)})) == [[2, 3], [4, 5], [6, 7], [8, 9]]
+    # 2's episodes take ranks 0-69 (middle 35: quartile 2 of 4), 9's ranks 70-79 (the last)
+    assert length_quartiles(Counter({2: 70, 9: 10})) == [[2], [9]]
+    assert length_quartiles(Counter({5: 3})) == [[5]]
+    assert length_quartiles(Counter()) == []
+
+
+def test_stale_drops_by_length_matches_a_hand_computation():
+    # 100 episodes; middle ranks: 2: 15, 3: 35, 4: 45, 6: 62.5, 9: 87.5 -> quartiles 1, 2, 2, 3, 4
+    added = Counter({2: 30, 3: 10, 4: 10, 6: 25, 9: 25})
+    stale = Counter({2: 3, 9: 5, 6: 1})
+    report = stale_drops_by_length(added, stale)
+    assert report["quartiles"] == [
+        {"lengths": [2, 2], "added": 30, "dropped_stale": 3, "drop_rate": 0.1},
+        {"lengths": [3, 4], "added": 20, "dropped_stale": 0, "drop_rate": 0.0},
+        {"lengths": [6, 6], "added": 25, "dropped_stale": 1, "drop_rate": 0.04},
+        {"lengths": [9, 9], "added": 25, "dropped_stale": 5, "drop_rate": 0.2},
+    ]
+    assert report["longest_to_shortest"] == pytest.approx(2.0)  # 0.2 / 0.1
+    assert stale_drops_by_length(added, Counter({9: 5}))["longest_to_shortest"] is None  # shortest: no drops
+    assert stale_drops_by_length(added, Counter())["longest_to_shortest"] is None  # no drops at all
 
 
 @pytest.mark.parametrize("bad", [{"max_policy_age": -1, "capacity": 4}, {"max_policy_age": 0, "capacity": 0}])

@@ -19,6 +19,9 @@ class EpisodeBuffer:
     data/filters.py). Samples lost on the way
     (a scorer's or an environment's error) arrive as counts by reason. Counters
     keep every episode accounted for: added = sampled + dropped (by reason) + held.
+    Completion lengths (model tokens) of the episodes added and of those dropped as
+    stale are counted too: a long completion is older when it arrives, so a hard
+    drop could favour short ones (`stale_drops_by_length`).
     """
 
     def __init__(
@@ -42,6 +45,8 @@ class EpisodeBuffer:
         self.added = 0
         self.sampled = 0
         self.dropped: Counter[str] = Counter()
+        self.added_by_len: Counter[int] = Counter()  # episodes added, by completion length
+        self.stale_by_len: Counter[int] = Counter()  # episodes dropped as stale, by completion length
 
     def __len__(self) -> int:
         return len(self._episodes)
@@ -53,6 +58,7 @@ class EpisodeBuffer:
         dropped = dropped or {}
         self.added += len(episodes) + sum(dropped.values())
         self.dropped.update(dropped)
+        self.added_by_len.update(map(model_tokens, episodes))
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
             dropped, kept = self._within_drop_cap(no_signal)
@@ -72,11 +78,13 @@ class EpisodeBuffer:
         return whole_groups_within(no_signal, self.max_zero_variance_drops - self._zero_variance_since_sample)
 
     def drop_stale(self, trainer_version: int) -> int:
-        fresh = [e for e in self._episodes if e.policy_age(trainer_version) <= self.max_policy_age]
-        dropped = len(self._episodes) - len(fresh)
+        fresh, stale = [], []
+        for e in self._episodes:
+            (fresh if e.policy_age(trainer_version) <= self.max_policy_age else stale).append(e)
         self._episodes = deque(fresh)
-        self.dropped["stale"] += dropped
-        return dropped
+        self.dropped["stale"] += len(stale)
+        self.stale_by_len.update(map(model_tokens, stale))
+        return len(stale)
 
     def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
         self.drop_stale(trainer_version)
@@ -96,6 +104,7 @@ class EpisodeBuffer:
             "dropped_other": sum(n for reason, n in self.dropped.items() if reason != "stale"),
             "dropped_by_reason": dict(self.dropped),
             "kept_zero_variance": self.kept_zero_variance,
+            "dropped_stale_by_len": stale_drops_by_length(self.added_by_len, self.stale_by_len),
         }
 
     def state_dict(self) -> dict:
@@ -107,6 +116,8 @@ class EpisodeBuffer:
             "dropped": dict(self.dropped),
             "kept_zero_variance": self.kept_zero_variance,
             "zero_variance_since_sample": self._zero_variance_since_sample,
+            "added_by_len": dict(self.added_by_len),
+            "stale_by_len": dict(self.stale_by_len),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -115,3 +126,44 @@ class EpisodeBuffer:
         self.dropped = Counter(state["dropped"])
         self.kept_zero_variance = state.get("kept_zero_variance", 0)  # absent before the cap existed
         self._zero_variance_since_sample = state.get("zero_variance_since_sample", 0)
+        # Checkpoints written before lengths were counted have none: count from here on.
+        self.added_by_len = Counter(state.get("added_by_len", {}))
+        self.stale_by_len = Counter(state.get("stale_by_len", {}))
+
+
+def model_tokens(episode: Episode) -> int:
+    """The completion's length in tokens the model sampled (a multi-turn episode's tool tokens left out)."""
+    return sum(episode.completion.model_mask)
+
+
+def length_quartiles(lengths: Counter[int]) -> list[list[int]]:
+    """The lengths of `lengths` (length -> episodes) in quartiles by rank, shortest first.
+
+    Episodes of one length stay together: a length goes to the quartile that holds the middle
+    of its episodes' ranks. Where one length holds many episodes, a quartile may be left
+    empty; empty ones are left out.
+    """
+    total, below = sum(lengths.values()), 0
+    quartiles: list[list[int]] = [[], [], [], []]
+    for length in sorted(lengths):
+        middle_rank = below + lengths[length] / 2
+        quartiles[min(3, int(4 * middle_rank / total))].append(length)
+        below += lengths[length]
+    return [q for q in quartiles if q]
+
+
+def stale_drops_by_length(added: Counter[int], stale: Counter[int]) -> dict:
+    """Stale drops per completion-length quartile of the episodes added, and the drop rate of the
+    longest quartile over the shortest's (None when the shortest has no drops, or there is one quartile)."""
+    quartiles = []
+    for lengths in length_quartiles(added):
+        n_added, n_stale = sum(added[n] for n in lengths), sum(stale[n] for n in lengths)
+        quartiles.append({
+            "lengths": [lengths[0], lengths[-1]],
+            "added": n_added,
+            "dropped_stale": n_stale,
+            "drop_rate": n_stale / n_added,
+        })
+    shortest = quartiles[0]["drop_rate"] if len(quartiles) > 1 else 0
+    ratio = quartiles[-1]["drop_rate"] / shortest if shortest else None
+    return {"quartiles": quartiles, "longest_to_shortest": ratio}
