@@ -50,6 +50,31 @@ def test_copy_digits_answers_are_the_prompt_digits_and_rewards_are_positional():
     assert task.reward(prompt, completion([EOS])) == 0.0
 
 
+def test_min_digits_varies_the_prompt_length_and_the_copy_answer_with_it():
+    task = build_task(TaskConfig(name="copy_digits", num_digits=8, min_digits=1), TOKENIZER, ROOM)
+    rng = random.Random(0)
+    prompts = [task.sample(rng) for _ in range(400)]
+    assert {len(p.text) for p in prompts} == set(range(1, 9))  # answers 1-8 digits, + EOS: 2-9 tokens
+    assert all(p.answer == p.text and p.token_ids == [11, *map(int, p.text), 13] for p in prompts)
+    short = next(p for p in prompts if len(p.text) == 1)
+    assert task.reward(short, completion([int(short.text), EOS])) == 1.0
+
+
+def test_min_digits_null_or_num_digits_draws_the_prompts_a_fixed_count_drew():
+    for min_digits in (None, 3):
+        task = build_task(TaskConfig(name="max_digit", num_digits=3, min_digits=min_digits), TOKENIZER, ROOM)
+        rng, before = random.Random(1), random.Random(1)
+        assert [task.sample(rng).text for _ in range(3)] == [
+            "".join(str(before.randrange(10)) for _ in range(3)) for _ in range(3)
+        ]
+
+
+@pytest.mark.parametrize("min_digits", [0, 9])
+def test_min_digits_out_of_range_fails_naming_it(min_digits):
+    with pytest.raises(TaskError, match=rf"task.min_digits={min_digits}: must be in \[1, task.num_digits=8\]"):
+        build_task(TaskConfig(name="copy_digits", num_digits=8, min_digits=min_digits), TOKENIZER, ROOM)
+
+
 def test_unknown_task_names_it():
     with pytest.raises(TaskError, match="'sum_digits'"):
         build_task(TaskConfig(name="sum_digits"), TOKENIZER, ROOM)

@@ -42,6 +42,9 @@ class Task(Protocol):
 class TaskConfig:
     name: str = "max_digit"  # max_digit | first_digit | copy_digits | tool_lookup | dataset
     num_digits: int = 3
+    # Digits tasks: each prompt takes a uniformly random number of digits from min_digits to
+    # num_digits (null: num_digits, every prompt the same). With copy_digits, answers of varying length.
+    min_digits: int | None = None
     dataset: str | None = None  # .jsonl / .json / .parquet / .csv file, or a save_to_disk directory
     prompt_column: str = "prompt"  # text, or a list of chat messages ({role, content})
     answer_column: str = "answer"  # handed to the reward function as text
@@ -143,9 +146,12 @@ DIGIT_RULES: dict[str, Callable[[list[int]], object]] = {
 
 
 class DigitTask:
-    """Prompt = BOS d1..dn SEP; the answer is computed from the prompt's digits (`DIGIT_RULES`)."""
+    """Prompt = BOS d1..dn SEP, n from min_digits to num_digits; the answer is computed from the
+    prompt's digits (`DIGIT_RULES`)."""
 
-    def __init__(self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int):
+    def __init__(
+        self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int, min_digits: int | None = None
+    ):
         rules = DIGIT_RULES
         if name not in rules:
             raise TaskError(
@@ -153,6 +159,9 @@ class DigitTask:
             )
         if num_digits < 1:
             raise TaskError(f"task.num_digits must be >= 1, got {num_digits}")
+        min_digits = num_digits if min_digits is None else min_digits
+        if not 1 <= min_digits <= num_digits:
+            raise TaskError(f"task.min_digits={min_digits}: must be in [1, task.num_digits={num_digits}] or null")
         prompt_tokens = len(prompt_token_ids(tokenizer, "9" * num_digits))
         if prompt_tokens > max_prompt_tokens:
             raise TaskError(
@@ -160,9 +169,10 @@ class DigitTask:
                 f"leaves {max_prompt_tokens} after sampling.max_tokens"
             )
         self.name, self.num_digits, self.rule = name, num_digits, rules[name]
+        self.min_digits = min_digits
         self.tokenizer = tokenizer
         self.skipped_rows: dict[str, int] = {}  # prompts are generated: no rows to skip
-        self.split = HeldOutSplit(self._draw, name, 10**num_digits)
+        self.split = HeldOutSplit(self._draw, name, sum(10**n for n in range(self.min_digits, num_digits + 1)))
 
     def sample(self, rng: random.Random) -> Prompt:
         return self.split.sample(rng)
@@ -171,7 +181,10 @@ class DigitTask:
         return self.split.hold_out(count)
 
     def _draw(self, rng: random.Random) -> Prompt:
-        digits = [rng.randrange(10) for _ in range(self.num_digits)]
+        n = self.num_digits
+        if self.min_digits < n:  # a fixed count draws nothing: a seed gives the prompts it gave before min_digits
+            n = rng.randint(self.min_digits, n)
+        digits = [rng.randrange(10) for _ in range(n)]
         text = "".join(map(str, digits))
         ids = prompt_token_ids(self.tokenizer, text)
         return Prompt(token_ids=ids, answer=str(self.rule(digits)), text=text)
@@ -215,7 +228,7 @@ def build_task(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
 
         return ToolLookupTask(tokenizer, max_prompt_tokens)
     if config.name != "dataset":
-        return DigitTask(config.name, config.num_digits, tokenizer, max_prompt_tokens)
+        return DigitTask(config.name, config.num_digits, tokenizer, max_prompt_tokens, config.min_digits)
     if not config.dataset:
         raise TaskError(
             "task.name=dataset needs task.dataset=<.jsonl/.json/.parquet/.csv file or save_to_disk directory>"
