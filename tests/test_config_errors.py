@@ -57,6 +57,7 @@ BAD_VALUES = {
     "trainer.lr_schedule=cosine trainer.lr_total_steps=10": "trainer.lr_total_steps=10 is less than steps=250",
     "generator.dtype=int8": "generator.dtype='int8': one of float32, bfloat16, float16",
     "sampling.min_tokens=4": "sampling.min_tokens=4: must be in [0, 3]",
+    "task.min_digits=4": "task.min_digits=4: must be in [1, 3] or null (at most task.num_digits)",
     "generator.count=0": "generator.count=0: must be >= 1",
     "env.max_turns=0": "env.max_turns=0: must be >= 1",
     "env.max_episode_tokens=0": "env.max_episode_tokens=0: must be >= 1 or null (null = the context)",

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from forge_async.config_checks import Range, check_range
 from forge_async.data.episode import Completion
 from forge_async.errors import UserError
 
@@ -50,6 +51,12 @@ class TaskConfig:
     answer_column: str = "answer"  # handed to the reward function as text
     skip_bad_rows: bool = False  # skip and count bad rows instead of failing at start
     reward_fn: str = "forge_async.data.tasks:exact_match"  # "module:function" for datasets
+
+    def __post_init__(self) -> None:
+        check_range(
+            "task.min_digits", self.min_digits, Range(1, self.num_digits), nullable=True,
+            note="at most task.num_digits",
+        )
 
 
 MULTI_TURN_TASKS = ("tool_lookup",)  # built-in tasks that bring an environment (forge_async/envs/)
@@ -159,9 +166,6 @@ class DigitTask:
             )
         if num_digits < 1:
             raise TaskError(f"task.num_digits must be >= 1, got {num_digits}")
-        min_digits = num_digits if min_digits is None else min_digits
-        if not 1 <= min_digits <= num_digits:
-            raise TaskError(f"task.min_digits={min_digits}: must be in [1, task.num_digits={num_digits}] or null")
         prompt_tokens = len(prompt_token_ids(tokenizer, "9" * num_digits))
         if prompt_tokens > max_prompt_tokens:
             raise TaskError(
@@ -169,7 +173,7 @@ class DigitTask:
                 f"leaves {max_prompt_tokens} after sampling.max_tokens"
             )
         self.name, self.num_digits, self.rule = name, num_digits, rules[name]
-        self.min_digits = min_digits
+        self.min_digits = num_digits if min_digits is None else min_digits
         self.tokenizer = tokenizer
         self.skipped_rows: dict[str, int] = {}  # prompts are generated: no rows to skip
         self.split = HeldOutSplit(self._draw, name, sum(10**n for n in range(self.min_digits, num_digits + 1)))
