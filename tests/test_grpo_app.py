@@ -44,6 +44,9 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
     summary = run.summary
     assert_accounting(summary)
     assert summary["trained"] == 4 * 16 * 8
+    by_len = summary["dropped_stale_by_len"]  # every episode that reached the buffer, in a length quartile
+    assert sum(q["added"] for q in by_len["quartiles"]) == summary["generated"]
+    assert sum(q["dropped_stale"] for q in by_len["quartiles"]) == summary["dropped_stale"]
     assert "max_policy_age: 1" in (run.run_dir / "config.yaml").read_text()
     assert f"run dir: {run.run_dir}" in run.output
     # The final policy loads in transformers and differs from the initial weights.
