@@ -5,8 +5,9 @@
         -- filter.zero_variance_groups=true
 
 Per run: the step and the seconds from launch at which the 5-step moving-average reward
-first reaches the target (0.8), the final reward (mean of the last 10 steps), the largest
-policy age, and the dropped samples (stale; other, e.g. zero-variance groups). Then per
+first reaches the target (0.8), the final reward (mean of the last 10 steps), the last
+held-out evaluation's mean reward, the final entropy of the sampled tokens (mean of the
+last 10 steps; near 0 = collapsed), the largest policy age, and the dropped samples (stale; other, e.g. zero-variance groups). Then per
 mode the median and the spread (min-max) of steps and seconds to the target.
 """
 
@@ -27,7 +28,7 @@ def one_run(mode: str, seed: int, steps: int, target: float, overrides: list[str
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         lines = timed_run(REPO, steps, [f"mode={mode}", f"seed={seed}", *overrides], run_dir)
-        metrics, _ = read_rows(run_dir)
+        metrics, evaluations = read_rows(run_dir)
         summary = json.loads((run_dir / "summary.json").read_text())
     reached = launch_to_reward(lines, metrics, target)
     return {
@@ -36,6 +37,8 @@ def one_run(mode: str, seed: int, steps: int, target: float, overrides: list[str
         "step": reached[1] if reached else None,
         "seconds": reached[0] if reached else None,
         "final": statistics.fmean(m["reward/mean"] for m in metrics[-10:]),
+        "entropy": statistics.fmean(m["train/entropy"] for m in metrics[-10:]),
+        "eval": evaluations[-1]["eval/reward_mean"] if evaluations else None,
         "age_max": max(m["policy/age_max"] for m in metrics),
         "dropped_stale": summary["dropped_stale"],
         "dropped_other": summary["dropped_other"],
@@ -56,7 +59,10 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args()
-    print(f"{'mode':>5} {'seed':>4} {'step':>5} {'s':>6} {'final':>6} {'age':>4} {'stale':>6} {'other':>6}")
+    print(
+        f"{'mode':>5} {'seed':>4} {'step':>5} {'s':>6} {'final':>6} {'eval':>5} {'entropy':>7} "
+        f"{'age':>4} {'stale':>6} {'other':>6}"
+    )
     results = []
     for mode in args.modes:
         for seed in range(args.seeds):
@@ -64,8 +70,10 @@ def main() -> None:
             results.append(r)
             step = r["step"] if r["step"] is not None else "-"
             seconds = f"{r['seconds']:.1f}" if r["seconds"] is not None else "-"
+            evaluated = f"{r['eval']:.2f}" if r["eval"] is not None else "-"
             print(
-                f"{mode:>5} {seed:>4} {step:>5} {seconds:>6} {r['final']:>6.2f} {r['age_max']:>4} "
+                f"{mode:>5} {seed:>4} {step:>5} {seconds:>6} {r['final']:>6.2f} {evaluated:>5} {r['entropy']:>7.3f} "
+                f"{r['age_max']:>4} "
                 f"{r['dropped_stale']:>6} {r['dropped_other']:>6}",
                 flush=True,
             )

@@ -46,6 +46,7 @@ BAD_VALUES = {
     "importance.mask_low=1.5": "importance.mask_low=1.5: must be in [0, 1]",
     "importance.mask_high=0.5": "importance.mask_high=0.5: must be >= 1",
     "loss.clip_low=0.2 loss.clip_high=0.2 importance.mode=mask importance.cap=null": "loss.clip_low/clip_high are set and importance corrects too",
+    "loss.entropy_coef=-0.01": "loss.entropy_coef=-0.01: must be >= 0 (0 = off)",
     "trainer.threads=0": "trainer.threads=0: must be >= 1",
     "trainer.procs=0": "trainer.procs=0: must be >= 1",
     "trainer.dtype=fp8": "trainer.dtype='fp8': one of float32, bfloat16",

@@ -11,8 +11,10 @@ from forge_async.losses.config import ImportanceConfig
 from forge_async.losses.grpo import (
     OffPolicySums,
     clipped_surrogate_loss,
+    entropy_bonus,
     importance_weights,
     policy_gradient_loss,
+    token_entropy,
     token_scale,
 )
 
@@ -81,6 +83,22 @@ def test_clipped_surrogate_matches_ppo_by_hand():
     # d(-r A s)/d lp = -A r s where the ratio is inside the clip; 0 where it was cut.
     expected = torch.tensor([[0.0, 0.0, -0.9 / 5, 0.0], [0.0, 0.0, 0.5 * 1.1 / 5, 0.5 * 1.0 / 5]])
     assert torch.allclose(logprobs.grad, expected, atol=1e-6)
+
+
+def test_entropy_bonus_matches_hand_computation_and_raises_the_entropy():
+    # Every position's next-token distribution is softmax([2, 0, -1]).
+    logits = torch.tensor([2.0, 0.0, -1.0]).repeat(2, 4, 1).requires_grad_()
+    probs = [math.exp(z) for z in (2.0, 0.0, -1.0)]
+    probs = [q / sum(probs) for q in probs]
+    entropy = -sum(q * math.log(q) for q in probs)
+    scale = token_scale(MASK, "token_mean", num_sequences=2, num_tokens=5)
+    bonus = entropy_bonus(token_entropy(torch.log_softmax(logits, dim=-1)), scale, coef=0.1)
+    assert bonus.item() == pytest.approx(-0.1 * entropy * 5 / 5)  # 5 response tokens, each 1/5
+    bonus.backward()
+    # A step down the gradient moves response positions towards uniform; the others get none.
+    assert torch.equal(logits.grad[MASK == 0], torch.zeros(3, 3))
+    stepped = torch.log_softmax(logits.detach() - 10.0 * logits.grad, dim=-1)
+    assert (token_entropy(stepped)[MASK == 1] > entropy + 1e-3).all()
 
 
 def test_advantages_without_std_scaling_are_centred_rewards():

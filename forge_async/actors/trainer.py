@@ -34,6 +34,7 @@ from forge_async.losses.grpo import (
     SUMMED,
     OffPolicySums,
     clipped_surrogate_loss,
+    entropy_bonus,
     importance_weights,
     next_token_log_probs,
     policy_gradient_loss,
@@ -185,15 +186,19 @@ class Trainer(ProcActor):
                 batch = pack_episodes(episodes, self.pad_id).to(self.device_type)
                 log_probs = next_token_log_probs(self.model(batch.tokens))  # one softmax for both
                 logprobs = sampled_logprobs(log_probs, batch.tokens)
-                entropy = (token_entropy(log_probs) * batch.response_mask).sum()
-                loss, off_policy = self._loss(logprobs, batch, num_sequences, num_tokens)
+                # A graph through the entropy only when loss.entropy_coef trains on it.
+                entropy = token_entropy(log_probs if self.loss.entropy_coef else log_probs.detach())
+                loss, off_policy = self._loss(logprobs, entropy, batch, num_sequences, num_tokens)
+                entropy = (entropy.detach() * batch.response_mask).sum()
         with TRACER.span("backward"):
             loss.backward()
         return None if not episodes else (loss.detach(), entropy, off_policy)
 
-    def _loss(self, logprobs: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int):
-        """This micro-batch's share of the loss (loss.*, the KL penalty; see losses/grpo.py) and its
-        off-policy sums."""
+    def _loss(
+        self, logprobs: torch.Tensor, entropy: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int
+    ):
+        """This micro-batch's share of the loss (loss.*, the KL penalty, the entropy bonus; see
+        losses/grpo.py) and its off-policy sums."""
         c = self.loss
         scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
         if not c.clipped:
@@ -206,6 +211,8 @@ class Trainer(ProcActor):
             kl = reference_kl(logprobs, local)
             loss = loss + self.kl_coef * (kl * scale).sum()
             off_policy.reference_kl = kl.detach().sum()
+        if c.entropy_coef:
+            loss = loss + entropy_bonus(entropy, scale, c.entropy_coef)
         return loss, off_policy
 
     @endpoint

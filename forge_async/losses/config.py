@@ -20,6 +20,9 @@ class LossConfig:
     clip_high: float | None = None
     # constant aggregation's tokens per sequence; null = sampling.max_tokens (x env.max_turns, multi-turn)
     max_tokens: int | None = None
+    # Entropy bonus: minus this times the aggregated entropy of the response tokens' next-token
+    # distributions (0 = off). Keeps a little exploration where every sample of a group agrees.
+    entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("loss.aggregation", self.aggregation, AGGREGATIONS)
@@ -30,6 +33,7 @@ class LossConfig:
                 f"loss.clip_low={self.clip_low}, loss.clip_high={self.clip_high}: set both (clipping on) or neither"
             )
         check_range("loss.max_tokens", self.max_tokens, AT_LEAST_1, nullable=True, note="null = sampling.max_tokens")
+        check_range("loss.entropy_coef", self.entropy_coef, Range(0), note="0 = off")
 
     @property
     def clipped(self) -> bool:

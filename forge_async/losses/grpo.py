@@ -15,6 +15,9 @@ With clipping (`clipped_surrogate_loss`), the per-token objective is PPO's
 min(r A, clip(r, 1 - low, 1 + high) A) with r = pi_theta / pi_behaviour, in place
 of w * A * log pi_theta.
 
+With `loss.entropy_coef` = c > 0, the loss also gets - c * sum_{i,t} s_it * H_it, H_it the
+entropy of the next-token distribution at response token t (`entropy_bonus`).
+
 Off-policy correction (importance.*): the tokens were sampled by the generator's
 weights (pi_behaviour, whose logprobs it recorded), possibly a few versions old or
 mixed within a sequence. Each token is weighted by w, a constant in the gradient
@@ -66,9 +69,9 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], pad_id
     return [logprobs[row, : len(seq) - 1].tolist() for row, seq in enumerate(sequences)]
 
 
-@torch.no_grad()
 def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of each next-token distribution, from `next_token_log_probs`: [B, L-1]."""
+    """Entropy (nats) of each next-token distribution, from `next_token_log_probs`: [B, L-1].
+    Differentiable: `loss.entropy_coef` trains on it; detach it to only report it."""
     return -(log_probs.exp() * log_probs).sum(-1)
 
 
@@ -186,6 +189,12 @@ def policy_gradient_loss(
     """- sum A_it * w_it * log pi(y_it) * s_it over response tokens (`scale`: `token_scale`'s, or 1/N)."""
     per_token = -batch.advantages * weights * logprobs * batch.response_mask
     return (per_token * scale).sum()
+
+
+def entropy_bonus(entropy: torch.Tensor, scale: torch.Tensor, coef: float) -> torch.Tensor:
+    """- coef * sum_{i,t} s_it * H_it over response tokens (`entropy`: `token_entropy`'s, `scale`:
+    `token_scale`'s). Added to the loss, it pulls each next-token distribution towards uniform."""
+    return -coef * (entropy * scale).sum()
 
 
 def clipped_surrogate_loss(
