@@ -69,13 +69,16 @@ def assert_trace_has_every_actor(run) -> None:
     """trace.json is trace-event JSON with one track per actor, and the budget tool reads it."""
     events = json.loads((run.run_dir / "trace.json").read_text())
     tracks = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    assert sorted(tracks.values()) == ["controller", "generator 0", "replay buffer", "trainer rank 0", "trainer rank 1"]
+    assert sorted(tracks.values()) == [
+        "controller", "generator 0", "replay buffer", "scorer reference_kl", "trainer rank 0", "trainer rank 1"
+    ]
     spans = [e for e in events if e["ph"] == "X"]
     assert all(e["dur"] >= 0 and e["ts"] > 0 for e in spans)
     names = {(tracks[e["pid"]], e["name"]) for e in spans}
     for track, name in [
         ("trainer rank 0", "forward"), ("trainer rank 1", "backward"), ("trainer rank 0", "publish weights"),
         ("generator 0", "decode"), ("controller", "held back by admission"), ("replay buffer", "sample"),
+        ("scorer reference_kl", "forward"),
     ]:
         assert (track, name) in names, (track, name)
     assert sum(1 for e in spans if e["name"] == "step") == 4
