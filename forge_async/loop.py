@@ -25,6 +25,7 @@ import json
 import time
 from collections import deque
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 from forge_async.admission import AdmissionControl
@@ -311,9 +312,7 @@ class GRPOLoop:
         index = self.evaluations % self.meshes.generator_count
         self.evaluations += 1
         with TRACER.span("evaluate", EVALUATION):
-            row = await self.evaluator.evaluate(
-                lambda *args, **kwargs: self._generate(index, *args, **kwargs), lambda: self.sync.pinned(index)
-            )
+            row = await self.evaluator.evaluate(partial(self._generate, index), partial(self.sync.pinned, index))
         row["time/wall_s"] = time.perf_counter() - self.start
         self.eval_first = self.eval_first or row
         self.eval_last = row

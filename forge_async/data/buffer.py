@@ -58,7 +58,7 @@ class EpisodeBuffer:
         dropped = dropped or {}
         self.added += len(episodes) + sum(dropped.values())
         self.dropped.update(dropped)
-        self.added_by_len.update(map(model_tokens, episodes))
+        self.added_by_len.update(e.completion.model_tokens for e in episodes)
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
             dropped, kept = self._within_drop_cap(no_signal)
@@ -83,7 +83,7 @@ class EpisodeBuffer:
             (fresh if e.policy_age(trainer_version) <= self.max_policy_age else stale).append(e)
         self._episodes = deque(fresh)
         self.dropped["stale"] += len(stale)
-        self.stale_by_len.update(map(model_tokens, stale))
+        self.stale_by_len.update(e.completion.model_tokens for e in stale)
         return len(stale)
 
     def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
@@ -129,11 +129,6 @@ class EpisodeBuffer:
         # Checkpoints written before lengths were counted have none: count from here on.
         self.added_by_len = Counter(state.get("added_by_len", {}))
         self.stale_by_len = Counter(state.get("stale_by_len", {}))
-
-
-def model_tokens(episode: Episode) -> int:
-    """The completion's length in tokens the model sampled (a multi-turn episode's tool tokens left out)."""
-    return sum(episode.completion.model_mask)
 
 
 def length_quartiles(lengths: Counter[int]) -> list[list[int]]:

@@ -41,6 +41,11 @@ class Completion:
         return [v != ENV_TOKEN for v in self.versions]
 
     @property
+    def model_tokens(self) -> int:
+        """How many tokens the model sampled (a multi-turn episode's environment tokens left out)."""
+        return sum(self.model_mask)
+
+    @property
     def model_versions(self) -> list[int]:
         return [v for v in self.versions if v != ENV_TOKEN]
 

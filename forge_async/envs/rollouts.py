@@ -102,7 +102,7 @@ class EpisodeRollouts(Rollouts):
                 return drop
             finally:
                 ended_at.append(time.perf_counter())
-            self.tokens += sum(completion.model_mask)
+            self.tokens += completion.model_tokens
             self.ended[completion.finish_reason] += 1
             return completion
 

@@ -29,11 +29,11 @@ from forge_async.envs.rollouts import TurnBatcher
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.evaluation.config import EvalConfig
 from forge_async.rollout import Generate
+from forge_async.scoring.config import ScorerConfig, ScoringConfig
+from forge_async.scoring.tier import ScoringTier, build_tier
 
 # Generate, with `pin=True` for one call sampled wholly by the weights in use when it starts
 PinnableGenerate = Callable[..., Awaitable[list[list[Completion]]]]
-from forge_async.scoring.config import ScorerConfig, ScoringConfig
-from forge_async.scoring.tier import ScoringTier, build_tier
 
 
 class Evaluator:
@@ -102,7 +102,7 @@ class Evaluator:
             "eval/reward_mean": statistics.fmean(e.reward for e in episodes) if episodes else 0.0,
             "eval/pass@k": passed / len(self.prompts),
             "eval/len_mean": (
-                statistics.fmean(sum(e.completion.model_mask) for e in episodes) if episodes else 0.0
+                statistics.fmean(e.completion.model_tokens for e in episodes) if episodes else 0.0
             ),
         }
 
