@@ -150,5 +150,10 @@ class GRPOConfig:
         return next((s.coef for s in self.scorers if s.kind == "reference_kl"), 0.0)
 
     @property
+    def trainer_reference(self) -> int | None:
+        """The index of the reference_kl scorer that runs in the trainer, if there is one."""
+        return next((i for i, s in enumerate(self.scorers) if s.runs_on == "trainer"), None)
+
+    @property
     def batch_size(self) -> int:
         return self.prompts_per_step * self.group_size

@@ -119,6 +119,8 @@ BAD_VALUES = {
     "scorers=[{kind:reward},{kind:reference_kl,coef:0}]": "scorers[1].coef=0.0: must be > 0",
     "scorers=[{kind:reward},{kind:reference_kl},{kind:reference_kl,name:ref2}]": "scorers: more than one reference_kl",
     "scorers=[{kind:reward},{kind:reference_kl,fn:x}]": "scorers[1].fn: a reference_kl scorer takes no fn",
+    "scorers=[{kind:reward},{kind:reference_kl,runs_on:gpu}]": "scorers[1].runs_on='gpu': one of proc, trainer",
+    "scorers=[{kind:reward},{kind:teacher,path:/t,runs_on:trainer}]": "scorers[1].runs_on=trainer: only a reference_kl",
     "scoring.on_error=ignore": "scoring.on_error='ignore': one of fail, drop",
 }
 

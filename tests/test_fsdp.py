@@ -1,14 +1,18 @@
 """FSDP2 over 2 gloo ranks, and gradient accumulation over micro-batches, compute the same step
-as 1 rank with the whole batch in one forward."""
+as 1 rank with the whole batch in one forward; so does a reference policy held in the trainer
+(scorers[i].runs_on=trainer) against reference logprobs the episodes bring."""
 
 import asyncio
 
 import pytest
 import torch
 
-from conftest import fixed_sequences, spawn_trainer
+from conftest import PAD_ID, fixed_sequences, spawn_trainer
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
+from forge_async.losses.grpo import sequence_logprobs
+from forge_async.models.titan import load_frozen_model
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
@@ -98,3 +102,40 @@ def test_shared_memory_push_from_two_ranks_keeps_two_versions_at_most(tiny_check
             assert all(torch.equal(read[k], full[k]) for k in full)
     finally:
         asyncio.run(meshes.stop_all(mesh))
+
+
+def first(values):
+    """Rank 0's value of a mesh call."""
+    return next(value for _, value in values.items())
+
+
+def kl_steps(checkpoint, procs: int, reference_path: str | None, episodes: list[Episode], steps: int = 2):
+    """`steps` train steps on `episodes` with a KL penalty (coef 0.5); the rank-0 metrics of
+    each and the final weights."""
+    config = TrainerConfig(procs=procs, eps=1e-3, micro_batch_tokens=16)
+    mesh, trainer = asyncio.run(meshes.spawn_trainer(
+        checkpoint, config, PAD_ID, WeightsConfig("torchstore"), kl_coef=0.5, reference_path=reference_path
+    ))
+    try:
+        metrics = [first(trainer.train_step.call(episodes).get()) for _ in range(steps)]
+        return metrics, first(trainer.full_state_dict.call().get())
+    finally:
+        asyncio.run(meshes.stop_all(mesh))
+
+
+def test_reference_in_the_trainer_matches_reference_logprobs_carried_by_the_episodes(tiny_checkpoint):
+    """2 ranks holding the reference (with micro-batches, so some ranks pad empty ones) take the
+    same KL-penalised steps as 1 rank whose episodes carry the initial policy's logprobs."""
+    carried = batch()
+    initial = sequence_logprobs(load_frozen_model(tiny_checkpoint), fixed_sequences() * 2, PAD_ID, "cpu")
+    for episode, logprobs in zip(carried, initial, strict=True):
+        episode.reference_logprobs = logprobs[len(episode.completion.prompt_ids) - 1 :]
+    in_trainer, in_trainer_weights = kl_steps(tiny_checkpoint, 2, str(tiny_checkpoint.path), batch())
+    from_episodes, from_episodes_weights = kl_steps(tiny_checkpoint, 1, None, carried)
+    assert in_trainer[0]["kl/reference"] < 1e-9  # the reference is the initial policy
+    assert in_trainer[1]["kl/reference"] > 1e-6  # the policy moved away from it
+    for ours, theirs in zip(in_trainer, from_episodes, strict=True):
+        assert ours["kl/reference"] == pytest.approx(theirs["kl/reference"], rel=1e-4, abs=1e-9)
+        assert ours["train/loss"] == pytest.approx(theirs["train/loss"], rel=1e-5)
+    worst = max((in_trainer_weights[k] - from_episodes_weights[k]).abs().max().item() for k in in_trainer_weights)
+    assert worst < 1e-6

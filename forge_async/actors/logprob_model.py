@@ -14,7 +14,7 @@ from monarch.actor import endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.losses.grpo import sequence_logprobs
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.models.titan import build_titan_model, state_dict_adapter
+from forge_async.models.titan import load_frozen_model
 from forge_async.tracing import TRACER
 
 ROWS_PER_FORWARD = 64  # bounds the logits' memory: rows x length x vocabulary floats
@@ -32,10 +32,7 @@ class LogprobModel(ProcActor):
         start = time.perf_counter()
         torch.set_num_threads(self.threads)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        shape = self.checkpoint.shape
-        model = build_titan_model(shape)
-        model.load_state_dict(state_dict_adapter(shape).from_hf(self.checkpoint.load_hf_state_dict()))
-        self.model = model.to(self.device).eval().requires_grad_(False)
+        self.model = load_frozen_model(self.checkpoint).to(self.device)
         return {"load_s": time.perf_counter() - start}
 
     @endpoint

@@ -13,6 +13,7 @@ optimizer, and only the adapters are published, in PEFT names (models/lora.py).
 import os
 import resource
 import time
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -42,6 +43,7 @@ from forge_async.losses.grpo import (
     sampled_logprobs,
     sequence_logprobs,
     token_entropy,
+    token_logprobs,
     token_scale,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
@@ -49,7 +51,7 @@ from forge_async.models.config import LoraConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.parallelize import parallelize
 from forge_async.models.peft import save_adapter
-from forge_async.models.titan import build_titan_model, state_dict_adapter
+from forge_async.models.titan import build_titan_model, load_frozen_model, state_dict_adapter
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
@@ -68,6 +70,7 @@ class Trainer(ProcActor):
         loss: LossConfig | None = None,
         importance: ImportanceConfig | None = None,
         kl_coef: float = 0.0,
+        reference_path: str | None = None,
         lora: LoraConfig | None = None,
     ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
@@ -76,6 +79,9 @@ class Trainer(ProcActor):
         self.loss = loss or LossConfig()
         self.importance = importance or ImportanceConfig()
         self.kl_coef = kl_coef  # the reference_kl scorer's coef (0: no KL penalty)
+        # The reference policy's checkpoint when the trainer computes its logprobs itself
+        # (scorers[i].runs_on=trainer); None: the episodes bring them from the scorer tier.
+        self.reference_path = reference_path
         self.pad_id = pad_id
         self.weights = weights
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
@@ -96,6 +102,7 @@ class Trainer(ProcActor):
         self._load_base(model)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = parallelize(model.to(self.device_type), self.config, self.device_type)
+        self.reference = self._build_reference() if self.reference_path else None
         # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         c = self.config
@@ -115,6 +122,12 @@ class Trainer(ProcActor):
         absent = [name for name in missing if not (self.lora and is_adapter(name))]
         if absent or unexpected:
             raise RuntimeError(f"checkpoint does not fit the model: missing {absent}, unexpected {unexpected}")
+
+    def _build_reference(self) -> torch.nn.Module:
+        """The frozen reference policy, sharded and computed in the same dtype as the policy, so
+        that its logprobs equal the policy's exactly before the first step."""
+        model = load_frozen_model(Checkpoint.open(self.reference_path))
+        return parallelize(model.to(self.device_type), self.config, self.device_type)
 
     def _local_episodes(self, episodes: list[Episode]) -> list[Episode]:
         """This rank's contiguous share of the batch's episodes."""
@@ -181,9 +194,13 @@ class Trainer(ProcActor):
         with TRACER.span("forward"):
             if not episodes:
                 tokens = torch.full((1, 2), self.pad_id, device=self.device_type)
+                self._reference_logprobs(tokens)  # its collectives too
                 loss = self.model(tokens).sum() * 0.0
             else:
                 batch = pack_episodes(episodes, self.pad_id).to(self.device_type)
+                reference = self._reference_logprobs(batch.tokens)
+                if reference is not None:
+                    batch = replace(batch, reference_logprobs=reference)
                 log_probs = next_token_log_probs(self.model(batch.tokens))  # one softmax for both
                 logprobs = sampled_logprobs(log_probs, batch.tokens)
                 # A graph through the entropy only when loss.entropy_coef trains on it.
@@ -193,6 +210,13 @@ class Trainer(ProcActor):
         with TRACER.span("backward"):
             loss.backward()
         return None if not episodes else (loss.detach(), entropy, off_policy)
+
+    def _reference_logprobs(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """The reference policy's logprob of each predicted token, when the trainer holds it."""
+        if self.reference is None:
+            return None
+        with torch.no_grad():
+            return token_logprobs(self.reference(tokens), tokens)
 
     def _loss(
         self, logprobs: torch.Tensor, entropy: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int

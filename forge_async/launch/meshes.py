@@ -37,6 +37,7 @@ async def spawn_trainer(
     loss: LossConfig | None = None,
     importance: ImportanceConfig | None = None,
     kl_coef: float = 0.0,
+    reference_path: str | None = None,
     lora: LoraConfig | None = None,
 ):
     """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
@@ -47,7 +48,8 @@ async def spawn_trainer(
     if procs is None:
         procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
     trainer = procs.spawn(
-        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef, lora
+        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef,
+        reference_path, lora,
     )
     if hosts is None:
         await setup_torch_elastic_env_async(procs)

@@ -150,10 +150,11 @@ class RunMeshes:
 
     async def _spawn_trainer(self) -> None:
         c = self.config
+        reference = None if c.trainer_reference is None else str(self._scorer_checkpoint(c.trainer_reference).path)
         self._procs["trainer"], self.trainer = await meshes.spawn_trainer(
             self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host("trainer"),
             procs=self.procs.take("trainer"), loss=c.loss, importance=c.importance, kl_coef=c.kl_coef,
-            lora=c.model.lora,
+            reference_path=reference, lora=c.model.lora,
         )
         self._where["trainer"] = list((await self.trainer.where.call()).values())
 

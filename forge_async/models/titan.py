@@ -27,6 +27,7 @@ from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
+from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.lora import with_lora
 from forge_async.models.shape import ModelShape
@@ -135,6 +136,14 @@ def build_titan_model(shape: ModelShape, seed: int | None = None, lora: LoraConf
         torch.manual_seed(seed)
     model.init_states()
     return model
+
+
+def load_frozen_model(checkpoint: Checkpoint) -> Decoder:
+    """The checkpoint's model with its weights, on CPU, frozen and in eval mode: a scorer's
+    model (a reference policy, a teacher), never trained."""
+    model = build_titan_model(checkpoint.shape)
+    model.load_state_dict(state_dict_adapter(checkpoint.shape).from_hf(checkpoint.load_hf_state_dict()))
+    return model.eval().requires_grad_(False)
 
 
 def state_dict_adapter(shape: ModelShape) -> StateDictAdapter:

@@ -6,6 +6,7 @@
       - {kind: reward}                                   # the task's own reward
       - {kind: reward, fn: mypkg.rewards:short, weight: 0.1}
       - {kind: reference_kl, coef: 0.05}                 # frozen initial policy, k3 penalty
+      - {kind: reference_kl, coef: 0.05, runs_on: trainer}  # the same, computed in the trainer
       - {kind: teacher, path: /ckpt/teacher, coef: 1.0}  # on-policy distillation
 """
 
@@ -15,7 +16,8 @@ from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice,
 from forge_async.errors import ConfigError
 
 SCORER_KINDS = ("reward", "reference_kl", "teacher")
-MODEL_KINDS = ("reference_kl", "teacher")  # scorers that run a model on a mesh of their own
+MODEL_KINDS = ("reference_kl", "teacher")  # scorers that run a model
+RUNS_ON = ("proc", "trainer")
 ON_ERROR = ("fail", "drop")
 TOKEN_BASELINES = ("group", "none")
 
@@ -35,6 +37,9 @@ class ScorerConfig:
     # reference_kl / teacher: a Hugging Face checkpoint directory (same tokenizer as the policy);
     # null = the run's initial policy (reference_kl only).
     path: str | None = None
+    # reference_kl: proc = on a proc of its own, beside the trainer; trainer = a frozen copy inside the
+    # trainer (sharded like the policy), one forward more per step, no proc to spawn or feed.
+    runs_on: str = "proc"
     threads: int = 1  # torch threads of a model scorer's proc (CPU)
     gpu: int | None = None  # the GPU of node 0 a model scorer runs on; null = CUDA_VISIBLE_DEVICES as set
 
@@ -42,6 +47,9 @@ class ScorerConfig:
         key = f"scorers[{index}]"
         check_choice(f"{key}.kind", self.kind, SCORER_KINDS)
         check_range(f"{key}.threads", self.threads, AT_LEAST_1)
+        check_choice(f"{key}.runs_on", self.runs_on, RUNS_ON)
+        if self.runs_on == "trainer" and self.kind != "reference_kl":
+            raise ConfigError(f"{key}.runs_on=trainer: only a reference_kl scorer runs in the trainer")
         check_range(f"{key}.gpu", self.gpu, Range(0), nullable=True)
         if self.kind == "reward":
             check_range(f"{key}.weight", self.weight, Range())
@@ -65,7 +73,8 @@ class ScorerConfig:
 
     @property
     def runs_a_model(self) -> bool:
-        return self.kind in MODEL_KINDS
+        """Whether it runs a model on procs of its own (a reference in the trainer does not)."""
+        return self.kind in MODEL_KINDS and self.runs_on == "proc"
 
 
 @dataclass

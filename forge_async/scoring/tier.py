@@ -4,7 +4,8 @@
     advantage_i    = group-relative advantage of reward_i (scoring.outcome_advantage)
     advantage_it  += u_it, the sum of the per-token rewards scorers gave token t (distillation),
                      less the group's mean u at position t (scoring.token_baseline=group)
-    reference_it   = the reference_kl scorer's log pi_ref, for the trainer's KL penalty
+    reference_it   = the reference_kl scorer's log pi_ref, for the trainer's KL penalty (unless
+                     the scorer runs in the trainer, which computes it there)
 
 Scorers run concurrently (asyncio.gather): reward functions in the controller,
 model scorers on their own meshes. A completion a scorer could not score is, by
@@ -154,9 +155,12 @@ def build_tier(
     scale_by_std: bool = True,
 ) -> ScoringTier:
     """The tier `scorers` describe. `call_scorer(i, call)` reaches model scorer i's mesh
-    (RunMeshes.call_scorer); only runs with model scorers need it."""
+    (RunMeshes.call_scorer); only runs with model scorers need it. A reference that runs in
+    the trainer is not part of the tier."""
     built = []
     for index, config in enumerate(scorers):
+        if config.runs_on == "trainer":
+            continue
         if config.runs_a_model:
             if call_scorer is None:
                 raise ValueError(f"scorers[{index}] ({config.kind}) runs a model: build_tier needs call_scorer")
