@@ -1,8 +1,10 @@
 """Where a node finds its place: flags, torchrun's and Slurm's environment; placement checks;
-the GPUs each role's procs see and what they do before their imports."""
+the GPUs each role's procs see, what they do before their imports and how they import."""
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -129,3 +131,20 @@ def test_only_generator_procs_prepare_for_vllm_and_only_placed_roles_take_gpus()
     assert (engine.func, engine.args) == (prepare_process, (config.generator,))
     assert procs.prepare("replay_buffer") == ()
     assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare("generator1")] == [prepare_process]
+
+
+def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made():
+    """A proc's bootstrap imports leave the collector on, with everything they made frozen (no
+    later pass walks it); a failing import leaves the collector on too."""
+    script = (
+        "import gc, sys; from forge_async.launch.imports import import_frozen\n"
+        "seen = []; gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
+        "before = gc.get_freeze_count(); import_frozen('email.mime.text', 'json')\n"
+        "assert 'email.mime.text' in sys.modules and gc.isenabled(), 'imported, collector back on'\n"
+        "assert not seen, f'no collection during the imports: {seen}'\n"
+        "assert gc.get_freeze_count() > before + 1000, gc.get_freeze_count()\n"
+        "try: import_frozen('no_such_module_here')\n"
+        "except ModuleNotFoundError: assert gc.isenabled()\n"
+        "else: raise AssertionError('the missing module was imported')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)

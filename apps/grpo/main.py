@@ -24,6 +24,7 @@ from forge_async.console import keep_console_for_own_lines, since_launch
 from forge_async.errors import TrainerFailed, UserError
 from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
+from forge_async.launch.imports import import_frozen
 from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults
 from forge_async.tracing import TRACER
 
@@ -48,6 +49,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     procs.spawn_all()
     print(f"{since_launch()} spawning {spawned_meshes(config)} ...", flush=True)
     try:
+        import_frozen("apps.grpo.training")
         from apps.grpo.training import train
 
         return await train(config, run_dir, procs)
