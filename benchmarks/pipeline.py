@@ -8,15 +8,18 @@ Runs `python -m apps.grpo` once and prints, for the steady state (after the firs
 same run (generate: the generator's decode + weight swaps per step; train:
 forward + backward + optimizer + publish), the ratio step / max(generate, train)
 (1.0 = no bubble: the slower side never waits), trainer idle, generator idle and
-held back by admission, and from launch to the first step whose 5-step average
-reward reaches 0.8.
+held back by admission, the cores each proc used in the steady state (from /proc), and
+from launch to the first step whose 5-step average reward reaches 0.8.
 """
 
 import argparse
+import os
 import re
 import tempfile
+from functools import partial
 from pathlib import Path
 
+from benchmarks.proc_cpu import ProcCpu
 from benchmarks.startup import timed_run
 from forge_async.metrics import read_rows
 from forge_async.trace import budget, format_budget
@@ -26,6 +29,24 @@ _STEP = re.compile(r"^step +(\d+)/")
 
 def _sum(medians: dict, track: str, names: tuple[str, ...]) -> float:
     return sum(v for k, v in medians.items() if k.startswith(f"{track} |") and k.rsplit(" | ", 1)[1] in names)
+
+
+_FIRST_MARK = 10  # the step the steady state starts at (the budget's too)
+_LAST_MARK_BEFORE_END = 5  # steps before the end: the procs are still running
+
+
+def _mark(cpu: ProcCpu, steps: int, line: str) -> None:
+    """Every proc's CPU time at the steady state's first step and near the end."""
+    match = _STEP.match(line)
+    if match and int(match.group(1)) in (_FIRST_MARK, steps - _LAST_MARK_BEFORE_END):
+        cpu.mark()
+
+
+def _format_cores(cores: dict[str, float]) -> str:
+    if not cores:
+        return "not measured (too few steps)"
+    listed = ", ".join(f"{role} {n:.2f}" for role, n in sorted(cores.items(), key=lambda kv: -kv[1]))
+    return f"{listed} (total {sum(cores.values()):.2f} of {os.cpu_count()})"
 
 
 def _format_reached(reached: tuple[float, int] | None) -> str:
@@ -54,7 +75,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         print(f"running apps.grpo steps={args.steps} {' '.join(args.overrides)} ...", flush=True)
-        lines = timed_run(repo, args.steps, args.overrides, run_dir)
+        cpu = ProcCpu(run_dir / "procs.json")
+        lines = timed_run(repo, args.steps, args.overrides, run_dir, on_line=partial(_mark, cpu, args.steps))
         metrics, _ = read_rows(run_dir)
         result = budget(run_dir)
     m = result["median_ms"]
@@ -73,6 +95,7 @@ def main() -> None:
         ("generation held back (mean per worker)", f"{sum(held) / max(len(held), 1) / m['step']:.0%}"),
         (f"launch -> 5-step mean reward {args.target}", _format_reached(launch_to_reward(lines, metrics, args.target))),
         ("launch -> exit (s)", f"{lines[-1][0]:.1f}"),
+        (f"cores used, steps {_FIRST_MARK}-{args.steps - _LAST_MARK_BEFORE_END}", _format_cores(cpu.cores())),
     ]
     for label, value in rows:
         print(f"{label:<42} {value}")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from apps.grpo.subprocess_run import hydra_command_line
@@ -34,10 +35,12 @@ MILESTONES = (
 
 
 def timed_run(
-    repo: Path, steps: int, overrides: list[str], run_dir: Path | None = None, app: str = "apps.grpo"
+    repo: Path, steps: int, overrides: list[str], run_dir: Path | None = None, app: str = "apps.grpo",
+    on_line: Callable[[str], None] | None = None,
 ) -> list[tuple[float, str]]:
     """(seconds since launch, line) for every console line of `python -m APP`, and the exit as the
-    last entry. The run goes to `run_dir` (default: a temporary directory, removed after)."""
+    last entry. The run goes to `run_dir` (default: a temporary directory, removed after);
+    `on_line` sees each line as it is printed."""
     with tempfile.TemporaryDirectory() as tmp:
         command = hydra_command_line(run_dir or Path(tmp) / "run", (f"steps={steps}", *overrides))
         start = time.perf_counter()
@@ -48,7 +51,11 @@ def timed_run(
             stderr=subprocess.STDOUT,
             text=True,
         )
-        lines = [(time.perf_counter() - start, line.rstrip()) for line in proc.stdout]
+        lines = []
+        for line in proc.stdout:
+            lines.append((time.perf_counter() - start, line.rstrip()))
+            if on_line is not None:
+                on_line(lines[-1][1])
         if proc.wait() != 0:
             raise SystemExit("the app failed:\n" + "\n".join(line for _, line in lines[-30:]))
         return lines + [(time.perf_counter() - start, "<exit>")]
