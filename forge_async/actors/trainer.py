@@ -99,10 +99,11 @@ class Trainer(ProcActor):
         shape = self.checkpoint.shape
         self.adapter = state_dict_adapter(shape)
         model = build_titan_model(shape, seed=INIT_SEED if self.lora else None, lora=self.lora)
-        self._load_base(model)
+        weights = self.adapter.from_hf(self.checkpoint.load_hf_state_dict())
+        self._load_base(model, weights)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = parallelize(model.to(self.device_type), self.config, self.device_type)
-        self.reference = self._build_reference() if self.reference_path else None
+        self.reference = self._build_reference(weights) if self.reference_path else None
         # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         c = self.config
@@ -114,19 +115,21 @@ class Trainer(ProcActor):
         )
         self.lr_scheduler = _lr_scheduler(self.optimizer, c)
 
-    def _load_base(self, model: torch.nn.Module) -> None:
-        """The checkpoint's weights into `model`; with LoRA the adapters keep their initialisation."""
-        missing, unexpected = model.load_state_dict(
-            self.adapter.from_hf(self.checkpoint.load_hf_state_dict()), strict=False
-        )
+    def _load_base(self, model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
+        """The checkpoint's weights (TorchTitan names) into `model`; with LoRA the adapters keep
+        their initialisation."""
+        missing, unexpected = model.load_state_dict(weights, strict=False)
         absent = [name for name in missing if not (self.lora and is_adapter(name))]
         if absent or unexpected:
             raise RuntimeError(f"checkpoint does not fit the model: missing {absent}, unexpected {unexpected}")
 
-    def _build_reference(self) -> torch.nn.Module:
+    def _build_reference(self, policy_weights: dict[str, torch.Tensor]) -> torch.nn.Module:
         """The frozen reference policy, sharded and computed in the same dtype as the policy, so
-        that its logprobs equal the policy's exactly before the first step."""
-        model = load_frozen_model(Checkpoint.open(self.reference_path))
+        that its logprobs equal the policy's exactly before the first step. The initial policy's
+        `policy_weights`, already read, are not read from disk again."""
+        checkpoint = Checkpoint.open(self.reference_path)
+        same = checkpoint.path == self.checkpoint.path
+        model = load_frozen_model(checkpoint, policy_weights if same else None)
         return parallelize(model.to(self.device_type), self.config, self.device_type)
 
     def _local_episodes(self, episodes: list[Episode]) -> list[Episode]:

@@ -138,11 +138,14 @@ def build_titan_model(shape: ModelShape, seed: int | None = None, lora: LoraConf
     return model
 
 
-def load_frozen_model(checkpoint: Checkpoint) -> Decoder:
+def load_frozen_model(checkpoint: Checkpoint, weights: dict[str, torch.Tensor] | None = None) -> Decoder:
     """The checkpoint's model with its weights, on CPU, frozen and in eval mode: a scorer's
-    model (a reference policy, a teacher), never trained."""
+    model (a reference policy, a teacher), never trained. `weights`: the checkpoint's, already
+    read and in TorchTitan names (copied in, not read again)."""
     model = build_titan_model(checkpoint.shape)
-    model.load_state_dict(state_dict_adapter(checkpoint.shape).from_hf(checkpoint.load_hf_state_dict()))
+    if weights is None:
+        weights = state_dict_adapter(checkpoint.shape).from_hf(checkpoint.load_hf_state_dict())
+    model.load_state_dict(weights)
     return model.eval().requires_grad_(False)
 
 
