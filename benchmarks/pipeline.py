@@ -53,16 +53,22 @@ def _format_reached(reached: tuple[float, int] | None) -> str:
     return f"{reached[0]:.1f} s (step {reached[1]})" if reached else "not reached"
 
 
+def first_reaching(rewards: list[float], target: float, window: int = 5) -> int | None:
+    """Index of the first step whose `window`-step moving-average reward >= target, or None."""
+    return next(
+        (i for i in range(window - 1, len(rewards)) if sum(rewards[i - window + 1 : i + 1]) / window >= target), None
+    )
+
+
 def launch_to_reward(lines: list[tuple[float, str]], metrics: list[dict], target: float) -> tuple[float, int] | None:
     """(seconds from launch, step) at the console line of the first step whose 5-step mean
     reward >= target; None if no step reaches it."""
-    rewards = [m["reward/mean"] for m in metrics]
-    for i in range(4, len(rewards)):
-        if sum(rewards[i - 4 : i + 1]) / 5 >= target:
-            step = metrics[i]["step"]
-            at = next(t for t, line in lines if (m := _STEP.match(line)) and int(m.group(1)) == step)
-            return at, step
-    return None
+    i = first_reaching([m["reward/mean"] for m in metrics], target)
+    if i is None:
+        return None
+    step = metrics[i]["step"]
+    at = next(t for t, line in lines if (m := _STEP.match(line)) and int(m.group(1)) == step)
+    return at, step
 
 
 def main() -> None:

@@ -30,6 +30,17 @@ _DEFAULTS = {
 }
 
 
+_applied: set[str] = set()  # the keys apply_defaults set (the user had not)
+
+
 def apply_defaults() -> None:
     for key, value in _DEFAULTS.items():
-        os.environ.setdefault(key, value)
+        if key not in os.environ:
+            os.environ[key] = value
+            _applied.add(key)
+
+
+def environment_without_defaults() -> dict[str, str]:
+    """This process's environment less what apply_defaults added: the environment another
+    program (e.g. a baseline in benchmarks/) would have had, launched from the user's shell."""
+    return {key: value for key, value in os.environ.items() if key not in _applied}

@@ -90,3 +90,19 @@ def test_vllm_reads_the_knobs_as_meant(tiny_checkpoint, platform, mode):
     assert vllm_config.compilation_config.mode.name == mode
     assert vllm_config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
     assert vllm_config.model_config.enforce_eager == platform.enforce_eager
+
+
+def test_the_environment_without_defaults_drops_only_what_forge_async_added(monkeypatch):
+    """A baseline launched by a benchmark sees the user's environment: forge_async's defaults
+    (e.g. OMP_WAIT_POLICY) are left out, a value the user set is kept."""
+    from forge_async import runtime
+
+    monkeypatch.setattr(runtime, "_applied", set())
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    runtime.apply_defaults()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    env = runtime.environment_without_defaults()
+    assert "OMP_WAIT_POLICY" not in env
+    assert env["TOKENIZERS_PARALLELISM"] == "true"
+    assert env["PATH"] == os.environ["PATH"]
