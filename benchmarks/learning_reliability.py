@@ -56,7 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1")
     parser.add_argument("--modes", nargs="+", default=["async", "sync"], choices=["async", "sync"])
-    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--steps", type=int, default=400, help="the default config's")
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """forge_async against TRL's synchronous GRPOTrainer: seconds from launch to a reward, same box, same run.
 
     pip install -e ".[bench]"    # TRL, for this benchmark only
-    .venv/bin/python -m benchmarks.vs_trl [--runs 3] [--num-digits 5] [--steps 250] [-- overrides ...]
+    .venv/bin/python -m benchmarks.vs_trl [--runs 3] [--num-digits 5] [--steps 400] [-- overrides ...]
 
 Both start from the same tiny checkpoint (created here, before any clock starts) and learn
 max-of-N-digits with 16 prompts x 8 completions per step and lr 1e-3. Each run is timed from
@@ -84,7 +84,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="runs of each, seeds 0 .. runs-1")
     parser.add_argument("--num-digits", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--steps", type=int, default=400, help="the default config's (its lr decay spans them)")
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the forge_async runs")
     args = parser.parse_args()

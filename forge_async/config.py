@@ -32,7 +32,7 @@ MODES = ("async", "sync")
 @dataclass
 class GRPOConfig:
     mode: str = "async"  # async: generation and training overlap; sync: strictly alternate
-    steps: int = 250  # optimizer steps
+    steps: int = 400  # optimizer steps
     seed: int = 0
     max_policy_age: int = 1  # samples older than this many trainer versions are dropped
     # Admit generation only when it can be trained within max_policy_age (see admission.py).

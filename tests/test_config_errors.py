@@ -55,7 +55,7 @@ BAD_VALUES = {
     "trainer.lr_schedule=step": "trainer.lr_schedule='step': one of constant, linear, cosine, sqrt",
     "trainer.warmup_steps=-1": "trainer.warmup_steps=-1: must be >= 0",
     "trainer.min_lr_factor=2": "trainer.min_lr_factor=2.0: must be in [0, 1]",
-    "trainer.lr_schedule=cosine trainer.lr_total_steps=10": "trainer.lr_total_steps=10 is less than steps=250",
+    "trainer.lr_schedule=cosine trainer.lr_total_steps=10": "trainer.lr_total_steps=10 is less than steps=400",
     "generator.dtype=int8": "generator.dtype='int8': one of float32, bfloat16, float16",
     "sampling.min_tokens=4": "sampling.min_tokens=4: must be in [0, 3]",
     "task.min_digits=4": "task.min_digits=4: must be in [1, 3] or null (at most task.num_digits)",

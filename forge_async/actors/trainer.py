@@ -364,7 +364,7 @@ def _lr_scheduler(optimizer: torch.optim.Optimizer, c: TrainerConfig) -> LRSched
         raise ConfigError(f"trainer.lr_schedule={c.lr_schedule!r} needs trainer.lr_total_steps (the app sets it)")
     schedule = LRSchedulersContainer.Config(
         warmup_steps=c.warmup_steps,
-        decay_ratio=0.0 if constant else None,
+        decay_ratio=0.0 if constant else c.decay_ratio,
         decay_type="linear" if constant else c.lr_schedule,
         min_lr_factor=c.min_lr_factor,
     )

@@ -31,6 +31,8 @@ class TrainerConfig:
     warmup_steps: int = 0  # linear warmup from lr / warmup_steps to lr
     min_lr_factor: float = 0.0  # where the decay ends, as a fraction of lr
     lr_total_steps: int | None = None  # steps the warmup + decay spans; null = the run's `steps`
+    # The decay's share of lr_total_steps, at the end (warmup-stable-decay); null: it starts after the warmup
+    decay_ratio: float | None = None
     compile: bool = False  # torch.compile each transformer block (meant for GPU)
 
     def __post_init__(self) -> None:
@@ -52,3 +54,4 @@ class TrainerConfig:
         check_range("trainer.warmup_steps", self.warmup_steps, AT_LEAST_0)
         check_range("trainer.min_lr_factor", self.min_lr_factor, Range(0, 1))
         check_range("trainer.lr_total_steps", self.lr_total_steps, AT_LEAST_1, nullable=True, note="null = steps")
+        check_range("trainer.decay_ratio", self.decay_ratio, Range(0, 1), nullable=True, note="null = all after the warmup")
