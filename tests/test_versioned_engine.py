@@ -95,11 +95,16 @@ def run_to_end(engine: VersionedEngine) -> None:
         engine.step()
 
 
-def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tiny_checkpoint):
+@pytest.mark.parametrize("grouped", [False, True], ids=["3 requests", "1 request of 3 samples"])
+def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tiny_checkpoint, grouped):
+    """Also when the 3 submits share their prompt and SamplingParams: one vLLM request with n=3."""
     v0 = tiny_checkpoint.load_hf_state_dict()
     engine = VersionedEngine(llm, "inflight")
-    requests = [engine.submit(PROMPT, params()) for _ in range(3)]
-    for _ in range(STEPS_BEFORE_SWAP):
+    shared = params()
+    requests = [engine.submit(PROMPT, shared if grouped else params()) for _ in range(3)]
+    engine.step()
+    assert len(engine._running) == (1 if grouped else 3)
+    for _ in range(STEPS_BEFORE_SWAP - 1):
         engine.step()
     # v1 = all-zero weights: every logit is 0, whatever KV the running requests carry,
     # so a token sampled by v1 has logprob exactly -log(vocab).
@@ -115,8 +120,25 @@ def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tin
             assert abs(c.logprobs[t] - reference[len(PROMPT) - 1 + t]) < 1e-4
         for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS):  # v1 tokens: uniform
             assert abs(c.logprobs[t] - uniform) < 1e-5
+    assert len({tuple(r.result.token_ids) for r in requests}) == 3  # three samples, not one thrice
     assert len(engine.swap_pauses_ms) == 1
     engine.swap(v0, version=0)  # leave the shared engine as we found it
+
+
+def test_the_samples_of_one_request_finish_each_on_its_own(llm):
+    """A group's samples end at different lengths (EOS sampled); each is handed over when it ends."""
+    engine = VersionedEngine(llm, "inflight")
+    shared = params(ignore_eos=False, temperature=1.0)
+    done: list[int] = []
+    requests = [engine.submit(PROMPT, shared, on_done=lambda c, i=i: done.append(i)) for i in range(16)]
+    run_to_end(engine)
+    assert sorted(done) == list(range(16))
+    eos = llm.get_tokenizer().eos_token_id
+    for request in requests:
+        c = request.result
+        assert len(c.token_ids) == len(c.logprobs) == len(c.versions) >= 1
+        assert (c.finish_reason, c.token_ids[-1] == eos) in (("stop", True), ("length", False)), c
+    assert len({len(r.result.token_ids) for r in requests}) > 1
 
 
 def test_drain_mode_holds_new_requests_until_the_swap(llm, tiny_checkpoint):

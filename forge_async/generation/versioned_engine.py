@@ -25,6 +25,12 @@ the adapter alone, under the same modes; the base weights never change.
 Requests are sampled with detokenize=False: vLLM's incremental detokenizer, run on
 every step, was ~30% of a tiny model's decode time on CPU. A completion's text is
 decoded once, when it finishes, with the engine's tokenizer.
+
+Consecutive submits of one prompt with one SamplingParams object (a GRPO group) reach
+vLLM as one request with n samples: vLLM processes the input once and fans it out to n
+sequences, where n separate requests would each be validated and deep-copied (a batch of
+16 prompts x 8 samples on the tiny model: 39 -> 31 ms on CPU). Each sample is still its
+own `Request` here, finishing on its own.
 """
 
 import itertools
@@ -74,7 +80,7 @@ class VersionedEngine:
         self.resumed_prefix_tokens = 0
         self._ids = itertools.count()
         self._queue: list[Request] = []
-        self._running: dict[str, Request] = {}  # by vLLM request id
+        self._running: dict[str, list[Request]] = {}  # by vLLM request id: its samples, by index
 
     @staticmethod
     def llm_kwargs(swap_mode: str) -> dict:
@@ -98,8 +104,8 @@ class VersionedEngine:
     def step(self) -> None:
         """Admit queued requests (unless draining), then one engine step."""
         if self._queue and not self.draining:
-            for request in self._queue:
-                self._add(request, request.prompt_ids, request.params)
+            for group in _groups(self._queue):
+                self._add(group, group[0].prompt_ids, group[0].params)
             self._queue.clear()
         if not self.running:
             return
@@ -109,31 +115,40 @@ class VersionedEngine:
         for output in outputs:
             self._record(output)
 
-    def _add(self, request: Request, prompt_ids: list[int], params: "SamplingParams") -> None:
+    def _add(self, group: list[Request], prompt_ids: list[int], params: "SamplingParams") -> None:
+        """One vLLM request sampling `prompt_ids` len(group) times, sample i for group[i]."""
         request_id = str(next(self._ids))
+        if len(group) > 1:
+            params = params.clone()
+            params.n = len(group)
         self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params, lora_request=self.lora_request)
-        self._running[request_id] = request
+        self._running[request_id] = group
 
     def _record(self, output) -> None:
-        request = self._running.get(output.request_id)
-        if request is None:  # a request aborted by an abort_resume swap: its id is retired
+        group = self._running.get(output.request_id)
+        if group is None:  # a request aborted by an abort_resume swap: its id is retired
             return
-        delta = output.outputs[0]
-        request.token_ids.extend(delta.token_ids)
-        request.logprobs.extend(lp[tok].logprob for lp, tok in zip(delta.logprobs, delta.token_ids))
-        request.versions.extend([self.version] * len(delta.token_ids))
+        for delta in output.outputs:
+            request = group[delta.index]
+            request.token_ids.extend(delta.token_ids)
+            request.logprobs.extend(lp[tok].logprob for lp, tok in zip(delta.logprobs, delta.token_ids))
+            request.versions.extend([self.version] * len(delta.token_ids))
+            if delta.finish_reason is not None or (output.finished and request.result is None):
+                self._finish(request, delta.finish_reason or "length")
         if output.finished:
             del self._running[output.request_id]
-            request.result = Completion(
-                prompt_ids=request.prompt_ids,
-                token_ids=request.token_ids,
-                logprobs=request.logprobs,
-                versions=request.versions,
-                text=self.tokenizer.decode(request.token_ids, skip_special_tokens=True),
-                finish_reason=delta.finish_reason or "length",
-            )
-            if request.on_done is not None:
-                request.on_done(request.result)
+
+    def _finish(self, request: Request, finish_reason: str) -> None:
+        request.result = Completion(
+            prompt_ids=request.prompt_ids,
+            token_ids=request.token_ids,
+            logprobs=request.logprobs,
+            versions=request.versions,
+            text=self.tokenizer.decode(request.token_ids, skip_special_tokens=True),
+            finish_reason=finish_reason,
+        )
+        if request.on_done is not None:
+            request.on_done(request.result)
 
     def swap(self, state_dict: dict, version: int) -> float:
         """Load `state_dict` as `version`: full weights (Hugging Face names), or with an adapter
@@ -158,8 +173,9 @@ class VersionedEngine:
         return pause_ms
 
     def _abort_running(self) -> list[Request]:
-        """Abort every request vLLM holds (decoding, waiting or mid-prefill), freeing all KV blocks."""
-        aborted = list(self._running.values())
+        """Abort every request vLLM holds (decoding, waiting or mid-prefill), freeing all KV blocks.
+        Returns the samples not finished yet."""
+        aborted = [request for group in self._running.values() for request in group if request.result is None]
         if self._running:
             self.engine.abort_request(list(self._running))
             self._running.clear()
@@ -174,7 +190,7 @@ class VersionedEngine:
         if done:
             self.resumed_requests += 1
             self.resumed_prefix_tokens += len(request.prompt_ids) + done
-        self._add(request, request.prompt_ids + request.token_ids, params)
+        self._add([request], request.prompt_ids + request.token_ids, params)
 
     def fail_all(self, error: Exception) -> None:
         """Drop every queued and running request after an engine error, telling their owners."""
@@ -183,3 +199,23 @@ class VersionedEngine:
         for request in failed:
             if request.on_error is not None:
                 request.on_error(error)
+
+
+def _groups(queue: list[Request]) -> list[list[Request]]:
+    """Runs of consecutive requests with the same prompt and the same SamplingParams object
+    (greedy ones stay alone: vLLM takes n > 1 only when sampling)."""
+    from vllm.sampling_params import SamplingType
+
+    groups: list[list[Request]] = []
+    for request in queue:
+        last = groups[-1][0] if groups else None
+        if (
+            last is not None
+            and last.params is request.params
+            and last.prompt_ids == request.prompt_ids
+            and request.params.sampling_type != SamplingType.GREEDY
+        ):
+            groups[-1].append(request)
+        else:
+            groups.append([request])
+    return groups
