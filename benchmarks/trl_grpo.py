@@ -1,6 +1,6 @@
 """TRL's synchronous `GRPOTrainer` on a forge_async digit task: the baseline of benchmarks.vs_trl.
 
-    .venv/bin/python -m benchmarks.trl_grpo CHECKPOINT [--num-digits 5] [--steps 250] [--seed 0]
+    .venv/bin/python -m benchmarks.trl_grpo CHECKPOINT [--num-digits 5] [--steps 400] [--seed 0]
 
 Needs TRL (`pip install -e ".[bench]"`); forge_async does not. One process, as a TRL user
 runs it: plain Hugging Face `generate` on CPU, one optimizer step per batch. The same
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("checkpoint")
     parser.add_argument("--num-digits", type=int, default=5)
     parser.add_argument("--rule", default="max_digit", choices=sorted(DIGIT_RULES))
-    parser.add_argument("--steps", type=int, default=250)
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
