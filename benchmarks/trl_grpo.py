@@ -18,30 +18,35 @@ from types import SimpleNamespace
 import datasets
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
 
-from forge_async.data.tasks import DIGIT_RULES, single_digit_reward
-from forge_async.models.tokenizer import BOS, SEP
+from forge_async.data.tasks import DigitTask, Prompt
+
+try:
+    from trl import GRPOConfig, GRPOTrainer
+except ImportError as err:
+    raise SystemExit(f"TRL is not installed ({err}): .venv/bin/pip install -e '.[bench]'") from err
 
 PROMPTS_PER_STEP = 16
 GROUP_SIZE = 8
+MAX_TOKENS = 3  # the answer digit, EOS, one spare: the CPU default's sampling.max_tokens
 
 
-def digit_prompts(num_digits: int, count: int, seed: int, rule: str) -> datasets.Dataset:
-    """`count` prompts "<bos>d1..dn<sep>" and their answers, drawn from `seed`."""
+def digit_prompts(task: DigitTask, tokenizer, count: int, seed: int) -> datasets.Dataset:
+    """`count` of the task's prompts (as text, special tokens included) and their answers,
+    drawn from `seed`."""
     rng = random.Random(seed)
-    rows = {"prompt": [], "answer": []}
-    for _ in range(count):
-        digits = [rng.randrange(10) for _ in range(num_digits)]
-        rows["prompt"].append(BOS + "".join(map(str, digits)) + SEP)
-        rows["answer"].append(str(DIGIT_RULES[rule](digits)))
-    return datasets.Dataset.from_dict(rows)
+    prompts = [task.sample(rng) for _ in range(count)]
+    return datasets.Dataset.from_dict(
+        {"prompt": [tokenizer.decode(p.token_ids) for p in prompts], "answer": [p.answer for p in prompts]}
+    )
 
 
-def reward_function(eos_id: int):
+def reward_function(task: DigitTask):
+    """The task's own reward, on what TRL hands a reward function."""
+
     def digit_reward(completions, completion_ids, answer, **_) -> list[float]:
         return [
-            single_digit_reward(a, SimpleNamespace(text=text, token_ids=ids), eos_id)
+            task.reward(Prompt(token_ids=[], answer=a), SimpleNamespace(text=text, token_ids=ids))
             for text, ids, a in zip(completions, completion_ids, answer)
         ]
 
@@ -60,21 +65,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint")
     parser.add_argument("--num-digits", type=int, default=5)
-    parser.add_argument("--rule", default="max_digit", choices=sorted(DIGIT_RULES))
+    parser.add_argument("--rule", default="max_digit", choices=["max_digit", "first_digit"])  # 1-digit answers
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32)
-    prompts = digit_prompts(args.num_digits, args.steps * PROMPTS_PER_STEP, args.seed, args.rule)
+    task = DigitTask(args.rule, args.num_digits, tokenizer, model.config.max_position_embeddings - MAX_TOKENS)
+    prompts = digit_prompts(task, tokenizer, args.steps * PROMPTS_PER_STEP, args.seed)
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
             output_dir=out,
             max_steps=args.steps,
             per_device_train_batch_size=PROMPTS_PER_STEP * GROUP_SIZE,
             num_generations=GROUP_SIZE,
-            max_completion_length=3,
+            max_completion_length=MAX_TOKENS,
             temperature=1.0,
             top_p=1.0,
             learning_rate=1e-3,
@@ -91,7 +97,7 @@ def main() -> None:
         )
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=reward_function(tokenizer.eos_token_id),
+            reward_funcs=reward_function(task),
             args=config,
             train_dataset=prompts,
             processing_class=tokenizer,
