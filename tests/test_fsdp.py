@@ -1,6 +1,7 @@
 """FSDP2 over 2 gloo ranks, and gradient accumulation over micro-batches, compute the same step
-as 1 rank with the whole batch in one forward; so does a reference policy held in the trainer
-(scorers[i].runs_on=trainer) against reference logprobs the episodes bring."""
+as 1 rank (a plain model) with the whole batch in one forward; checkpoints move between the
+two; a reference policy held in the trainer (scorers[i].runs_on=trainer) matches reference
+logprobs the episodes bring."""
 
 import asyncio
 
@@ -107,6 +108,32 @@ def test_shared_memory_push_from_two_ranks_keeps_two_versions_at_most(tiny_check
 def first(values):
     """Rank 0's value of a mesh call."""
     return next(value for _, value in values.items())
+
+
+def test_a_checkpoint_moves_between_one_plain_rank_and_two_fsdp_ranks(tiny_checkpoint, weight_store, tmp_path):
+    """One fp32 rank trains the plain model, two ranks shard it (models/parallelize.py); DCP
+    reshards between the two: each resumes the other's checkpoint and takes the same next step."""
+    one_procs, one = spawn_trainer(tiny_checkpoint, procs=1, eps=1e-3)
+    two_procs, two = spawn_trainer(tiny_checkpoint, procs=2, eps=1e-3)
+    try:
+        one.train_step.call(batch()).get()
+        one.save_state.call(str(tmp_path / "one")).get()
+        assert {v for _, v in two.load_state.call(str(tmp_path / "one")).get().items()} == {1}
+        for trainer in (one, two):
+            trainer.train_step.call(batch()).get()
+        two.save_state.call(str(tmp_path / "two")).get()  # version 2, sharded
+        assert_same_step(
+            (first(one.train_step.call(batch()).get()), first(one.full_state_dict.call().get())),
+            [m for _, m in two.train_step.call(batch()).get().items()],
+            [w for _, w in two.full_state_dict.call().get().items()],
+            1e-6,
+        )
+        assert first(one.load_state.call(str(tmp_path / "two")).get()) == 2
+        resumed = first(one.train_step.call(batch()).get()), first(one.full_state_dict.call().get())
+        assert resumed[0]["version"] == 3
+        assert_same_step(resumed, [], [first(two.full_state_dict.call().get())], 1e-6)
+    finally:
+        asyncio.run(meshes.stop_all(one_procs, two_procs))
 
 
 def kl_steps(checkpoint, procs: int, reference_path: str | None, episodes: list[Episode], steps: int = 2):

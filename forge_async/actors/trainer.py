@@ -1,4 +1,5 @@
-"""Trainer: a TorchTitan model under FSDP2 on a mesh of procs, learning from episodes.
+"""Trainer: a TorchTitan model under FSDP2 on a mesh of procs, learning from episodes
+(one fp32 proc trains the plain model: models/parallelize.py).
 
 Every rank receives the same list of episodes and trains on its own contiguous
 slice of the rows; gradients are summed across ranks, so N ranks compute the
@@ -49,7 +50,7 @@ from forge_async.losses.grpo import (
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
-from forge_async.models.parallelize import parallelize
+from forge_async.models.parallelize import parallelize, unsharded
 from forge_async.models.peft import save_adapter
 from forge_async.models.titan import build_titan_model, load_frozen_model, state_dict_adapter
 from forge_async.tracing import TRACER
@@ -180,9 +181,7 @@ class Trainer(ProcActor):
         return {
             **off_policy_metrics,
             "train/loss": global_loss,
-            "train/grad_norm": grad_norm.full_tensor().item()
-            if hasattr(grad_norm, "full_tensor")
-            else grad_norm.item(),
+            "train/grad_norm": unsharded(grad_norm).item(),
             "train/entropy": global_entropy / max(num_tokens, 1),
             "train/response_tokens": num_tokens,
             "train/lr": lr,
@@ -302,7 +301,7 @@ class Trainer(ProcActor):
 
     def _full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every parameter, unsharded, in TorchTitan names (a collective: all ranks call it)."""
-        return {name: t.full_tensor().cpu() for name, t in self.model.state_dict().items()}
+        return {name: unsharded(t).cpu() for name, t in self.model.state_dict().items()}
 
     def _merged(self, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A full TorchTitan state dict as a plain model: with LoRA, base + (alpha / rank) B A."""

@@ -15,12 +15,12 @@ restated here.
 
 import torch
 import torch.nn as nn
-from torch.distributed.tensor import DTensor
 from torchtitan.components.lora import LoRAConverter
 from torchtitan.models.common.decoder import Decoder
 from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
 from forge_async.models.config import LoraConfig
+from forge_async.models.parallelize import unsharded
 from forge_async.models.peft import peft_key
 
 # TorchTitan's config name of each Hugging Face projection LoRA can target. The key and
@@ -66,7 +66,7 @@ class AdapterNames:
         for name, (hf_module, rows) in self._modules.items():
             peft[peft_key(hf_module, "A")] = state_dict[f"{name}.lora_a.weight"]
             b = state_dict[f"{name}.lora_b.weight"]
-            peft[peft_key(hf_module, "B")] = b if rows is None else _full(b)[rows]
+            peft[peft_key(hf_module, "B")] = b if rows is None else unsharded(b)[rows]
         return peft
 
     def merge(self, state_dict: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
@@ -89,7 +89,3 @@ def _hf_module_and_rows(name: str, weight: torch.Tensor, adapter: StateDictAdapt
     rows = reordered[:, 0].long()
     unchanged = torch.equal(rows, torch.arange(out_features))
     return hf_name.removesuffix(".weight"), None if unchanged else rows
-
-
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

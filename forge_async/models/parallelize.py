@@ -6,6 +6,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
 
@@ -13,7 +14,8 @@ from forge_async.actors.trainer_config import TrainerConfig
 
 
 def parallelize(model: nn.Module, config: TrainerConfig, device_type: str) -> nn.Module:
-    """Activation checkpointing and compile per transformer block, then FSDP2 over every rank."""
+    """Activation checkpointing and compile per transformer block, then FSDP2 over every rank
+    (unless there is nothing for it to do: see `shards`)."""
     if config.activation_checkpointing == "full":
         FullAC(FullAC.Config()).apply(model)
     elif config.activation_checkpointing == "selective":
@@ -22,7 +24,22 @@ def parallelize(model: nn.Module, config: TrainerConfig, device_type: str) -> nn
         # TorchTitan's apply_compile does this too, but wants its ParallelDims (TP, PP, ...).
         for block in model.layers.values():
             block.compile(fullgraph=True)
+    if not shards(config):
+        return model
     return _apply_fsdp(model, device_type, getattr(torch, config.dtype))
+
+
+def shards(config: TrainerConfig) -> bool:
+    """Whether the trainer's model goes under FSDP2: with more than one rank, or for bfloat16's
+    mixed precision (fp32 master weights). One fp32 rank is left a plain module: FSDP2 would
+    shard nothing, and its hooks and DTensor dispatch cost ~20% of a tiny model's CPU step
+    (docs/benchmarks.md, Pipeline)."""
+    return dist.get_world_size() > 1 or config.dtype != "float32"
+
+
+def unsharded(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a DTensor gathered from every rank (a collective), a plain one as is."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def _apply_fsdp(model: nn.Module, device_type: str, param_dtype: torch.dtype) -> nn.Module:
