@@ -242,9 +242,9 @@ class GRPOLoop:
                 with TRACER.span("step", LOOP):
                     waited_from = time.perf_counter()
                     with TRACER.span("wait for batch", LOOP):
-                        batch = await self._next_batch(workers)
+                        batch, buffer = await self._next_batch(workers)
                     self.trainer_idle_s += time.perf_counter() - waited_from
-                    await self._train(batch)
+                    await self._train(batch, buffer)
                 if self._due_for_evaluation():
                     self._start_evaluation()
                 if self._due_for_checkpoint() and self._steps_left():
@@ -255,14 +255,15 @@ class GRPOLoop:
             results = await asyncio.gather(*workers, return_exceptions=True)
         _raise_first_error(results)
 
-    async def _next_batch(self, workers: list[asyncio.Task]) -> list[Episode]:
-        """Sample a batch, waiting for rollout workers to add episodes rather than polling."""
+    async def _next_batch(self, workers: list[asyncio.Task]) -> tuple[list[Episode], dict]:
+        """Sample a batch, waiting for rollout workers to add episodes rather than polling;
+        returns it with the buffer's stats."""
         while True:
             self.rollouts.added.clear()  # before sampling: an add from here on wakes us
-            batch = await self.buffer.sample(self.config.batch_size, self.version)
+            batch, buffer = await self.buffer.sample(self.config.batch_size, self.version)
             if batch is not None:
-                return batch
-            await self._note_drops()  # dropped samples no longer hold admission back
+                return batch, buffer
+            await self._note_drops(buffer)  # dropped samples no longer hold admission back
             _raise_first_error([w.exception() for w in workers if w.done()])
             self.sync.check()  # a failed weight relay would leave admission waiting forever
             try:
@@ -280,9 +281,9 @@ class GRPOLoop:
             with TRACER.span("step", LOOP):
                 waited_from = time.perf_counter()
                 with TRACER.span("generate batch", LOOP):
-                    batch = await self._generate_batch(per_call, count)
+                    batch, buffer = await self._generate_batch(per_call, count)
                 self.trainer_idle_s += time.perf_counter() - waited_from
-                await self._train(batch)
+                await self._train(batch, buffer)
                 with TRACER.span("wait for weights", LOOP):
                     await self.sync.wait_until_loaded(self.version)
             if self._due_for_evaluation():
@@ -330,19 +331,19 @@ class GRPOLoop:
         await self.sync.wait_until_loaded(self.version)
         await self._evaluate()
 
-    async def _generate_batch(self, per_call: int, count: int) -> list[Episode]:
-        """Sync mode: one batch, generated in calls of `per_call` prompts over `count` generators.
+    async def _generate_batch(self, per_call: int, count: int) -> tuple[list[Episode], dict]:
+        """Sync mode: one batch, generated in calls of `per_call` prompts over `count` generators;
+        returns it with the buffer's stats.
 
         With groups dropped for carrying no signal (filter.*), the prompts still missing are
         generated again until the batch is full."""
         missing = self.config.prompts_per_step
-        while (batch := await self._generate_prompts(missing, per_call, count)) is None:
-            held = (await self.buffer.stats())["size"]
-            missing = (self.config.batch_size - held) // self.config.group_size
-        return batch
+        while (sampled := await self._generate_prompts(missing, per_call, count))[0] is None:
+            missing = (self.config.batch_size - sampled[1]["size"]) // self.config.group_size
+        return sampled
 
-    async def _generate_prompts(self, prompts: int, per_call: int, count: int) -> list[Episode] | None:
-        """`prompts` prompts' groups into the buffer, then a batch from it if it has one."""
+    async def _generate_prompts(self, prompts: int, per_call: int, count: int) -> tuple[list[Episode] | None, dict]:
+        """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""
         calls, remaining = [], prompts
         while remaining > 0:
             g = len(calls) % count
@@ -357,15 +358,15 @@ class GRPOLoop:
         with self.generating[index]:
             return await self.meshes.generate(index, *args, **kwargs)
 
-    async def _train(self, batch: list[Episode]) -> None:
+    async def _train(self, batch: list[Episode], buffer: dict) -> None:
+        """One step on `batch`; `buffer`: the replay buffer's stats as the batch left it."""
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
-        buffer = await self._note_drops()
+        await self._note_drops(buffer)
         await self.admission.step_started(len(batch))
-        with TRACER.span("train_step call", LOOP):
-            result = await self.meshes.call_trainer(lambda t: t.train_step.call(batch))
-        with TRACER.span("push_weights call", LOOP):
-            push = await self.meshes.call_trainer(lambda t: t.push_weights.call(self.push_targets))
+        with TRACER.span("train_and_push call", LOOP):
+            result = await self.meshes.call_trainer(lambda t: t.train_and_push.call(batch, self.push_targets))
         self.version = result.pop("version")
+        push_ms, weight_bytes = result.pop("push_ms"), result.pop("weight_bytes")
         self.step += 1
         self.sync.publish(self.version)
         await self.admission.step_finished(self.version)
@@ -394,9 +395,9 @@ class GRPOLoop:
                 "generator/idle_frac": generator_idle,
                 "generator/restarts": self.meshes.generator_restarts,
                 "train/idle_frac": self.trainer_idle_s / (now - self.start),
-                "weights/push_ms": push["push_ms"],
-                "weights/sync_ms": push["push_ms"] + self.sync.last_load_ms,
-                "weights/bytes": push["weight_bytes"],
+                "weights/push_ms": push_ms,
+                "weights/sync_ms": push_ms + self.sync.last_load_ms,
+                "weights/bytes": weight_bytes,
                 "time/wall_s": now - self.start,
             },
         )
@@ -416,13 +417,11 @@ class GRPOLoop:
                 flush=True,
             )
 
-    async def _note_drops(self) -> dict:
-        """Tell admission control about samples the buffer dropped since last asked; returns its stats."""
-        buffer = await self.buffer.stats()
+    async def _note_drops(self, buffer: dict) -> None:
+        """Tell admission control about samples the buffer dropped since last told (`buffer`: its stats)."""
         dropped = buffer["dropped_stale"] + buffer["dropped_other"]
         await self.admission.dropped(dropped - self.dropped_seen)
         self.dropped_seen = dropped
-        return buffer
 
     async def write_summary(self, final_model: str | None = None, failure: str | None = None) -> dict:
         """summary.json from what the loop, the buffer and the generators know now."""

@@ -180,5 +180,9 @@ def test_replay_buffer_actor_drops_stale_across_procs():
         batch = buffer.sample.call_one(2, 2).get()
         assert [e.oldest_version for e in batch] == [1, 2]
         assert buffer.stats.call_one().get()["dropped_stale"] == 1
+        buffer.add.call_one([episode([2]), episode([3])]).get()
+        batch, stats = buffer.sample_with_stats.call_one(1, 4).get()  # the version-2 one is stale now
+        assert [e.oldest_version for e in batch] == [3]
+        assert (stats["dropped_stale"], stats["sampled"], stats["size"]) == (2, 3, 0)
     finally:
         asyncio.run(meshes.stop_all(procs))

@@ -5,8 +5,9 @@ Every rank receives the same list of episodes and trains on its own contiguous
 slice of the rows; gradients are summed across ranks, so N ranks compute the
 same update as one. The version counts optimizer steps (initial weights = 0).
 After a step, `push_weights` publishes the weights in Hugging Face names under
-that version: into a shared-memory file that every rank writes its own shard of
-(same host), or into torchstore as one DTensor shard per rank. With LoRA
+that version (`train_and_push` does both in one call): into a shared-memory file
+that every rank writes its own shard of (same host), or into torchstore as one
+DTensor shard per rank. With LoRA
 (model.lora.rank set) the base weights are frozen, only the adapters are in the
 optimizer, and only the adapters are published, in PEFT names (models/lora.py).
 """
@@ -156,6 +157,16 @@ class Trainer(ProcActor):
     async def train_step(self, episodes: list[Episode]) -> dict[str, float]:
         """One optimizer step on the whole batch, accumulated over micro-batches (the loss of each
         is scaled by global counts, so the sum of their gradients is the full-batch gradient)."""
+        return self._train_step(episodes)
+
+    @endpoint
+    async def train_and_push(self, episodes: list[Episode], transports: tuple[str, ...] | None = None) -> dict:
+        """`train_step`, then `push_weights`, in one call: the training loop's step, one round
+        trip fewer on the path from a batch to the generators' next weights."""
+        trained = self._train_step(episodes)
+        return {**trained, **(await self._push_weights(transports))}
+
+    def _train_step(self, episodes: list[Episode]) -> dict[str, float]:
         start = time.perf_counter()
         if self.device_type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -250,6 +261,9 @@ class Trainer(ProcActor):
         Default: the configured transport. `weight_bytes`: the size of what one
         version is (all ranks' shards together), moved once per transport.
         """
+        return await self._push_weights(transports)
+
+    async def _push_weights(self, transports: tuple[str, ...] | None) -> dict[str, float]:
         start = time.perf_counter()
         with TRACER.span("publish weights"):
             weight_bytes = await self._push(transports or (self.weights.transport,))

@@ -468,14 +468,17 @@ class SupervisedBuffer:
         await self._call(lambda b: b.add.call_one(episodes, dropped))
         self._counters["added"] += len(episodes) + sum((dropped or {}).values())
 
-    async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
-        batch = await self._call(lambda b: b.sample.call_one(batch_size, trainer_version))
+    async def sample(self, batch_size: int, trainer_version: int) -> tuple[list[Episode] | None, dict]:
+        """A batch (None: not enough fresh episodes yet) and the buffer's stats after taking it."""
+        batch, stats = await self._call(lambda b: b.sample_with_stats.call_one(batch_size, trainer_version))
         if batch is not None:
             self._counters["sampled"] += len(batch)
-        return batch
+        return batch, self._noted(stats)
 
     async def stats(self) -> dict:
-        stats = await self._call(lambda b: b.stats.call_one())
+        return self._noted(await self._call(lambda b: b.stats.call_one()))
+
+    def _noted(self, stats: dict) -> dict:
         self._counters["dropped"] = dict(stats["dropped_by_reason"])
         self._counters["kept_zero_variance"] = stats["kept_zero_variance"]
         return stats
