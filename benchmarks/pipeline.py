@@ -14,17 +14,15 @@ from launch to the first step whose 5-step average reward reaches 0.8.
 
 import argparse
 import os
-import re
 import tempfile
 from functools import partial
 from pathlib import Path
 
 from benchmarks.proc_cpu import ProcCpu
-from benchmarks.startup import timed_run
+from benchmarks.startup import STEP_LINE, timed_run
 from forge_async.metrics import read_rows
 from forge_async.trace import budget, format_budget
 
-_STEP = re.compile(r"^step +(\d+)/")
 
 
 def _sum(medians: dict, track: str, names: tuple[str, ...]) -> float:
@@ -37,7 +35,7 @@ _LAST_MARK_BEFORE_END = 5  # steps before the end: the procs are still running
 
 def _mark(cpu: ProcCpu, steps: int, line: str) -> None:
     """Every proc's CPU time at the steady state's first step and near the end."""
-    match = _STEP.match(line)
+    match = STEP_LINE.match(line)
     if match and int(match.group(1)) in (_FIRST_MARK, steps - _LAST_MARK_BEFORE_END):
         cpu.mark()
 
@@ -67,7 +65,7 @@ def launch_to_reward(lines: list[tuple[float, str]], metrics: list[dict], target
     if i is None:
         return None
     step = metrics[i]["step"]
-    at = next(t for t, line in lines if (m := _STEP.match(line)) and int(m.group(1)) == step)
+    at = next(t for t, line in lines if (m := STEP_LINE.match(line)) and int(m.group(1)) == step)
     return at, step
 
 
@@ -89,6 +87,7 @@ def main() -> None:
     generate = _sum(m, "generator 0", ("decode", "swap weights"))
     train = _sum(m, "trainer rank 0", ("forward", "backward", "optimizer", "publish weights"))
     held = [v for k, v in m.items() if k.endswith("| held back by admission")]
+    generator_idle = m.get("generator 0 | all lanes | idle", m["generator 0 | main | idle"])
     print(f"\n{format_budget(result)}\n")
     rows = [
         ("steady-state steps/s", f"{1e3 / m['step']:.2f}"),
@@ -97,7 +96,7 @@ def main() -> None:
         ("train per batch (ms)", f"{train:.1f}"),
         ("step / max(generate, train)", f"{m['step'] / max(generate, train):.2f}"),
         ("trainer idle", f"{m['trainer rank 0 | main | idle'] / m['step']:.0%}"),
-        ("generator idle", f"{m['generator 0 | main | idle'] / m['step']:.0%}"),
+        ("generator idle (not decoding or swapping)", f"{generator_idle / m['step']:.0%}"),
         ("generation held back (mean per worker)", f"{sum(held) / max(len(held), 1) / m['step']:.0%}"),
         (f"launch -> 5-step mean reward {args.target}", _format_reached(launch_to_reward(lines, metrics, args.target))),
         ("launch -> exit (s)", f"{lines[-1][0]:.1f}"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from apps.grpo.subprocess_run import hydra_command_line
 
 REPO = Path(__file__).resolve().parents[1]
-_STEP = re.compile(r"^step +(\d+)[ /]")
+STEP_LINE = re.compile(r"^step +(\d+)[ /]")  # a console step line (benchmarks/pipeline.py too)
 _MODEL = re.compile(r"(^|\] )model[: ]")
 
 # (label, how to recognise the line that ends the phase); phases missing from a run are skipped.
@@ -30,7 +30,7 @@ MILESTONES = (
     ("run dir printed", lambda line: line.startswith("run dir:")),
     ("model ready", lambda line: _MODEL.search(line) is not None),
     ("meshes up", lambda line: "meshes up" in line),
-    ("first step", lambda line: _STEP.match(line) is not None),
+    ("first step", lambda line: STEP_LINE.match(line) is not None),
 )
 
 
@@ -68,7 +68,7 @@ def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
         hit = next((t for t, line in lines if matches(line)), None)
         if hit is not None:
             found[label] = hit
-    last_step = max(t for t, line in lines if _STEP.match(line))
+    last_step = max(t for t, line in lines if STEP_LINE.match(line))
     saving = next(t for t, line in lines if line.startswith("saving the final policy"))
     saved = next((t for t, line in lines if line.startswith("final policy saved")), None)
     report = next(t for t, line in lines if line.startswith("== "))

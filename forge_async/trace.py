@@ -71,11 +71,17 @@ def _clip(spans: list[tuple[str, float, float]], window: Interval) -> list[tuple
     return [(n, max(s, lo), min(e, hi)) for n, s, e in spans if e > lo and s < hi]
 
 
+ALL_LANES = "all lanes"
+
+
 def step_budget(lanes: dict, window: Interval) -> dict[str, float]:
     """Milliseconds per "track | lane | span name" inside one step window, plus each lane's
-    idle time and the bubble."""
+    idle time, each actor's idle time in all its lanes at once ("track | all lanes | idle",
+    for actors with more than one lane: a generator swapping weights is idle in its main
+    lane, not idle as a whole) and the bubble."""
     budget: dict[str, float] = defaultdict(float)
     useful: list[Interval] = []
+    busy_by_track: dict[str, list[list[Interval]]] = defaultdict(list)
     length = window[1] - window[0]
     for (track, lane), spans in lanes.items():
         inside = [s for s in _clip(spans, window) if (track, lane, s[0]) != STEP]
@@ -85,7 +91,12 @@ def step_budget(lanes: dict, window: Interval) -> dict[str, float]:
             budget[f"{track} | {lane} | {name}"] += (end - start) / 1e3
             if name in USEFUL and track != "controller":
                 useful.append((start, end))
-        budget[f"{track} | {lane} | idle"] += (length - _union_length([(s, e) for _, s, e in inside])) / 1e3
+        busy = [(s, e) for _, s, e in inside]
+        budget[f"{track} | {lane} | idle"] += (length - _union_length(busy)) / 1e3
+        busy_by_track[track].append(busy)
+    for track, busy in busy_by_track.items():
+        if len(busy) > 1 and track != "controller":
+            budget[f"{track} | {ALL_LANES} | idle"] = (length - _union_length([i for b in busy for i in b])) / 1e3
     budget["step"] = length / 1e3
     budget["bubble"] = (length - _union_length(useful)) / 1e3
     return budget

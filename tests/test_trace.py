@@ -29,6 +29,9 @@ def test_budget_counts_each_side_and_the_bubble(tmp_path):
     assert m["trainer rank 0 | main | backward"] == pytest.approx(20)
     assert m["trainer rank 0 | main | idle"] == pytest.approx(70)
     assert m["generator 0 | main | decode"] == pytest.approx(40)
+    assert m["generator 0 | main | idle"] == pytest.approx(60)  # swapping is not decoding ...
+    assert m["generator 0 | all lanes | idle"] == pytest.approx(50)  # ... but it is not idle either
+    assert "trainer rank 0 | all lanes | idle" not in m  # one lane: its idle says it all
     assert m["controller | trainer loop | wait for batch"] == pytest.approx(40)
     assert m["bubble"] == pytest.approx(30)
 

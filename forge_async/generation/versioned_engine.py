@@ -72,7 +72,7 @@ class VersionedEngine:
         self.lora_request = adapter.request if adapter is not None else None
         self.version = version
         self.draining = False
-        self.busy_s = 0.0  # time inside engine steps
+        self.busy_s = 0.0  # time inside engine steps and weight swaps
         self.swap_pauses_ms: list[float] = []  # pause of each swap made with requests running
         # abort_resume: requests re-submitted with a generated prefix, and their prefix lengths
         # (prompt + generated), the tokens vLLM prefills again after a swap
@@ -168,6 +168,7 @@ class VersionedEngine:
         for request in aborted:
             self._resume(request)
         pause_ms = (time.perf_counter() - start) * 1e3
+        self.busy_s += pause_ms / 1e3
         if in_flight:
             self.swap_pauses_ms.append(pause_ms)
         return pause_ms
