@@ -21,8 +21,7 @@ from pathlib import Path
 from benchmarks.proc_cpu import ProcCpu
 from benchmarks.startup import STEP_LINE, timed_run
 from forge_async.metrics import read_rows
-from forge_async.trace import budget, format_budget
-
+from forge_async.trace import ALL_LANES, budget, format_budget
 
 
 def _sum(medians: dict, track: str, names: tuple[str, ...]) -> float:
@@ -87,7 +86,7 @@ def main() -> None:
     generate = _sum(m, "generator 0", ("decode", "swap weights"))
     train = _sum(m, "trainer rank 0", ("forward", "backward", "optimizer", "publish weights"))
     held = [v for k, v in m.items() if k.endswith("| held back by admission")]
-    generator_idle = m.get("generator 0 | all lanes | idle", m["generator 0 | main | idle"])
+    generator_idle = m.get(f"generator 0 | {ALL_LANES} | idle", m["generator 0 | main | idle"])
     print(f"\n{format_budget(result)}\n")
     rows = [
         ("steady-state steps/s", f"{1e3 / m['step']:.2f}"),

@@ -338,9 +338,11 @@ class GRPOLoop:
         With groups dropped for carrying no signal (filter.*), the prompts still missing are
         generated again until the batch is full."""
         missing = self.config.prompts_per_step
-        while (sampled := await self._generate_prompts(missing, per_call, count))[0] is None:
-            missing = (self.config.batch_size - sampled[1]["size"]) // self.config.group_size
-        return sampled
+        while True:
+            batch, buffer = await self._generate_prompts(missing, per_call, count)
+            if batch is not None:
+                return batch, buffer
+            missing = (self.config.batch_size - buffer["size"]) // self.config.group_size
 
     async def _generate_prompts(self, prompts: int, per_call: int, count: int) -> tuple[list[Episode] | None, dict]:
         """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""

@@ -7,9 +7,9 @@ same update as one. The version counts optimizer steps (initial weights = 0).
 After a step, `push_weights` publishes the weights in Hugging Face names under
 that version (`train_and_push` does both in one call): into a shared-memory file
 that every rank writes its own shard of (same host), or into torchstore as one
-DTensor shard per rank. With LoRA
-(model.lora.rank set) the base weights are frozen, only the adapters are in the
-optimizer, and only the adapters are published, in PEFT names (models/lora.py).
+DTensor shard per rank. With LoRA (model.lora.rank set) the base weights are
+frozen, only the adapters are in the optimizer, and only the adapters are
+published, in PEFT names (models/lora.py).
 """
 
 import os
