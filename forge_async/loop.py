@@ -256,20 +256,16 @@ class GRPOLoop:
         _raise_first_error(results)
 
     async def _next_batch(self, workers: list[asyncio.Task]) -> tuple[list[Episode], dict]:
-        """Sample a batch, waiting for rollout workers to add episodes rather than polling;
-        returns it with the buffer's stats."""
+        """Sample a batch, returned with the buffer's stats. A call that finds none waits in the
+        buffer for the rollout workers' next add (rather than polling), so the batch leaves the
+        moment it is complete; between calls, the workers and weight relays are checked."""
         while True:
-            self.rollouts.added.clear()  # before sampling: an add from here on wakes us
-            batch, buffer = await self.buffer.sample(self.config.batch_size, self.version)
+            batch, buffer = await self.buffer.sample(self.config.batch_size, self.version, wait_s=_WORKER_CHECK_S)
             if batch is not None:
                 return batch, buffer
             await self._note_drops(buffer)  # dropped samples no longer hold admission back
             _raise_first_error([w.exception() for w in workers if w.done()])
             self.sync.check()  # a failed weight relay would leave admission waiting forever
-            try:
-                await asyncio.wait_for(self.rollouts.added.wait(), timeout=_WORKER_CHECK_S)
-            except asyncio.TimeoutError:
-                pass
 
     async def _run_sync(self) -> None:
         per_call = self.config.prompts_per_rollout

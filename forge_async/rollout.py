@@ -37,7 +37,6 @@ class Rollouts:
         self.prompts_per_call = prompts_per_call
         self.rng = random.Random(seed)
         self.tokens = 0  # completion tokens produced
-        self.added = asyncio.Event()  # set whenever episodes reach the buffer
         self._next_group = 0
 
     async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], Dropped]:
@@ -93,5 +92,4 @@ class Rollouts:
                 episodes, dropped = await self.produce(generate, admitted // self.group_size)
             with TRACER.span("buffer add", lane):
                 await buffer.add(episodes, dropped)
-            self.added.set()
             await admission.generated(admitted)

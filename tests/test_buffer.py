@@ -1,6 +1,7 @@
 """Replay buffer: policy-age drops at the boundaries, counts, capacity, the actor."""
 
 import asyncio
+import time
 from collections import Counter
 
 import pytest
@@ -184,5 +185,26 @@ def test_replay_buffer_actor_drops_stale_across_procs():
         batch, stats = buffer.sample_with_stats.call_one(1, 4).get()  # the version-2 one is stale now
         assert [e.oldest_version for e in batch] == [3]
         assert (stats["dropped_stale"], stats["sampled"], stats["size"]) == (2, 3, 0)
+        assert_a_waiting_sample_takes_the_next_add(buffer)
     finally:
         asyncio.run(meshes.stop_all(procs))
+
+
+def assert_a_waiting_sample_takes_the_next_add(buffer) -> None:
+    """A sample_with_stats that finds no batch waits in the actor (which meanwhile takes the
+    add) and returns the batch the add completes; one that drops stale episodes returns
+    at once, so that the caller hears of the drop."""
+
+    async def sample_while_adding() -> tuple:
+        waiting = buffer.sample_with_stats.call_one(2, 4, 30.0)
+        await asyncio.sleep(0.3)  # the sample is in the actor, waiting, by now
+        await buffer.add.call_one([episode([4]), episode([4])])
+        return await waiting
+
+    batch, stats = asyncio.run(sample_while_adding())
+    assert [e.oldest_version for e in batch] == [4, 4] and stats["size"] == 0
+    buffer.add.call_one([episode([1])]).get()
+    asked = time.monotonic()
+    batch, stats = buffer.sample_with_stats.call_one(2, 4, 30.0).get()  # drops the version-1 one
+    assert batch is None and stats["dropped_stale"] == 3
+    assert time.monotonic() - asked < 20  # it did not wait out its 30 s

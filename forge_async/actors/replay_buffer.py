@@ -1,6 +1,8 @@
 """ReplayBuffer: the EpisodeBuffer policy behind a Monarch actor, between generators and trainer."""
 
-from monarch.actor import endpoint
+import asyncio
+
+from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.buffer import EpisodeBuffer
@@ -17,23 +19,43 @@ class ReplayBuffer(ProcActor):
         max_zero_variance_drops: int | None = None,
     ):
         self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance, max_zero_variance_drops)
+        self._added = asyncio.Event()  # set by every add: wakes a sample_with_stats that waits
 
     @endpoint
     async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> int:
         with TRACER.span("add"):
             self.buffer.add(episodes, dropped)
+        self._added.set()
         return len(self.buffer)
 
     @endpoint
     async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
+        return self._sample(batch_size, trainer_version)
+
+    @concurrent_endpoint  # while it waits, the actor takes the adds it waits for
+    async def sample_with_stats(
+        self, batch_size: int, trainer_version: int, wait_s: float = 0.0
+    ) -> tuple[list[Episode] | None, dict]:
+        """`sample`, then `stats`, in one call: the training loop's, one round trip per step.
+
+        With `wait_s`, a call that finds no batch, and dropped nothing the caller should hear
+        about, waits up to `wait_s` for the next add and tries once more: a batch leaves the
+        moment its last episodes arrive, two messages sooner than if the caller asked again."""
+        self._added.clear()
+        dropped_before = self.buffer.dropped.total()
+        batch = self._sample(batch_size, trainer_version)
+        if batch is None and wait_s > 0 and self.buffer.dropped.total() == dropped_before:
+            try:
+                await asyncio.wait_for(self._added.wait(), wait_s)
+            except TimeoutError:
+                pass
+            else:
+                batch = self._sample(batch_size, trainer_version)
+        return batch, self.buffer.stats()
+
+    def _sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
         with TRACER.span("sample"):
             return self.buffer.sample(batch_size, trainer_version)
-
-    @endpoint
-    async def sample_with_stats(self, batch_size: int, trainer_version: int) -> tuple[list[Episode] | None, dict]:
-        """`sample`, then `stats`, in one call: the training loop's, one round trip per step."""
-        with TRACER.span("sample"):
-            return self.buffer.sample(batch_size, trainer_version), self.buffer.stats()
 
     @endpoint
     async def stats(self) -> dict:

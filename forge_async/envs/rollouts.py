@@ -167,7 +167,6 @@ class EpisodeRollouts(Rollouts):
     async def _group_into_buffer(self, generate_one: TurnBatcher, buffer, admission: AdmissionControl) -> None:
         episodes, dropped = await self._play_group(generate_one, self.task.sample(self.rng))
         await buffer.add(episodes, dropped)
-        self.added.set()
         await admission.generated(self.group_size)
 
     def metrics(self) -> dict[str, float]:

@@ -10,16 +10,25 @@ never look. The garbage the imports leave (~15 MiB) is kept.
 
 import gc
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
-def import_frozen(*modules: str) -> None:
-    """Import `modules` with the collector off, then freeze everything alive."""
+@contextmanager
+def frozen() -> Iterator[None]:
+    """The collector off inside the block (for code that imports), then everything alive frozen."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        for module in modules:
-            importlib.import_module(module)
+        yield
     finally:
         if enabled:
             gc.enable()
         gc.freeze()
+
+
+def import_frozen(*modules: str) -> None:
+    """Import `modules` with the collector off, then freeze everything alive."""
+    with frozen():
+        for module in modules:
+            importlib.import_module(module)

@@ -11,6 +11,7 @@ model scorer at position i of the `scorers` list), `environment<i>` (env.procs).
 """
 
 import asyncio
+import importlib
 import os
 import socket
 import sys
@@ -26,7 +27,7 @@ from forge_async.config import GRPOConfig
 from forge_async.console import send_output_to_log
 from forge_async.errors import ConfigError
 from forge_async.launch.hosts import Hosts
-from forge_async.launch.imports import import_frozen
+from forge_async.launch.imports import frozen
 from forge_async.tracing import TRACER
 
 # What each role's actor imports, by role name less its index.
@@ -52,9 +53,11 @@ def start_proc(
     TRACER.enabled = trace
     if log_dir is not None:
         send_output_to_log(log_dir, name)
-    for step in prepare:
-        step()
-    import_frozen(*modules)
+    with frozen():  # the steps import torch: as the modules, without the collector
+        for step in prepare:
+            step()
+        for module in modules:
+            importlib.import_module(module)
 
 
 def use_gpus(indices: str, key: str) -> None:

@@ -468,9 +468,12 @@ class SupervisedBuffer:
         await self._call(lambda b: b.add.call_one(episodes, dropped))
         self._counters["added"] += len(episodes) + sum((dropped or {}).values())
 
-    async def sample(self, batch_size: int, trainer_version: int) -> tuple[list[Episode] | None, dict]:
-        """A batch (None: not enough fresh episodes yet) and the buffer's stats after taking it."""
-        batch, stats = await self._call(lambda b: b.sample_with_stats.call_one(batch_size, trainer_version))
+    async def sample(
+        self, batch_size: int, trainer_version: int, wait_s: float = 0.0
+    ) -> tuple[list[Episode] | None, dict]:
+        """A batch (None: not enough fresh episodes yet, after waiting up to `wait_s` for the next
+        add) and the buffer's stats after taking it."""
+        batch, stats = await self._call(lambda b: b.sample_with_stats.call_one(batch_size, trainer_version, wait_s))
         if batch is not None:
             self._counters["sampled"] += len(batch)
         return batch, self._noted(stats)
