@@ -11,7 +11,6 @@ model scorer at position i of the `scorers` list), `environment<i>` (env.procs).
 """
 
 import asyncio
-import importlib
 import os
 import socket
 import sys
@@ -27,7 +26,7 @@ from forge_async.config import GRPOConfig
 from forge_async.console import send_output_to_log
 from forge_async.errors import ConfigError
 from forge_async.launch.hosts import Hosts
-from forge_async.launch.imports import frozen
+from forge_async.launch.imports import frozen, import_frozen
 from forge_async.tracing import TRACER
 
 # What each role's actor imports, by role name less its index.
@@ -53,11 +52,10 @@ def start_proc(
     TRACER.enabled = trace
     if log_dir is not None:
         send_output_to_log(log_dir, name)
-    with frozen():  # the steps import torch: as the modules, without the collector
+    with frozen():  # the steps import torch: like the modules, without the collector
         for step in prepare:
             step()
-        for module in modules:
-            importlib.import_module(module)
+        import_frozen(*modules)
 
 
 def use_gpus(indices: str, key: str) -> None:
