@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the config schema
 from apps.grpo.subprocess_run import run_app
 from forge_async.checkpoint.resume import resumed_config
+from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.config import GRPOConfig
 from forge_async.data.tasks import TaskError
 from forge_async.errors import ConfigError
@@ -195,6 +196,18 @@ def test_the_generator_dtype_follows_the_trainer_unless_set():
     assert app_config("trainer.dtype=bfloat16").generator.dtype == "bfloat16"
     assert app_config("trainer.dtype=bfloat16", "generator.dtype=float32").generator.dtype == "float32"
     assert app_config("steps=40").trainer.lr_total_steps == 40
+
+
+def test_a_kv_cache_smaller_than_one_full_context_sequence_is_named_before_vllm_starts(tiny_checkpoint):
+    shape = tiny_checkpoint.shape  # the tiny model: 1 KiB of keys and values a token in float32
+    per_token = shape.kv_cache_bytes_per_token(4)
+    assert per_token == 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * 4
+    fits = GeneratorConfig(kv_cache_gib=per_token * shape.max_seq_len / 2**30)
+    assert fits.kv_cache_bytes(shape, shape.max_seq_len, "float32") == per_token * shape.max_seq_len
+    assert fits.kv_cache_bytes(shape, 2 * shape.max_seq_len, "bfloat16") is not None  # half the bytes
+    with pytest.raises(ConfigError, match=r"generator.kv_cache_gib=.* holds 64 tokens .*generator.max_model_len=65"):
+        fits.kv_cache_bytes(shape, shape.max_seq_len + 1, "float32")
+    assert GeneratorConfig(kv_cache_gib=None).kv_cache_bytes(shape, 10**6, "float32") is None  # vLLM sizes it
 
 
 def test_a_run_saved_with_trainer_is_cap_resumes_with_it_as_importance_cap(tmp_path):

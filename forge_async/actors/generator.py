@@ -93,7 +93,7 @@ class Generator(ProcActor):
             max_model_len=self.max_model_len,
             seed=c.seed,
             gpu_memory_utilization=c.gpu_memory_utilization,
-            kv_cache_memory_bytes=int(c.kv_cache_gib * 2**30) if c.kv_cache_gib else None,
+            kv_cache_memory_bytes=c.kv_cache_bytes(self.checkpoint.shape, self.max_model_len, dtype),
             **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs(c.swap_mode),
             **(adapter.llm_kwargs() if adapter else {}),

@@ -5,6 +5,9 @@ from dataclasses import dataclass
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 from forge_async.generation.versioned_engine import SWAP_MODES
+from forge_async.models.shape import ModelShape
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass
@@ -50,6 +53,23 @@ class GeneratorConfig:
                 "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's "
                 "torch.compile off; set generator.enforce_eager=false (or null)"
             )
+
+
+    def kv_cache_bytes(self, shape: ModelShape, max_model_len: int, dtype: str) -> int | None:
+        """kv_cache_gib in bytes (None: vLLM sizes it), checked to hold one sequence of the
+        full context: vLLM's own error for a cache too small names neither key."""
+        if self.kv_cache_gib is None:
+            return None
+        size = int(self.kv_cache_gib * 2**30)
+        per_token = shape.kv_cache_bytes_per_token(_DTYPE_BYTES.get(dtype, 2))  # a lower bound for others
+        if size < per_token * max_model_len:
+            raise ConfigError(
+                f"generator.kv_cache_gib={self.kv_cache_gib} holds {size // per_token} tokens of this model "
+                f"({per_token} bytes each in {dtype}), fewer than one sequence of its context "
+                f"(generator.max_model_len={max_model_len}); raise generator.kv_cache_gib to at least "
+                f"{per_token * max_model_len / 2**30:.4g} or lower generator.max_model_len"
+            )
+        return size
 
 
 @dataclass

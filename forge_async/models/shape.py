@@ -73,6 +73,10 @@ class ModelShape:
             rope_scaling=_rope_scaling(rope, family, source),
         )
 
+    def kv_cache_bytes_per_token(self, dtype_bytes: int) -> int:
+        """What one token's keys and values take in an inference engine's KV cache."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
+
 
 def _family(hf: dict[str, Any], source: str) -> str:
     architectures = hf.get("architectures") or [hf.get("model_type", "unknown")]
