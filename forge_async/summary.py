@@ -12,7 +12,6 @@ import json
 import statistics
 import time
 
-from forge_async.weights import store
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -68,7 +67,7 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "resumed_prefix_tokens": sum(g["resumed_prefix_tokens"] for g in generators),
         "stored_versions": await _stored_versions(config),
         # versions kept for relays / generators
-        "torchstore_versions": await store.stored_versions() if meshes.uses_torchstore else [],
+        "torchstore_versions": await _torchstore_versions() if meshes.uses_torchstore else [],
         "placement": meshes.placement,
         "skipped_rows": loop.rollouts.task.skipped_rows,  # dataset rows skipped at load, by reason
     }
@@ -87,4 +86,10 @@ async def _stored_versions(config) -> list[int]:
     """Policy versions still held by the weight transport (hygiene: only those in use)."""
     if config.weights.transport == "shm":
         return SharedMemoryChannel(config.weights.channel_dir).versions()
+    return await _torchstore_versions()
+
+
+async def _torchstore_versions() -> list[int]:
+    from forge_async.weights import store  # torchstore: ~1 s to import, only where it is used
+
     return await store.stored_versions()

@@ -148,3 +148,19 @@ def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made()
         "else: raise AssertionError('the missing module was imported')\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_preload_them():
+    """The controller imports every actor class to spawn it; what only the procs run (TorchTitan,
+    torch.distributed.checkpoint, torchstore: ~2 s of CPU) stays out of it, loaded by the procs'
+    bootstraps instead (PRELOAD), so no proc imports them mid-run."""
+    heavy = ("torchtitan", "torch.distributed.checkpoint", "torchstore")
+    script = (
+        "import sys; import apps.grpo.training, apps.distill.main\n"
+        f"loaded = sorted({{m for m in sys.modules if m.startswith({heavy!r})}})\n"
+        "assert not loaded, loaded\n"
+        "from forge_async.launch.procs import PRELOAD; from forge_async.launch.imports import import_frozen\n"
+        "import_frozen(*PRELOAD['trainer']); assert 'torch.distributed.checkpoint' in sys.modules\n"
+        "assert 'forge_async.models.titan' in PRELOAD['scorer'] and 'forge_async.weights.store' in PRELOAD['weight_relay']\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)

@@ -22,7 +22,6 @@ from forge_async.launch.procs import RunProcs
 from forge_async.launch.supervision import RunMeshes
 from forge_async.loop import GRPOLoop
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -31,6 +30,8 @@ def prepare_checkpoint(config: GRPOConfig, run_dir: Path) -> Checkpoint:
         return Checkpoint.open(config.model.path)
     initial = run_dir / "initial_model"
     if not (initial / "config.json").is_file():  # a resumed run already has it
+        from forge_async.models.tiny import create_tiny_checkpoint  # TorchTitan: only for the tiny model
+
         create_tiny_checkpoint(initial, config.model.tiny)
     return Checkpoint.open(initial)
 

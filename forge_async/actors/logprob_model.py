@@ -14,7 +14,6 @@ from monarch.actor import endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.losses.grpo import sequence_logprobs
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.models.titan import load_frozen_model
 from forge_async.tracing import TRACER
 
 ROWS_PER_FORWARD = 64  # bounds the logits' memory: rows x length x vocabulary floats
@@ -29,6 +28,8 @@ class LogprobModel(ProcActor):
     @endpoint
     async def setup(self) -> dict[str, float]:
         """Load the checkpoint; returns how long that took."""
+        from forge_async.models.titan import load_frozen_model  # TorchTitan: this proc's, not the controller's
+
         start = time.perf_counter()
         torch.set_num_threads(self.threads)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -10,21 +10,23 @@ that every rank writes its own shard of (same host), or into torchstore as one
 DTensor shard per rank. With LoRA (model.lora.rank set) the base weights are
 frozen, only the adapters are in the optimizer, and only the adapters are
 published, in PEFT names (models/lora.py).
+
+TorchTitan and torch.distributed.checkpoint are imported where they are used: the
+controller imports this module to spawn the actor and needs neither (~1.8 s of CPU at
+start-up); the trainer's procs load them as they start (launch/procs.py, PRELOAD).
 """
 
 import os
 import resource
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from monarch.actor import endpoint
-from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.trainer_config import TrainerConfig
@@ -53,10 +55,12 @@ from forge_async.models.config import LoraConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.parallelize import parallelize, unsharded
 from forge_async.models.peft import save_adapter
-from forge_async.models.titan import build_titan_model, load_frozen_model, state_dict_adapter
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
+
+if TYPE_CHECKING:
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
 
 
 _NEVER = 2**62  # a constant schedule's "total steps": its decay never starts
@@ -91,6 +95,8 @@ class Trainer(ProcActor):
 
     @endpoint
     async def setup(self) -> None:
+        from forge_async.models.titan import build_titan_model, state_dict_adapter
+
         torch.set_num_threads(self.config.threads)
         self.device_type = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device_type == "cuda":
@@ -129,6 +135,8 @@ class Trainer(ProcActor):
         """The frozen reference policy, sharded and computed in the same dtype as the policy, so
         that its logprobs equal the policy's exactly before the first step. The initial policy's
         `policy_weights`, already read, are not read from disk again."""
+        from forge_async.models.titan import load_frozen_model
+
         checkpoint = Checkpoint.open(self.reference_path)
         same = checkpoint.path == self.checkpoint.path
         model = load_frozen_model(checkpoint, policy_weights if same else None)
@@ -336,6 +344,9 @@ class Trainer(ProcActor):
     @endpoint
     async def save_state(self, directory: str) -> dict[str, float]:
         """Model and optimizer state into `directory`: each rank writes its own shard (DCP)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         start = time.perf_counter()
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "version": self.version}
@@ -345,6 +356,9 @@ class Trainer(ProcActor):
     @endpoint
     async def load_state(self, directory: str) -> int:
         """Restore what `save_state` wrote (any number of ranks may read it); returns the version."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "version": 0}
         dcp.load(state, checkpoint_id=directory)
@@ -370,8 +384,10 @@ class Trainer(ProcActor):
         return directory
 
 
-def _lr_scheduler(optimizer: torch.optim.Optimizer, c: TrainerConfig) -> LRSchedulersContainer:
+def _lr_scheduler(optimizer: torch.optim.Optimizer, c: TrainerConfig) -> "LRSchedulersContainer":
     """TorchTitan's warmup + decay schedule; `constant` is a warmup then no decay, ever."""
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
+
     constant = c.lr_schedule == "constant"
     if c.lr_total_steps is None and not constant:
         raise ConfigError(f"trainer.lr_schedule={c.lr_schedule!r} needs trainer.lr_total_steps (the app sets it)")

@@ -11,7 +11,6 @@ import time
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
-from forge_async.weights import store
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -21,6 +20,8 @@ class WeightRelay(ProcActor):
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:
+        from forge_async.weights import store  # imported as the proc starts (launch/procs.py, PRELOAD)
+
         start = time.perf_counter()
         state_dict = await store.get_policy(version)
         fetched = time.perf_counter()

@@ -30,12 +30,16 @@ from forge_async.launch.imports import frozen, import_frozen
 from forge_async.tracing import TRACER
 
 # What each role's actor imports, by role name less its index.
+# The actor modules leave TorchTitan and DCP to the procs (the controller imports them to spawn).
 PRELOAD = {
-    "trainer": ("forge_async.actors.trainer",),
+    "trainer": (
+        "forge_async.actors.trainer", "forge_async.models.titan",
+        "torchtitan.components.optimizer.lr_scheduler", "torch.distributed.checkpoint",
+    ),
     "generator": ("forge_async.actors.generator", "vllm.entrypoints.llm"),
     "replay_buffer": ("forge_async.actors.replay_buffer",),
-    "weight_relay": ("forge_async.actors.weight_relay",),
-    "scorer": ("forge_async.actors.logprob_model",),
+    "weight_relay": ("forge_async.actors.weight_relay", "forge_async.weights.store"),
+    "scorer": ("forge_async.actors.logprob_model", "forge_async.models.titan"),
     "environment": ("forge_async.actors.environment_host",),
 }
 

@@ -1,6 +1,6 @@
 """LoRA on the TorchTitan model: TorchTitan's own LoRA converter, and its adapters in PEFT names.
 
-`with_lora` rewrites the model config with `torchtitan.components.lora.LoRAConverter`:
+`models/titan.py`'s `with_lora` rewrites the model config with TorchTitan's `LoRAConverter`:
 each target Linear becomes a LoRALinear (frozen base weight, trainable `lora_a` [rank, in]
 and `lora_b` [out, rank], output W x + (alpha / rank) lora_b(lora_a(x))), every other
 module is frozen. `lora_b` starts at zero, so version 0 is the base model exactly.
@@ -13,35 +13,19 @@ It is found once by converting a matrix of row indices, so no family's layout is
 restated here.
 """
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn as nn
-from torchtitan.components.lora import LoRAConverter
-from torchtitan.models.common.decoder import Decoder
-from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
-from forge_async.models.config import LoraConfig
 from forge_async.models.parallelize import unsharded
 from forge_async.models.peft import peft_key
 
-# TorchTitan's config name of each Hugging Face projection LoRA can target. The key and
-# value projections are built from one config (`wkv`): they are adapted together.
-TITAN_MODULES = {
-    "q_proj": "wq",
-    "k_proj": "wkv",
-    "v_proj": "wkv",
-    "o_proj": "wo",
-    "gate_proj": "w1",
-    "up_proj": "w3",
-    "down_proj": "w2",
-}
+if TYPE_CHECKING:  # the trainer's actor module imports this one; the controller needs no TorchTitan
+    from torchtitan.protocols.state_dict_adapter import StateDictAdapter
+
 # Adapters are initialised from this seed: every rank (and every rank count) starts alike.
 INIT_SEED = 0
-
-
-def with_lora(config: Decoder.Config, lora: LoraConfig) -> Decoder.Config:
-    targets = sorted({TITAN_MODULES[t] for t in lora.targets})
-    converter = LoRAConverter(LoRAConverter.Config(rank=lora.rank, alpha=lora.alpha, target_modules=targets))
-    return converter.convert(config)
 
 
 def is_adapter(name: str) -> bool:
@@ -52,7 +36,7 @@ def is_adapter(name: str) -> bool:
 class AdapterNames:
     """Each LoRALinear of a model, its Hugging Face module name and lora_b's row order there."""
 
-    def __init__(self, model: nn.Module, adapter: StateDictAdapter):
+    def __init__(self, model: nn.Module, adapter: "StateDictAdapter"):
         self._modules: dict[str, tuple[str, torch.Tensor | None]] = {}
         for name, module in model.named_modules():
             if hasattr(module, "lora_a"):
@@ -81,7 +65,7 @@ class AdapterNames:
         return merged
 
 
-def _hf_module_and_rows(name: str, weight: torch.Tensor, adapter: StateDictAdapter):
+def _hf_module_and_rows(name: str, weight: torch.Tensor, adapter: "StateDictAdapter"):
     """The HF module of TorchTitan linear `name`, and the HF row order (None if unchanged)."""
     out_features, in_features = weight.shape
     indices = torch.arange(out_features, dtype=torch.float32)[:, None].repeat(1, in_features)

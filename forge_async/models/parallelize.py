@@ -1,5 +1,9 @@
 """Parallelize a finished TorchTitan model from outside the model code, with TorchTitan's own
-components: activation checkpointing, per-block torch.compile, then FSDP2 (in that order)."""
+components: activation checkpointing, per-block torch.compile, then FSDP2 (in that order).
+
+TorchTitan is imported where it is applied: the trainer's actor module imports this one, and
+so does the controller that spawns it, which needs no TorchTitan (~1.3 s of CPU at start-up).
+"""
 
 import torch
 import torch.distributed as dist
@@ -7,8 +11,6 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
-from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
-from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
 
 from forge_async.actors.trainer_config import TrainerConfig
 
@@ -16,6 +18,8 @@ from forge_async.actors.trainer_config import TrainerConfig
 def parallelize(model: nn.Module, config: TrainerConfig, device_type: str) -> nn.Module:
     """Activation checkpointing and compile per transformer block, then FSDP2 over every rank
     (unless there is nothing for it to do: see `shards`)."""
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
     if config.activation_checkpointing == "full":
         FullAC(FullAC.Config()).apply(model)
     elif config.activation_checkpointing == "selective":
@@ -52,6 +56,8 @@ def _apply_fsdp(model: nn.Module, device_type: str, param_dtype: torch.dtype) ->
     full-batch gradient, whatever the number of ranks. gloo has no PREMUL_SUM, so all
     reductions are forced to plain sums.
     """
+    from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+
     mesh = init_device_mesh(device_type, (dist.get_world_size(),), mesh_dim_names=("dp",))
     apply_fsdp_to_decoder(model, mesh, param_dtype=param_dtype, reduce_dtype=torch.float32, pp_enabled=False)
     for module in model.modules():

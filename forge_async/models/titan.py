@@ -14,6 +14,7 @@ from functools import partial
 
 import torch
 import torch.nn as nn
+from torchtitan.components.lora import LoRAConverter
 from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear, RoPE
 from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
@@ -29,7 +30,6 @@ from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
-from forge_async.models.lora import with_lora
 from forge_async.models.shape import ModelShape
 
 # TorchTitan logs every config build at INFO; only its warnings matter here.
@@ -125,9 +125,29 @@ def titan_config(shape: ModelShape) -> Decoder.Config:
     )
 
 
+# TorchTitan's config name of each Hugging Face projection LoRA can target. The key and
+# value projections are built from one config (`wkv`): they are adapted together.
+LORA_TITAN_MODULES = {
+    "q_proj": "wq",
+    "k_proj": "wkv",
+    "v_proj": "wkv",
+    "o_proj": "wo",
+    "gate_proj": "w1",
+    "up_proj": "w3",
+    "down_proj": "w2",
+}
+
+
+def with_lora(config: Decoder.Config, lora: LoraConfig) -> Decoder.Config:
+    """The model config with each LoRA target Linear made a LoRALinear (TorchTitan's converter)."""
+    targets = sorted({LORA_TITAN_MODULES[t] for t in lora.targets})
+    converter = LoRAConverter(LoRAConverter.Config(rank=lora.rank, alpha=lora.alpha, target_modules=targets))
+    return converter.convert(config)
+
+
 def build_titan_model(shape: ModelShape, seed: int | None = None, lora: LoraConfig | None = None) -> Decoder:
     """A TorchTitan model of the shape's family in fp32 on CPU; initialised from `seed` when given;
-    with LoRA adapters (models/lora.py) when `lora` is given."""
+    with LoRA adapters (`with_lora`; models/lora.py) when `lora` is given."""
     config = titan_config(shape)
     if lora is not None:
         config = with_lora(config, lora)

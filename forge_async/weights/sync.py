@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from forge_async.weights import store
 
 _POLL_S = 0.002
 
@@ -116,6 +115,8 @@ class WeightSync:
             await generator.load_version.call_one(self.published)
 
     async def _update(self, index: int) -> None:
+        from forge_async.weights import store  # torchstore: ~1 s to import, only where it is used
+
         while True:
             await self._wake[index].wait()
             self._wake[index].clear()
