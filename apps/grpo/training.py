@@ -21,24 +21,27 @@ from forge_async.interrupt import stop_on_signals
 from forge_async.launch.procs import RunProcs
 from forge_async.launch.supervision import RunMeshes
 from forge_async.loop import GRPOLoop
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.launch.meshes import write_tiny_weights_on
+from forge_async.models.checkpoint import WEIGHTS_FILE, Checkpoint
+from forge_async.models.tiny import write_tiny_config
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
-def prepare_checkpoint(config: GRPOConfig, run_dir: Path) -> Checkpoint:
+async def prepare_checkpoint(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> Checkpoint:
+    """The initial policy: model.path, or the tiny model written into the run dir, its weights
+    by a trainer proc (TorchTitan is loaded there, not here: models/tiny.py)."""
     if config.model.path is not None:
         return Checkpoint.open(config.model.path)
     initial = run_dir / "initial_model"
-    if not (initial / "config.json").is_file():  # a resumed run already has it
-        from forge_async.models.tiny import create_tiny_checkpoint  # TorchTitan: only for the tiny model
-
-        create_tiny_checkpoint(initial, config.model.tiny)
+    if not (initial / WEIGHTS_FILE).is_file():  # a resumed run already has it
+        hf_config = write_tiny_config(initial, config.model.tiny)
+        await write_tiny_weights_on(procs.early("trainer"), initial, hf_config, config.model.tiny.seed)
     return Checkpoint.open(initial)
 
 
 async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     """Checkpoint, tokenizer and task; then the actors on `procs`, the loop, and the tidy-up."""
-    checkpoint = prepare_checkpoint(config, run_dir)
+    checkpoint = await prepare_checkpoint(config, run_dir, procs)
     resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len

@@ -17,6 +17,7 @@ from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.logprob_model import LogprobModel
 from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer
+from forge_async.actors.tiny_model_writer import TinyModelWriter
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.actors.weight_relay import WeightRelay
 from forge_async.losses.config import ImportanceConfig, LossConfig
@@ -58,6 +59,13 @@ async def spawn_trainer(
         await setup_torch_elastic_env_async(procs, *first)
     await trainer.setup.call()
     return procs, trainer
+
+
+async def write_tiny_weights_on(procs: ProcMesh, directory: Path, hf_config: dict, seed: int) -> None:
+    """The tiny model's weights into `directory`, written by the first of `procs` (the trainer's,
+    which have TorchTitan loaded: models/tiny.py)."""
+    writer = procs.spawn("tiny_model_writer", TinyModelWriter)
+    await writer.slice(**{label: 0 for label in procs._labels}).write_weights.call_one(str(directory), hf_config, seed)
 
 
 async def spawn_generator(

@@ -166,6 +166,12 @@ class RunProcs:
         ]
         self._early = {role: self.spawn(role) for role in roles}
 
+    def early(self, role: str) -> ProcMesh:
+        """`role`'s early procs, left for `take` (spawned now if there are none)."""
+        if role not in self._early:
+            self._early[role] = self.spawn(role)
+        return self._early[role]
+
     def take(self, role: str) -> ProcMesh:
         """`role`'s early procs the first time; new ones after (a respawn)."""
         early = self._early.pop(role, None)

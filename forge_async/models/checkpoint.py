@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from forge_async.errors import UserError
 from forge_async.models.shape import ModelShape
 
+WEIGHTS_FILE = "model.safetensors"  # what this library writes (others may have shards)
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -71,6 +72,17 @@ class Checkpoint:
         return state_dict
 
 
+def save_weights(directory: str | Path, hf_state_dict: dict[str, torch.Tensor]) -> Path:
+    """Write `WEIGHTS_FILE` into an existing `directory`, whole or not at all (a file renamed into
+    place: a reader never sees a half-written one)."""
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in hf_state_dict.items()}
+    path = Path(directory) / WEIGHTS_FILE
+    partial = path.with_name(WEIGHTS_FILE + ".partial")
+    save_file(tensors, str(partial), metadata={"format": "pt"})
+    partial.replace(path)
+    return path
+
+
 def save_checkpoint(
     directory: str | Path,
     hf_config: dict,
@@ -81,8 +93,7 @@ def save_checkpoint(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in hf_state_dict.items()}
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    save_weights(directory, hf_state_dict)
     if tokenizer_from is not None:
         for name in TOKENIZER_FILES:
             if (tokenizer_from / name).is_file():

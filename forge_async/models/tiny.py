@@ -4,16 +4,20 @@ No model hub: the weights come from TorchTitan's own initialisation (seeded),
 converted to Hugging Face names with TorchTitan's state-dict adapter, and saved
 beside a config.json and the digit tokenizer. vLLM, transformers and the
 trainer all load the result like any downloaded checkpoint.
+
+It is written in two parts: `write_tiny_config` (config.json and tokenizer, no torch)
+and `write_tiny_weights` (TorchTitan). The app's controller writes the first and a
+trainer proc, which has TorchTitan loaded already, the second (launch/meshes.py).
 """
 
+import json
 from pathlib import Path
 
 from transformers import LlamaConfig, PretrainedConfig, Qwen3Config
 
-from forge_async.models.checkpoint import save_checkpoint
+from forge_async.models.checkpoint import save_weights
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import ModelShape
-from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 
 _ROPE_THETA = 10000.0
@@ -61,14 +65,28 @@ def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
     ).to_dict()
 
 
+def write_tiny_config(directory: str | Path, cfg: TinyModelConfig) -> dict:
+    """config.json and the digit tokenizer of the tiny model into `directory`; returns the config."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_digit_tokenizer()
+    hf_config = _hf_config(cfg, len(tokenizer), tokenizer)
+    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+    tokenizer.save_pretrained(str(directory))
+    return hf_config
+
+
+def write_tiny_weights(directory: str | Path, hf_config: dict, seed: int) -> Path:
+    """The weights of the model `hf_config` describes, initialised from `seed`, into `directory`."""
+    from forge_async.models.titan import build_titan_model, state_dict_adapter  # TorchTitan: here only
+
+    shape = ModelShape.from_hf_config(hf_config, "tiny model")
+    model = build_titan_model(shape, seed=seed)
+    return save_weights(directory, state_dict_adapter(shape).to_hf(model.state_dict()))
+
+
 def create_tiny_checkpoint(directory: str | Path, cfg: TinyModelConfig | None = None) -> Path:
     """Write a tiny random-init checkpoint of `cfg.family` with the digit tokenizer into `directory`."""
     cfg = cfg or TinyModelConfig()
-    tokenizer = build_digit_tokenizer()
-    hf_config = _hf_config(cfg, len(tokenizer), tokenizer)
-    shape = ModelShape.from_hf_config(hf_config, "tiny model")
-    model = build_titan_model(shape, seed=cfg.seed)
-    hf_state_dict = state_dict_adapter(shape).to_hf(model.state_dict())
-    directory = save_checkpoint(directory, hf_config, hf_state_dict)
-    tokenizer.save_pretrained(str(directory))
-    return directory
+    write_tiny_weights(directory, write_tiny_config(directory, cfg), cfg.seed)
+    return Path(directory)
