@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -164,3 +165,14 @@ def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_pr
         "assert 'forge_async.models.titan' in PRELOAD['scorer'] and 'forge_async.weights.store' in PRELOAD['weight_relay']\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True)
+
+
+def test_start_up_lines_count_from_the_process_launch_to_the_hundredth_of_a_second():
+    """`[ t.ts]` prefixes are seconds since the process started; psutil's create_time alone is up
+    to 1 s early (Linux gives the boot time in whole seconds)."""
+    script = "import time; from forge_async.console import _LAUNCHED_AT; print(_LAUNCHED_AT, time.time())"
+    before = time.time()
+    launched, printed = map(float, subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                                  check=True).stdout.split())
+    assert before - 0.05 <= launched <= printed, (launched - before, printed - before)
+    assert launched - before < 0.5  # the child's start, not its imports
