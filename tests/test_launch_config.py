@@ -154,17 +154,24 @@ def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made()
 def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_preload_them():
     """The controller imports every actor class to spawn it; what only the procs run (TorchTitan,
     torch.distributed.checkpoint, torchstore: ~2 s of CPU) stays out of it, loaded by the procs'
-    bootstraps instead (PRELOAD), so no proc imports them mid-run."""
+    bootstraps instead (PRELOAD), so no proc imports them mid-run; and the trainer proc that
+    writes the tiny model's weights imports no transformers for it."""
     heavy = ("torchtitan", "torch.distributed.checkpoint", "torchstore")
     script = (
         "import sys; import apps.grpo.training, apps.distill.main\n"
         f"loaded = sorted({{m for m in sys.modules if m.startswith({heavy!r})}})\n"
         "assert not loaded, loaded\n"
-        "from forge_async.launch.procs import PRELOAD; from forge_async.launch.imports import import_frozen\n"
-        "import_frozen(*PRELOAD['trainer']); assert 'torch.distributed.checkpoint' in sys.modules\n"
+        "from forge_async.launch.procs import PRELOAD\n"
         "assert 'forge_async.models.titan' in PRELOAD['scorer'] and 'forge_async.weights.store' in PRELOAD['weight_relay']\n"
     )
-    subprocess.run([sys.executable, "-c", script], check=True)
+    trainer_proc = (  # its bootstrap, then what it runs for the tiny model
+        "import sys; from forge_async.launch.procs import PRELOAD; from forge_async.launch.imports import import_frozen\n"
+        "import_frozen(*PRELOAD['trainer']); assert 'torch.distributed.checkpoint' in sys.modules\n"
+        "from forge_async.models.tiny import write_tiny_weights\n"
+        "assert 'transformers' not in sys.modules, 'the tiny weights need no transformers'\n"
+    )
+    for code in (script, trainer_proc):
+        subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_start_up_lines_count_from_the_process_launch_to_the_hundredth_of_a_second():

@@ -5,27 +5,22 @@ converted to Hugging Face names with TorchTitan's state-dict adapter, and saved
 beside a config.json and the digit tokenizer. vLLM, transformers and the
 trainer all load the result like any downloaded checkpoint.
 
-It is written in two parts: `write_tiny_config` (config.json and tokenizer, no torch)
+It is written in two parts: `write_tiny_config` (config.json and tokenizer: transformers)
 and `write_tiny_weights` (TorchTitan). The app's controller writes the first and a
-trainer proc, which has TorchTitan loaded already, the second (launch/meshes.py).
+trainer proc, which has TorchTitan loaded already, the second (launch/meshes.py); each
+half imports its library itself, so neither process loads the other's (~1-1.7 s of CPU).
 """
 
 import json
 from pathlib import Path
 
-from transformers import LlamaConfig, PretrainedConfig, Qwen3Config
-
 from forge_async.models.checkpoint import save_weights
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import ModelShape
-from forge_async.models.tokenizer import build_digit_tokenizer
 
 _ROPE_THETA = 10000.0
-# The HF config class, architecture and RoPE of each family's tiny model.
-_HF_CLASSES: dict[str, tuple[type[PretrainedConfig], str]] = {
-    "qwen3": (Qwen3Config, "Qwen3ForCausalLM"),
-    "llama": (LlamaConfig, "LlamaForCausalLM"),
-}
+# The HF config class and architecture of each family's tiny model.
+_HF_CLASSES = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM")}
 
 
 def _rope_parameters(cfg: TinyModelConfig) -> dict:
@@ -44,8 +39,10 @@ def _rope_parameters(cfg: TinyModelConfig) -> dict:
 
 
 def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
+    import transformers
+
     config_class, architecture = _HF_CLASSES[cfg.family]
-    return config_class(
+    return getattr(transformers, config_class)(
         vocab_size=vocab_size,
         hidden_size=cfg.dim,
         intermediate_size=cfg.ffn_dim,
@@ -67,6 +64,8 @@ def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
 
 def write_tiny_config(directory: str | Path, cfg: TinyModelConfig) -> dict:
     """config.json and the digit tokenizer of the tiny model into `directory`; returns the config."""
+    from forge_async.models.tokenizer import build_digit_tokenizer
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_digit_tokenizer()
