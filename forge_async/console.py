@@ -17,7 +17,6 @@ from pathlib import Path
 import psutil
 
 
-
 def _launch_time() -> float:
     """When this process started, on the wall clock. psutil's `create_time` adds the start tick
     to the boot time, which Linux gives in whole seconds: up to 1 s early. On Linux the start

@@ -54,7 +54,6 @@ class GeneratorConfig:
                 "torch.compile off; set generator.enforce_eager=false (or null)"
             )
 
-
     def kv_cache_bytes(self, shape: ModelShape, max_model_len: int, dtype: str) -> int | None:
         """kv_cache_gib in bytes (None: vLLM sizes it), checked to hold one sequence of the
         full context: vLLM's own error for a cache too small names neither key."""

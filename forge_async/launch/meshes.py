@@ -55,7 +55,7 @@ async def spawn_trainer(
     if hosts is None:
         await setup_torch_elastic_env_async(procs)
     else:
-        first = await trainer.slice(**{label: 0 for label in procs._labels}).free_address.call_one()
+        first = await first_actor(trainer, procs).free_address.call_one()
         await setup_torch_elastic_env_async(procs, *first)
     await trainer.setup.call()
     return procs, trainer
@@ -65,7 +65,12 @@ async def write_tiny_weights_on(procs: ProcMesh, directory: Path, hf_config: dic
     """The tiny model's weights into `directory`, written by the first of `procs` (the trainer's,
     which have TorchTitan loaded: models/tiny.py)."""
     writer = procs.spawn("tiny_model_writer", TinyModelWriter)
-    await writer.slice(**{label: 0 for label in procs._labels}).write_weights.call_one(str(directory), hf_config, seed)
+    await first_actor(writer, procs).write_weights.call_one(str(directory), hf_config, seed)
+
+
+def first_actor(actors, procs: ProcMesh):
+    """The actor of `actors` (spawned on `procs`) on their first proc: the first host's rank 0."""
+    return actors.slice(**{label: 0 for label in procs._labels})
 
 
 async def spawn_generator(

@@ -72,6 +72,11 @@ class Checkpoint:
         return state_dict
 
 
+def save_config(directory: Path, hf_config: dict) -> None:
+    """config.json, as `save_pretrained` lays it out."""
+    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+
+
 def save_weights(directory: str | Path, hf_state_dict: dict[str, torch.Tensor]) -> Path:
     """Write `WEIGHTS_FILE` into an existing `directory`, whole or not at all (a file renamed into
     place: a reader never sees a half-written one)."""
@@ -92,7 +97,7 @@ def save_checkpoint(
     """Write config.json + model.safetensors (+ tokenizer files copied from `tokenizer_from`)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+    save_config(directory, hf_config)
     save_weights(directory, hf_state_dict)
     if tokenizer_from is not None:
         for name in TOKENIZER_FILES:

@@ -11,10 +11,9 @@ trainer proc, which has TorchTitan loaded already, the second (launch/meshes.py)
 half imports its library itself, so neither process loads the other's (~1-1.7 s of CPU).
 """
 
-import json
 from pathlib import Path
 
-from forge_async.models.checkpoint import save_weights
+from forge_async.models.checkpoint import save_config, save_weights
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import ModelShape
 
@@ -70,7 +69,7 @@ def write_tiny_config(directory: str | Path, cfg: TinyModelConfig) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = build_digit_tokenizer()
     hf_config = _hf_config(cfg, len(tokenizer), tokenizer)
-    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+    save_config(directory, hf_config)
     tokenizer.save_pretrained(str(directory))
     return hf_config
 

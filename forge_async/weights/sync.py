@@ -16,7 +16,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-
 _POLL_S = 0.002
 
 Load = Callable[[int], Awaitable[dict]]  # load(version): a receiver takes that version
