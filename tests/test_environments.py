@@ -159,7 +159,8 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     dropped = summary["dropped_by_reason"]
     assert dropped["env_error"] > 0 and dropped["env_timeout"] > 0, dropped
     metrics = run.metrics
-    assert metrics[-1]["samples/dropped_env_error"] == dropped["env_error"]
+    # The last step's row counts the drops so far; episodes still in flight then may drop after it.
+    assert 0 < metrics[-1]["samples/dropped_env_error"] <= dropped["env_error"]
     # From chance (~0.01) to well beyond it: the call format and key are learned by step 60.
     first, last = (statistics.fmean(m["reward/mean"] for m in part) for part in (metrics[:10], metrics[-10:]))
     assert first < 0.06 and last > first + 0.08, (first, last)

@@ -48,14 +48,8 @@ class AppRun:
 
 
 def run_app(run_dir: Path, *overrides: str, timeout: int = 600, app: str = "apps.grpo") -> AppRun:
-    proc = subprocess.run(
-        [sys.executable, "-m", app, *hydra_command_line(run_dir, overrides)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    return AppRun(proc.returncode, proc.stdout + proc.stderr, run_dir)
+    """`python -m APP` with `overrides`, to its end or `timeout` seconds (then killed: exit code -9)."""
+    return run_app_acting_at(run_dir, {}, *overrides, timeout=timeout, app=app)
 
 
 def run_app_acting_at(
@@ -68,7 +62,8 @@ def run_app_acting_at(
     """Like run_app, but calls `actions[k](process)` as soon as the app prints step k.
 
     The app runs in a session of its own, so `os.killpg(process.pid, SIGINT)` acts
-    like Ctrl-C in a terminal. After `timeout` seconds its process group is killed.
+    like Ctrl-C in a terminal. After `timeout` seconds its process group (the app and its procs)
+    is killed and the output says so: a hung run fails its test with what it printed so far.
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", app, *hydra_command_line(run_dir, overrides)],
@@ -78,9 +73,14 @@ def run_app_acting_at(
         text=True,
         start_new_session=True,
     )
-    watchdog = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    watchdog.start()
     lines, acted_at = [], {}
+
+    def kill() -> None:
+        lines.append(f"\n[run_app: no exit after {timeout} s; killed the app's process group]\n")
+        os.killpg(proc.pid, signal.SIGKILL)
+
+    watchdog = threading.Timer(timeout, kill)
+    watchdog.start()
     try:
         for line in proc.stdout:
             lines.append(line)
