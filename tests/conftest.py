@@ -12,6 +12,7 @@ import forge_async  # noqa: F401  (process-wide runtime settings)
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch import meshes
+from forge_async.launch.procs import keep_controller_alive_on_faults
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig, TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
@@ -20,6 +21,10 @@ from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
 
 PAD_ID = build_digit_tokenizer().pad_token_id
+
+# A proc that fails after its test's calls (killed, out of memory, stopped late) is noted on stderr;
+# Monarch's default ends this process with a KeyboardInterrupt, whichever test is running then.
+keep_controller_alive_on_faults()
 
 
 @pytest.fixture(scope="session")

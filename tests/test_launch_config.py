@@ -1,11 +1,13 @@
 """Where a node finds its place: flags, torchrun's and Slurm's environment; placement checks;
 the GPUs each role's procs see, what they do before their imports and how they import."""
 
+import asyncio
 import os
 import re
 import subprocess
 import sys
 import time
+from functools import partial
 
 import pytest
 
@@ -14,7 +16,8 @@ from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
 from forge_async.launch.nodes import NodeSpec, first_host
 from forge_async.launch.placement import PlacementConfig
-from forge_async.launch.procs import RunProcs, use_gpus
+from forge_async.launch.procs import RunProcs, import_at_niceness, spawn_procs, use_gpus
+from tests.nice_probe import ThreadNiceness, write_niceness
 
 
 def resolve(environ: dict, **flags) -> NodeSpec:
@@ -125,13 +128,32 @@ def test_a_node_without_the_gpus_named_fails_in_the_procs_bootstrap(monkeypatch,
 def test_only_generator_procs_prepare_for_vllm_and_only_placed_roles_take_gpus():
     config = GRPOConfig(placement=PlacementConfig(trainer_gpus=[0], generator_gpus=[1]))
     procs = RunProcs(config, hosts=None, log_dir=None)
-    (trainer_gpus,) = procs.prepare("trainer")  # nothing about vLLM, TORCHDYNAMO_DISABLE included
+    nice, trainer_gpus = procs.prepare("trainer")  # nothing about vLLM, TORCHDYNAMO_DISABLE included
+    assert (nice.func, nice.args) == (import_at_niceness, (5,))  # first: use_gpus imports torch
     assert (trainer_gpus.func, trainer_gpus.args) == (use_gpus, ("0", "placement.trainer_gpus"))
     gpus, engine = procs.prepare("generator0")
     assert (gpus.func, gpus.args) == (use_gpus, ("1", "placement.generator_gpus"))
     assert (engine.func, engine.args) == (prepare_process, (config.generator,))
-    assert procs.prepare("replay_buffer") == ()
+    assert [step.func for step in procs.prepare("replay_buffer")] == [import_at_niceness]
     assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare("generator1")] == [prepare_process]
+    assert RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)), None, None).prepare("trainer") == ()
+
+
+def test_a_procs_imports_yield_the_cores_and_its_actor_keeps_its_priority(tmp_path):
+    """placement.import_nice lowers the priority of a proc's bootstrap (its imports) only."""
+    bootstrap_nice = tmp_path / "bootstrap_nice"
+    steps = (*RunProcs(GRPOConfig(), None, None).prepare("trainer"), partial(write_niceness, str(bootstrap_nice)))
+
+    async def actor_niceness() -> int:
+        procs = spawn_procs(None, 1, "nice_probe", None, prepare=steps)
+        try:
+            return await procs.spawn("nice_probe", ThreadNiceness).niceness.call_one()
+        finally:
+            await procs.stop()
+
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert asyncio.run(actor_niceness()) == ours
+    assert int(bootstrap_nice.read_text()) == min(19, ours + GRPOConfig().placement.import_nice)
 
 
 def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made():

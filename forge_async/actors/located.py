@@ -8,11 +8,16 @@ from monarch.actor import Actor, endpoint
 from forge_async.launch.hosts import free_port, node_address, node_rank
 
 
+def here() -> dict:
+    """This process's node rank and address (as the launcher numbered them), host name and pid."""
+    return {"node": node_rank(), "addr": node_address(), "host": socket.gethostname(), "pid": os.getpid()}
+
+
 class LocatedActor(Actor):
     @endpoint
     async def where(self) -> dict:
-        """Node rank and address (as the launcher numbered them), host name and pid."""
-        return {"node": node_rank(), "addr": node_address(), "host": socket.gethostname(), "pid": os.getpid()}
+        """Where this actor's proc runs: `here()`."""
+        return here()
 
     @endpoint
     async def free_address(self) -> tuple[str, int]:

@@ -1,8 +1,10 @@
 """Which nodes run which meshes (node ranks as the launcher numbers them; 0 runs the controller),
-and which GPUs of its node each proc sees (CUDA_VISIBLE_DEVICES, set in the proc's bootstrap)."""
+which GPUs of its node each proc sees (CUDA_VISIBLE_DEVICES, set in the proc's bootstrap), and
+how the procs of a node share its cores as they start."""
 
 from dataclasses import dataclass, field
 
+from forge_async.config_checks import Range, check_range
 from forge_async.errors import ConfigError
 
 
@@ -20,6 +22,12 @@ class PlacementConfig:
     # Allow the trainer and generators of a node on the same GPUs, and generators on one
     # GPU (round-robin); their memory must fit together (generator.gpu_memory_utilization).
     share_gpus: bool = False
+    # Niceness of every proc's start-up imports but the generators' (launch/procs.py): vLLM's
+    # import is the critical path of start-up, and the others wait for it anyway.
+    import_nice: int = 5
+
+    def __post_init__(self) -> None:
+        check_range("placement.import_nice", self.import_nice, Range(0, 19), note="0 = all procs alike")
 
     def check(self, nnodes: int) -> None:
         """Fail naming the key if a node rank does not exist in a run of `nnodes` nodes."""

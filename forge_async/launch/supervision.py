@@ -18,9 +18,7 @@ rewritten whenever a proc is replaced, so operators (and tests) can find them.
 
 import asyncio
 import json
-import os
 import re
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,11 +29,11 @@ from forge_async.config import GRPOConfig
 from forge_async.data.episode import Episode
 from forge_async.errors import TrainerFailed, UserError
 from forge_async.launch import meshes
-from forge_async.launch.hosts import node_address, node_rank
 from forge_async.launch.procs import RunProcs
 from forge_async.tracing import TRACER
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.actors.environment_host import EnvironmentHost
+from forge_async.actors.located import here
 from forge_async.envs.remote import RemoteEnvironments
 from forge_async.scoring.scorer import ScorerFailed
 
@@ -105,7 +103,7 @@ class RunMeshes:
         self.lost_requests = 0  # completions whose generate call died with its generator
         self.on_generator_restart: Callable[[int, object], Awaitable[None]] | None = None
         self._procs: dict[str, object] = {}  # role -> proc mesh
-        self._where: dict[str, object] = {"controller": _here()}
+        self._where: dict[str, object] = {"controller": here()}
         self._generators: list = []
         self._restart_locks: list[asyncio.Lock] = []
         self.relay_nodes: list[int] = []  # generator nodes reached through a WeightRelay
@@ -493,10 +491,6 @@ class SupervisedBuffer:
         await self._call(lambda b: b.load_state_dict.call_one(state))
         self._counters = {k: state[k] for k in ("added", "sampled", "dropped")}
         self._counters["kept_zero_variance"] = state.get("kept_zero_variance", 0)
-
-
-def _here() -> dict:
-    return {"node": node_rank(), "addr": node_address(), "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _located(where: dict) -> str:
