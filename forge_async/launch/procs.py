@@ -67,7 +67,7 @@ def import_at_niceness(nice: int) -> None:
 
     Linux keeps a niceness per thread: the threads Monarch runs the actor on were started
     before the bootstrap and keep theirs, so the proc's work after start-up is not affected.
-    On the 2-core box the first step came ~1.2 s sooner (docs/benchmarks.md, start-up).
+    On the 2-core box the first step came 0.65-1.25 s sooner (docs/benchmarks.md, start-up).
     """
     os.nice(nice)
 
