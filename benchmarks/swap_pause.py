@@ -13,7 +13,7 @@ Each mode runs twice: swapping the full weights (an engine serving the plain
 model), and swapping a LoRA adapter of `--lora-rank` (an engine serving base +
 adapter, generation/adapter_slot.py); --lora-rank 0 skips the LoRA rows.
 
-    .venv/bin/python -m benchmarks.swap_pause [--dim 64 --layers 2] [--lora-rank 8]
+    .venv/bin/python -m benchmarks.swap_pause [--dim 64 --layers 2] [--lora-rank 8] [--cpu-weights packed]
 """
 
 import argparse
@@ -31,6 +31,7 @@ import forge_async  # noqa: E402,F401
 from forge_async.actors.generator_config import GeneratorConfig  # noqa: E402
 from forge_async.actors.generator_platform import EnginePlatform, prepare_process  # noqa: E402
 from forge_async.generation.adapter_slot import AdapterSlot  # noqa: E402
+from forge_async.generation.engine_weights import plain_cpu_weights  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
 from forge_async.models.checkpoint import Checkpoint  # noqa: E402
 from forge_async.models.config import LoraConfig, TinyModelConfig  # noqa: E402
@@ -79,12 +80,13 @@ def run(engine: VersionedEngine, weights: dict, args, swap: bool) -> dict:
 def start_engine(checkpoint: Checkpoint, mode: str, platform: EnginePlatform, slot: AdapterSlot | None):
     from vllm import LLM
 
-    llm = LLM(
-        model=str(checkpoint.path), dtype="float32", max_model_len=64, kv_cache_memory_bytes=2**29,
-        **platform.llm_kwargs(),
-        **VersionedEngine.llm_kwargs(mode),
-        **(slot.llm_kwargs() if slot else {}),
-    )
+    with plain_cpu_weights(platform.plain_weights):
+        llm = LLM(
+            model=str(checkpoint.path), dtype="float32", max_model_len=64, kv_cache_memory_bytes=2**29,
+            **platform.llm_kwargs(),
+            **VersionedEngine.llm_kwargs(mode),
+            **(slot.llm_kwargs() if slot else {}),
+        )
     return VersionedEngine(llm, mode, adapter=slot)
 
 
@@ -108,8 +110,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--swap-every", type=int, default=20)
     parser.add_argument("--lora-rank", type=int, default=8, help="0: full weights only")
+    parser.add_argument("--cpu-weights", default="plain", choices=("plain", "packed"), help="generator.cpu_weights")
     args = parser.parse_args()
-    platform = prepare_process(GeneratorConfig())  # as a generator proc does, before vLLM starts
+    # as a generator proc does, before vLLM starts
+    platform = prepare_process(GeneratorConfig(cpu_weights=args.cpu_weights))
 
     with tempfile.TemporaryDirectory() as tmp:
         shape = TinyModelConfig(dim=args.dim, n_layers=args.layers, ffn_dim=4 * args.dim, max_seq_len=64)

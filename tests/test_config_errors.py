@@ -80,6 +80,7 @@ BAD_VALUES = {
     "generator.gpu_memory_utilization=1.5": "generator.gpu_memory_utilization=1.5: must be in (0, 1]",
     "generator.kv_cache_gib=0": "generator.kv_cache_gib=0.0: must be > 0 or null (null = vLLM's default)",
     "generator.swap_mode=never": "generator.swap_mode='never': one of inflight, drain, abort_resume",
+    "generator.cpu_weights=onednn": "generator.cpu_weights='onednn': one of plain, packed",
     "model.tiny.family=gpt2": "model.tiny.family='gpt2': one of qwen3, llama",
     "model.tiny.dim=0": "model.tiny.dim=0: must be >= 1",
     "model.tiny.n_heads=0": "model.tiny.n_heads=0: must be >= 1",

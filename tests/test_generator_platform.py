@@ -10,7 +10,7 @@ from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.generator_platform import EnginePlatform, prepare_process, resolve_platform
 from forge_async.errors import ConfigError
 
-EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False)
+EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False, plain_weights=True)
 
 
 @pytest.mark.parametrize(
@@ -24,13 +24,21 @@ EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False)
         # No compile on GPU keeps CUDA graphs: eager stays off.
         (None, False, True, EnginePlatform(True, enforce_eager=False, compile=False)),
         # Compile on CPU: eager's default follows (vLLM's enforce_eager would undo compile).
-        (None, True, False, EnginePlatform(False, enforce_eager=False, compile=True)),
-        (False, None, False, EnginePlatform(False, enforce_eager=False, compile=False)),
+        (None, True, False, EnginePlatform(False, enforce_eager=False, compile=True, plain_weights=True)),
+        (False, None, False, EnginePlatform(False, enforce_eager=False, compile=False, plain_weights=True)),
     ],
 )
 def test_null_means_the_platform_default_and_explicit_values_win(enforce_eager, compile, on_gpu, expected):
     config = GeneratorConfig(enforce_eager=enforce_eager, compile=compile)
     assert resolve_platform(config, on_gpu) == expected
+
+
+@pytest.mark.parametrize(
+    "cpu_weights, on_gpu, plain",
+    [("plain", False, True), ("packed", False, False), ("plain", True, False), ("packed", True, False)],
+)
+def test_plain_weights_only_on_cpu_and_only_when_asked(cpu_weights, on_gpu, plain):
+    assert resolve_platform(GeneratorConfig(cpu_weights=cpu_weights), on_gpu).plain_weights is plain
 
 
 def test_compile_maps_to_vllm_compilation_mode_and_eager_to_enforce_eager():

@@ -8,6 +8,7 @@ import torch
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.generator_platform import resolve_platform
 from forge_async.generation.adapter_slot import AdapterSlot
+from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import zero_adapter
@@ -24,12 +25,12 @@ RESUME_AT = 30
 RESUME_MAX = 40
 
 
-def start_llm(checkpoint, swap_mode: str = "inflight", **options):
+def start_llm(checkpoint, swap_mode: str = "inflight", cpu_weights: str = "plain", **options):
     """The generator's engine, built in this test process the way a generator proc builds it.
     Its environment is set only while it starts: procs spawned later inherit this process's
     (vLLM pinning pytest's threads to a core, or dynamo off in a trainer)."""
-    platform = resolve_platform(GeneratorConfig(), on_gpu=torch.cuda.is_available())
-    with pytest.MonkeyPatch.context() as env:
+    platform = resolve_platform(GeneratorConfig(cpu_weights=cpu_weights), on_gpu=torch.cuda.is_available())
+    with pytest.MonkeyPatch.context() as env, plain_cpu_weights(platform.plain_weights):
         env.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         for key, value in platform.env().items():
             env.setenv(key, value)
@@ -125,6 +126,40 @@ def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tin
     busy = engine.busy_s
     engine.swap(v0, version=0)  # leave the shared engine as we found it
     assert engine.busy_s > busy  # a swap is busy time (summary.json's generator_idle_frac)
+
+
+@pytest.fixture(scope="module")
+def packed_llm(tiny_checkpoint):
+    """An engine with vLLM's oneDNN-packed linear layers (generator.cpu_weights=packed)."""
+    return start_llm(tiny_checkpoint, cpu_weights="packed")
+
+
+def perturbed(state_dict, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    return {name: t + 0.05 * torch.randn(t.shape, generator=generator) for name, t in state_dict.items()}
+
+
+@pytest.mark.parametrize("cpu_weights", ["plain", "packed"])
+def test_a_swap_to_new_weights_gives_their_logprobs(llm, packed_llm, tiny_checkpoint, cpu_weights):
+    """Plain weights are copied in place, packed ones reloaded by vLLM: both sample with the new
+    weights exactly as TorchTitan computes them (every tensor reached its layer and shard)."""
+    if torch.cuda.is_available():
+        pytest.skip("cpu_weights is a CPU engine's setting")
+    v0 = tiny_checkpoint.load_hf_state_dict()
+    engine = VersionedEngine(llm if cpu_weights == "plain" else packed_llm, "inflight")
+    assert engine.loads_in_place == (cpu_weights == "plain")
+    v1 = perturbed(v0, seed=1)
+    engine.swap(v1, version=1)
+    requests = [engine.submit(PROMPT, params()) for _ in range(2)]
+    run_to_end(engine)
+    engine.swap(v0, version=0)  # leave the shared engine as we found it
+    for request in requests:
+        c = request.result
+        assert c.versions == [1] * MAX_TOKENS
+        reference = titan_logprobs(tiny_checkpoint, v1, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
+        assert max(abs(a - b) for a, b in zip(c.logprobs, reference, strict=True)) < 1e-4
+        v0_reference = titan_logprobs(tiny_checkpoint, v0, c.prompt_ids + c.token_ids)[len(PROMPT) - 1 :]
+        assert max(abs(a - b) for a, b in zip(c.logprobs, v0_reference, strict=True)) > 1e-3
 
 
 def test_the_samples_of_one_request_finish_each_on_its_own(llm):

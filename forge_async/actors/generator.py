@@ -23,6 +23,7 @@ from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
 from forge_async.actors.generator_platform import prepare_process
 from forge_async.data.episode import Completion
+from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
@@ -87,18 +88,24 @@ class Generator(ProcActor):
         self.max_model_len = c.max_model_len or self.checkpoint.shape.max_seq_len
         dtype = c.dtype or self.checkpoint.dtype  # null (composed alone): the checkpoint's own
         adapter = self._adapter_slot(dtype)
-        llm = LLM(
-            model=str(self.checkpoint.path),
-            dtype=dtype,
-            max_model_len=self.max_model_len,
-            seed=c.seed,
-            gpu_memory_utilization=c.gpu_memory_utilization,
-            kv_cache_memory_bytes=c.kv_cache_bytes(self.checkpoint.shape, self.max_model_len, dtype),
-            **platform.llm_kwargs(),
-            **VersionedEngine.llm_kwargs(c.swap_mode),
-            **(adapter.llm_kwargs() if adapter else {}),
-        )
+        with plain_cpu_weights(platform.plain_weights):
+            llm = LLM(
+                model=str(self.checkpoint.path),
+                dtype=dtype,
+                max_model_len=self.max_model_len,
+                seed=c.seed,
+                gpu_memory_utilization=c.gpu_memory_utilization,
+                kv_cache_memory_bytes=c.kv_cache_bytes(self.checkpoint.shape, self.max_model_len, dtype),
+                **platform.llm_kwargs(),
+                **VersionedEngine.llm_kwargs(c.swap_mode),
+                **(adapter.llm_kwargs() if adapter else {}),
+            )
         self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter)
+        if platform.plain_weights and adapter is None and not self.engine.loads_in_place:
+            logging.getLogger(__name__).warning(
+                "generator.cpu_weights=plain: vLLM's CPU kernels for %s packed the linear layers "
+                "anyway; every weight swap reloads them layer by layer", dtype,
+            )
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
         return {"engine_start_s": time.perf_counter() - start}

@@ -30,6 +30,10 @@ class GeneratorConfig:
     enforce_eager: bool | None = None
     # vLLM's torch.compile of the model; null = the platform's default (off on CPU, on on GPU).
     compile: bool | None = None
+    # CPU only: plain = linear weights kept as loaded (a swap copies them in place), packed =
+    # vLLM's oneDNN-packed weights (faster decode for larger models; a swap repacks every
+    # layer). See generation/engine_weights.py.
+    cpu_weights: str = "plain"
 
     def __post_init__(self) -> None:
         check_range("generator.count", self.count, AT_LEAST_1)
@@ -43,6 +47,7 @@ class GeneratorConfig:
         # vLLM seeds numpy with it, which takes 32-bit unsigned seeds only.
         check_range("generator.seed", self.seed, Range(0, 2**32 - 1))
         check_choice("generator.swap_mode", self.swap_mode, SWAP_MODES)
+        check_choice("generator.cpu_weights", self.cpu_weights, ("plain", "packed"))
         check_range("generator.gpu_memory_utilization", self.gpu_memory_utilization, FRACTION)
         check_range(
             "generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default"

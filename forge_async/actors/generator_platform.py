@@ -15,7 +15,8 @@ The defaults, per platform:
   C++ backend; it works) costs start-up a tiny model never wins back: engine start ~36 s
   instead of ~3 s on 2 cores, no faster after. TORCHDYNAMO_DISABLE=1 is then set in the
   proc, before vLLM builds its sampler: it wraps its logprobs op in torch.compile, which
-  costs 2-11 s on the first logprobs request otherwise (2 cores).
+  costs 2-11 s on the first logprobs request otherwise (2 cores). `cpu_weights` (plain by
+  default) says whether the linear layers keep their weights unpacked (generation/engine_weights.py).
 """
 
 import os
@@ -30,6 +31,7 @@ class EnginePlatform:
     on_gpu: bool
     enforce_eager: bool  # no CUDA graphs and no compile (vLLM turns compile off under it)
     compile: bool
+    plain_weights: bool = False  # CPU: linear weights kept unpacked, swaps copy them in place
 
     def llm_kwargs(self) -> dict:
         """vLLM's knobs for these decisions (LLM(...) keyword arguments)."""
@@ -48,7 +50,8 @@ def resolve_platform(config: GeneratorConfig, on_gpu: bool) -> EnginePlatform:
     defaults to true on CPU unless the user asked to compile."""
     compiled = config.compile if config.compile is not None else on_gpu and not config.enforce_eager
     eager = config.enforce_eager if config.enforce_eager is not None else not on_gpu and not compiled
-    return EnginePlatform(on_gpu=on_gpu, enforce_eager=eager, compile=compiled)
+    plain = not on_gpu and config.cpu_weights == "plain"
+    return EnginePlatform(on_gpu=on_gpu, enforce_eager=eager, compile=compiled, plain_weights=plain)
 
 
 def prepare_process(config: GeneratorConfig) -> EnginePlatform:

@@ -20,7 +20,9 @@ replaces the weights between two steps:
   versions and logprobs, the resumed ones carry the new version.
 
 With an AdapterSlot (LoRA), every request runs base + adapter and `swap` replaces
-the adapter alone, under the same modes; the base weights never change.
+the adapter alone, under the same modes; the base weights never change. Full weights are
+copied into place where the engine keeps them plain (CPU, generator.cpu_weights=plain), else
+reloaded by vLLM layer by layer (generation/engine_weights.py).
 
 Requests are sampled with detokenize=False: vLLM's incremental detokenizer, run on
 every step, was ~30% of a tiny model's decode time on CPU. A completion's text is
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from forge_async.data.episode import Completion
+from forge_async.generation import engine_weights
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -70,6 +73,7 @@ class VersionedEngine:
         self.swap_mode = swap_mode
         self.adapter = adapter
         self.lora_request = adapter.request if adapter is not None else None
+        self.loads_in_place = adapter is None and engine_weights.loads_in_place(llm)
         self.version = version
         self.draining = False
         self.busy_s = 0.0  # time inside engine steps and weight swaps
@@ -159,8 +163,10 @@ class VersionedEngine:
         aborted = self._abort_running() if self.swap_mode == "abort_resume" else []
         if self.adapter is not None:
             self.adapter.load(self.llm, state_dict)
+        elif self.loads_in_place:
+            engine_weights.load_in_place(self.llm, state_dict)
         else:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+            engine_weights.reload(self.llm, state_dict)
         if self.swap_mode != "inflight":
             self.llm.reset_prefix_cache()
         self.version = version

@@ -1,0 +1,73 @@
+"""How a weight swap writes a new version into a vLLM engine's model.
+
+vLLM's CPU backend repacks each linear layer's weight for oneDNN when the model loads and
+drops the plain tensor. New weights then go through vLLM's `reload_weights`, which rebuilds
+every layer on the meta device, loads it and packs it again: ~11 ms a swap on the tiny
+model (2 cores), most of it Python, which at one swap a step was a quarter of the generator's
+time.
+
+With `generator.cpu_weights=plain` the engine is built with oneDNN packing off
+(`plain_cpu_weights`): every linear layer keeps its weight and runs vLLM's torch-linear
+fallback on it, and a swap is vLLM's own `model.load_weights` copying each tensor into place
+(0.7 ms on the tiny model; decode as fast as packed there, ~1.6x slower at 25M parameters:
+docs/benchmarks.md). On a GPU, and for an engine whose layers are packed, a swap stays vLLM's
+`reload_weights`.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # light: the generator's config imports this module before torch is loaded
+    import torch
+
+
+@contextmanager
+def plain_cpu_weights(enabled: bool = True) -> Iterator[None]:
+    """Engines built (and layers re-dispatched) inside keep their linear weights unpacked on CPU."""
+    from vllm import _custom_ops
+
+    packs = _custom_ops._supports_onednn
+    if enabled:
+        _custom_ops._supports_onednn = False
+    try:
+        yield
+    finally:
+        _custom_ops._supports_onednn = packs
+
+
+def loads_in_place(llm) -> bool:
+    """Whether `llm` runs on CPU with every linear layer's weight kept (built under plain_cpu_weights)."""
+    return llm.collective_rpc(_loads_in_place)[0]
+
+
+def load_in_place(llm, state_dict: dict[str, "torch.Tensor"]) -> None:
+    """Copy `state_dict` (Hugging Face names) into the engine's weights with vLLM's loader."""
+    llm.collective_rpc(_load_in_place, args=(list(state_dict.items()),))
+
+
+def reload(llm, state_dict: dict[str, "torch.Tensor"]) -> None:
+    """vLLM's layer-wise reload: any engine, any kernel layout."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+
+
+def _cpu_gemm_layers(model: "torch.nn.Module") -> list["torch.nn.Module"]:
+    """The layers whose matmul vLLM's CPU backend dispatched (each has a `cpu_linear`)."""
+    return [module for module in model.modules() if hasattr(module, "cpu_linear")]
+
+
+def _loads_in_place(worker) -> bool:
+    layers = _cpu_gemm_layers(worker.model_runner.get_model())
+    return bool(layers) and all(layer.weight.numel() > 0 for layer in layers)
+
+
+def _load_in_place(worker, weights: list[tuple[str, "torch.Tensor"]]) -> None:
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+
+    model = worker.model_runner.get_model()
+    model.load_weights(weights)
+    # A layer that keeps its weight may still run on a packed copy of it (the output head,
+    # with some CPU kernels): dispatching again builds that copy from the new weight.
+    with plain_cpu_weights():
+        for layer in _cpu_gemm_layers(model):
+            dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
