@@ -222,14 +222,13 @@ class GRPOLoop:
         if self.step == 0:
             self._start_evaluation()  # before the workers: its call reaches a generator first
         workers = []
-        version = self.sync.version_to_wait_for if self.rollouts.calls_wait_for_version else self.sync.generator_version
         for i in range(self.config.rollout_workers):
             g = i % self.meshes.generator_count
             workers.append(
                 asyncio.create_task(
                     self.rollouts.run_worker(
-                        lambda *args, g=g, **kwargs: self._generate(g, *args, **kwargs),
-                        lambda g=g: version(g),
+                        lambda *args, g=g: self._generate(g, *args),
+                        lambda g=g: self.sync.generator_version(g),
                         self.buffer,
                         self.admission,
                         stop,
@@ -250,10 +249,6 @@ class GRPOLoop:
                     self._start_evaluation()
                 if self._due_for_checkpoint() and self._steps_left():
                     await self._checkpoint()
-        except BaseException:
-            for worker in workers:  # a call may wait in its generator for a version never to come
-                worker.cancel()
-            raise
         finally:
             stop.set()  # workers finish the call in flight and hand it to the buffer
             await self.admission.close()
@@ -350,7 +345,7 @@ class GRPOLoop:
         calls, remaining = [], prompts
         while remaining > 0:
             g = len(calls) % count
-            generate = lambda *args, g=g, **kwargs: self._generate(g, *args, **kwargs)  # noqa: E731
+            generate = lambda *args, g=g: self._generate(g, *args)  # noqa: E731
             calls.append(self.rollouts.produce(generate, min(per_call, remaining)))
             remaining -= per_call
         for episodes, dropped in await asyncio.gather(*calls):
@@ -365,7 +360,6 @@ class GRPOLoop:
         """One step on `batch`; `buffer`: the replay buffer's stats as the batch left it."""
         record = {"step": self.step + 1, **batch_metrics(batch, self.version)}
         await self._note_drops(buffer)
-        self.sync.training(self.version + 1)  # before admission wakes the workers on it
         await self.admission.step_started(len(batch))
         with TRACER.span("train_and_push call", LOOP):
             result = await self.meshes.call_trainer(lambda t: t.train_and_push.call(batch, self.push_targets))

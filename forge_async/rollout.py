@@ -15,16 +15,12 @@ from forge_async.data.tasks import Prompt, Task
 from forge_async.scoring.tier import ScoringTier
 from forge_async.tracing import TRACER
 
-# (prompt token ids, sampling, completions per prompt, min_version=...) -> one group of completions per prompt
-Generate = Callable[..., Awaitable[list[list]]]
+# (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
+Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list]]]
 Dropped = dict[str, int]  # samples lost before the buffer, by reason
 
 
 class Rollouts:
-    # A call's min_version is the version admission counted on: the generator waits for it
-    # (loop.py passes WeightSync.version_to_wait_for as `generator_version`).
-    calls_wait_for_version = True
-
     def __init__(
         self,
         task: Task,
@@ -43,15 +39,10 @@ class Rollouts:
         self.tokens = 0  # completion tokens produced
         self._next_group = 0
 
-    async def produce(
-        self, generate: Generate, num_prompts: int | None = None, min_version: int = 0
-    ) -> tuple[list[Episode], Dropped]:
-        """One generate call (sampled by `min_version` or newer), scored: its episodes, and the
-        completions lost on the way, by reason."""
+    async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], Dropped]:
+        """One generate call, scored: its episodes, and the completions lost on the way, by reason."""
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
-        groups = await generate(
-            [p.token_ids for p in prompts], self.sampling, self.group_size, min_version=min_version
-        )
+        groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
         self.tokens += sum(len(c.token_ids) for group in groups for c in group)
         return await self._scored(prompts, groups)
 
@@ -85,9 +76,8 @@ class Rollouts:
     ) -> None:
         """Generate into the buffer until `stop` is set; finishes the call in flight.
 
-        `generator_version()` gives the oldest version a call sent now samples with;
-        admission control uses it to bound the work in flight, and the call asks the
-        generator for it (`min_version`). With
+        `generator_version()` gives the oldest version the generator can sample with
+        from now on; admission control uses it to bound the work in flight. With
         `partial_calls` (groups may be dropped on arrival), a call takes as many
         prompts as admission has room for, at least one.
         """
@@ -99,7 +89,7 @@ class Rollouts:
             if not admitted:
                 return
             with TRACER.span("generate + score", lane):
-                episodes, dropped = await self.produce(generate, admitted // self.group_size, generator_version())
+                episodes, dropped = await self.produce(generate, admitted // self.group_size)
             with TRACER.span("buffer add", lane):
                 await buffer.add(episodes, dropped)
             await admission.generated(admitted)

@@ -5,7 +5,6 @@ import asyncio
 import pytest
 
 from forge_async.admission import AdmissionControl
-from forge_async.weights.sync import WeightSync
 
 B = 4  # samples per training batch
 
@@ -111,46 +110,3 @@ def test_with_a_unit_admits_the_groups_that_fit_beside_what_is_queued():
 
     partial, queued = run(scenario())
     assert partial == batch - 3 * group and queued == batch  # exactly the batch's missing groups
-
-
-def test_calls_admitted_on_the_version_in_training_wait_for_it_and_never_go_stale():
-    """A generator reading the trainer's channel is asked for the version a running step makes
-    (WeightSync.version_to_wait_for): admitted before it exists, its samples still train in age."""
-
-    async def scenario():
-        gate = AdmissionControl(batch_size=B, max_policy_age=1)
-        sync = WeightSync(call_generator=None, count=1, receivers=[], receiver_of=[None])
-        trained_ages, queue, ahead = [], [], []
-
-        async def producer():
-            while await gate.admit(B, lambda: sync.version_to_wait_for(0)):
-                version = sync.version_to_wait_for(0)
-                ahead.append(version > sync.published)
-                while sync.published < version:  # the generator's wait for min_version
-                    await asyncio.sleep(0.001)
-                queue.extend([version] * B)
-                await gate.generated(B)
-
-        async def trainer(steps: int):
-            version = 0
-            for _ in range(steps):
-                while len(queue) < B:
-                    await asyncio.sleep(0.001)
-                batch = [queue.pop(0) for _ in range(B)]
-                trained_ages.extend(version - v for v in batch)
-                sync.training(version + 1)
-                await gate.step_started(taken=B)
-                await asyncio.sleep(0.01)
-                version += 1
-                sync.publish(version)
-                await gate.step_finished(version)
-            await gate.close()
-
-        task = asyncio.create_task(producer())
-        await trainer(steps=10)
-        await task
-        return trained_ages, ahead
-
-    ages, ahead = run(scenario())
-    assert max(ages) <= 1
-    assert sum(ahead) >= 5  # most calls were admitted on a version still in training

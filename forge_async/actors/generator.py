@@ -17,7 +17,7 @@ import logging
 import os
 import time
 
-from monarch.actor import concurrent_endpoint, endpoint
+from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
@@ -42,7 +42,6 @@ def _not_rotary_reload_warning(record: logging.LogRecord) -> bool:
 logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").addFilter(_not_rotary_reload_warning)
 
 _IDLE_POLL_S = 0.005
-_VERSION_POLL_S = 0.001  # a call waiting for a version reads the channel this often
 
 
 class PromptTooLongError(ValueError):
@@ -76,10 +75,6 @@ class Generator(ProcActor):
             SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
         )
         self._work = asyncio.Event()
-        # Calls that use the engine run one at a time, in order. `generate` is a concurrent
-        # endpoint: while a call waits for its min_version, the actor still answers the
-        # messages that do not take this lock (stats, spans, holds, its stop).
-        self._engine_calls = asyncio.Lock()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
 
     @endpoint
@@ -134,20 +129,18 @@ class Generator(ProcActor):
 
     @endpoint
     async def rng_state(self) -> dict:
-        """The sampler's random state (vLLM samples with torch's default generators), between calls."""
+        """The sampler's random state (vLLM samples with torch's default generators)."""
         import torch
 
-        async with self._engine_calls:
-            return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}
+        return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}
 
     @endpoint
     async def set_rng_state(self, state: dict) -> None:
         import torch
 
-        async with self._engine_calls:
-            torch.set_rng_state(state["cpu"])
-            if state["cuda"]:
-                torch.cuda.set_rng_state_all(state["cuda"])
+        torch.set_rng_state(state["cpu"])
+        if state["cuda"]:
+            torch.cuda.set_rng_state_all(state["cuda"])
 
     @endpoint
     async def get_version(self) -> int:
@@ -174,28 +167,20 @@ class Generator(ProcActor):
             )
         return ids
 
-    @concurrent_endpoint
+    @endpoint
     async def generate(
-        self,
-        prompts: list[str | list[int]],
-        sampling: SamplingConfig,
-        n: int = 1,
-        pin: bool = False,
-        min_version: int = 0,
+        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1, pin: bool = False
     ) -> list[list[Completion]]:
         """`n` completions for each prompt, each token tagged with the version that sampled it.
         `pin`: every token of the call sampled by the weights in use when it starts (evaluations;
-        calls run one at a time, so no other call's requests wait for the swap meanwhile).
-        `min_version`: with a shared-memory channel, the call first waits for that version."""
-        async with self._engine_calls:
-            await self._await_version(min_version)
-            if not pin:
-                return await self._generate(prompts, sampling, n)
-            self._weight_holds += 1
-            try:
-                return await self._generate(prompts, sampling, n)
-            finally:
-                self._weight_holds -= 1
+        calls run one at a time, so no other call's requests wait for the swap meanwhile)."""
+        if not pin:
+            return await self._generate(prompts, sampling, n)
+        self._weight_holds += 1
+        try:
+            return await self._generate(prompts, sampling, n)
+        finally:
+            self._weight_holds -= 1
 
     async def _generate(self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
         params = sampling_params(sampling)
@@ -235,16 +220,6 @@ class Generator(ProcActor):
         except asyncio.TimeoutError:
             pass
 
-    async def _await_version(self, version: int) -> None:
-        """Until the engine holds `version`: a rollout call sent while the trainer makes that
-        version starts decoding the moment it is published, with no message on the way. Returns
-        at once without a channel to read (other transports are told what to load) or while an
-        evaluation holds the weights (its next call waits behind this one)."""
-        while self.channel is not None and not self._weight_holds and self.engine.version < version:
-            self._maybe_swap()
-            if self.engine.version < version:
-                await asyncio.sleep(_VERSION_POLL_S)
-
     @endpoint
     async def hold_weights(self, hold: bool) -> int:
         """Keep (True) the weights in use, taking no newer version from the channel until released
@@ -274,10 +249,6 @@ class Generator(ProcActor):
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:
         """Load policy `version` now (or a newer one, from the shm channel), between generate calls."""
-        async with self._engine_calls:
-            return await self._load_version(version)
-
-    async def _load_version(self, version: int) -> dict[str, float]:
         start = time.perf_counter()
         if self.channel is not None:
             with self.channel.reading(version) as (version, state_dict):
@@ -294,10 +265,6 @@ class Generator(ProcActor):
     @endpoint
     async def score(self, sequences: list[list[int]]) -> list[list[float]]:
         """log p(token t | tokens < t) for t >= 1 of each sequence, under the engine's weights."""
-        async with self._engine_calls:
-            return self._score(sequences)
-
-    def _score(self, sequences: list[list[int]]) -> list[list[float]]:
         from vllm import SamplingParams
 
         if self.engine.has_work:  # LLM.generate would step the loop's requests too

@@ -64,8 +64,6 @@ class TurnBatcher:
 
 
 class EpisodeRollouts(Rollouts):
-    calls_wait_for_version = False  # turns are admitted on the version the generator holds
-
     def __init__(
         self,
         task: Task,

@@ -292,13 +292,11 @@ class RunMeshes:
                 answers.append(None)
         return answers
 
-    async def generate(
-        self, index: int, prompt_ids: list, sampling, n: int, pin: bool = False, min_version: int = 0
-    ) -> list:
-        """Completions from generator `index` (`pin`: all by one version; `min_version`: sampled by
-        that version or newer); a call lost with its generator is issued again."""
+    async def generate(self, index: int, prompt_ids: list, sampling, n: int, pin: bool = False) -> list:
+        """Completions from generator `index` (`pin`: all by one version); a call lost with its
+        generator is issued again."""
         return await self.call_generator(
-            index, lambda g: g.generate.call_one(prompt_ids, sampling, n, pin, min_version), len(prompt_ids) * n
+            index, lambda g: g.generate.call_one(prompt_ids, sampling, n, pin), len(prompt_ids) * n
         )
 
     async def _restart_generator(self, index: int, dead, err: Exception) -> None:

@@ -42,7 +42,6 @@ class WeightSync:
         self.on_loaded = on_loaded
         self.loaded = [0] * len(receivers)  # last version each receiver is known to hold
         self.published = 0
-        self.in_training = 0  # the version a running train step will publish (0: none yet)
         self.last_load_ms = 0.0
         self._wake = [asyncio.Event() for _ in receivers]
         self._loading = [asyncio.Lock() for _ in receivers]  # held while a receiver loads, or is pinned
@@ -61,26 +60,12 @@ class WeightSync:
         for event in self._wake:
             event.set()
 
-    def training(self, version: int) -> None:
-        """A train step started that will publish `version`."""
-        self.in_training = version
-
     def generator_version(self, index: int) -> int:
         """The oldest version generator `index` can be sampling with from now on."""
         if index in self._pinned:
             return self._pinned[index]
         receiver = self.receiver_of[index]
         return self.published if receiver is None else self.loaded[receiver]
-
-    def version_to_wait_for(self, index: int) -> int:
-        """The version a generate call sent now may ask generator `index` to wait for (its
-        `min_version`). One that reads the trainer's channel swaps to the version a running step
-        is making the moment it is written, so a call admitted on that version starts decoding
-        without a message on the way; admission control counts its samples at that version.
-        Others (told what to load, or pinned by an evaluation): `generator_version`."""
-        if index in self._pinned or self.receiver_of[index] is not None:
-            return self.generator_version(index)
-        return max(self.published, self.in_training)
 
     async def wait_until_loaded(self, version: int) -> None:
         """Until every generator holds `version` (sync mode: generators are idle here).
