@@ -10,8 +10,8 @@ With `generator.cpu_weights=plain` the engine is built with oneDNN packing off
 (`plain_cpu_weights`): every linear layer keeps its weight and runs vLLM's torch-linear
 fallback on it, and a swap is vLLM's own `model.load_weights` copying each tensor into place
 (1.8 against 10.6 ms a swap on the tiny model; decode as fast as packed up to a few million
-parameters, 1.3-1.6x slower at 26M: docs/benchmarks.md). On a GPU, and for an engine whose layers are packed, a swap stays vLLM's
-`reload_weights`.
+parameters, 1.3-1.6x slower at 26M: docs/benchmarks.md). On a GPU, and for an engine whose
+layers are packed, a swap stays vLLM's `reload_weights`.
 """
 
 from collections.abc import Iterator
