@@ -18,8 +18,7 @@ from forge_async.losses.grpo import (
     token_scale,
 )
 
-# Two sequences, position t of a row predicting a response token where the mask is 1:
-# row 0 has 2 response tokens, row 1 has 3.
+# Two sequences' per-token columns, a response token where the mask is 1: row 0 has 2, row 1 has 3.
 MASK = torch.tensor([[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]])
 LOGPROBS = [[0.0, -0.5, -1.0, 0.0], [0.0, -0.2, -0.3, -2.0]]
 ADVANTAGES = [1.0, -0.5]
@@ -28,6 +27,10 @@ ADVANTAGES = [1.0, -0.5]
 def batch(behaviour: list[list[float]] | None = None) -> TrainBatch:
     return TrainBatch(
         tokens=torch.zeros(2, 5, dtype=torch.long),
+        positions=None,
+        attention_mask=None,
+        logit_index=torch.zeros(2, 4, dtype=torch.long),
+        targets=torch.zeros(2, 4, dtype=torch.long),
         response_mask=MASK,
         behaviour_logprobs=torch.tensor(behaviour) if behaviour else torch.zeros(2, 4),
         versions=torch.zeros(2, 4, dtype=torch.long),

@@ -126,6 +126,10 @@ def fixed_batch(reference: list[list[float]]) -> TrainBatch:
     mask = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
     return TrainBatch(
         tokens=torch.zeros(2, 4, dtype=torch.long),
+        positions=None,
+        attention_mask=None,
+        logit_index=torch.zeros(2, 3, dtype=torch.long),
+        targets=torch.zeros(2, 3, dtype=torch.long),
         response_mask=mask,
         behaviour_logprobs=torch.zeros(2, 3),
         versions=torch.zeros(2, 3, dtype=torch.long),

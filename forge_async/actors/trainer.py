@@ -31,7 +31,7 @@ from monarch.actor import endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch.hosts import pin_collectives_to_node_address
-from forge_async.data.batch import TrainBatch, micro_batches, pack_episodes
+from forge_async.data.batch import Row, TrainBatch, micro_batches, pack_rows, prompt_rows
 from forge_async.data.episode import Episode
 from forge_async.errors import ConfigError
 from forge_async.losses.config import ImportanceConfig, LossConfig
@@ -41,13 +41,12 @@ from forge_async.losses.grpo import (
     clipped_surrogate_loss,
     entropy_bonus,
     importance_weights,
-    next_token_log_probs,
     policy_gradient_loss,
     reference_kl,
+    response_log_probs,
     sampled_logprobs,
     sequence_logprobs,
     token_entropy,
-    token_logprobs,
     token_scale,
 )
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
@@ -112,6 +111,8 @@ class Trainer(ProcActor):
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = parallelize(model.to(self.device_type), self.config, self.device_type)
         self.reference = self._build_reference(weights) if self.reference_path else None
+        # What sharing a prompt's forward saves, in attention's units (data/batch.py); None: no sharing
+        self.token_cost = shape.token_cost_in_attention_pairs if self.config.share_prompts else None
         # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         c = self.config
@@ -150,11 +151,12 @@ class Trainer(ProcActor):
         bounds = torch.linspace(0, n, self.world + 1).round().long().tolist()
         return episodes[bounds[self.rank] : bounds[self.rank + 1]]
 
-    def _micro_batches(self, episodes: list[Episode]) -> list[list[Episode]]:
+    def _micro_batches(self, episodes: list[Episode]) -> list[list[Row]]:
         """This rank's micro-batches, padded with empty ones to the same count on every rank:
         each forward/backward runs FSDP collectives that every rank must join. Without a
         budget every rank has exactly one: no count to agree on."""
-        micro = micro_batches(self._local_episodes(episodes), self.config.micro_batch_tokens)
+        rows = prompt_rows(self._local_episodes(episodes), self.token_cost)
+        micro = micro_batches(rows, self.config.micro_batch_tokens)
         if self.config.micro_batch_tokens is None:
             return micro
         count = torch.tensor(len(micro), device=self.device_type)
@@ -209,35 +211,30 @@ class Trainer(ProcActor):
             "version": self.version,
         }
 
-    def _forward_backward(self, episodes: list[Episode], num_sequences: int, num_tokens: int):
+    def _forward_backward(self, rows: list[Row], num_sequences: int, num_tokens: int):
         """One micro-batch's forward and backward; returns its (loss, entropy sum, off-policy sums),
         or None for an empty micro-batch (a zero-loss pass that only joins the collectives)."""
         with TRACER.span("forward"):
-            if not episodes:
+            if not rows:
                 tokens = torch.full((1, 2), self.pad_id, device=self.device_type)
-                self._reference_logprobs(tokens)  # its collectives too
+                if self.reference is not None:
+                    self.reference(tokens)  # its collectives too
                 loss = self.model(tokens).sum() * 0.0
             else:
-                batch = pack_episodes(episodes, self.pad_id).to(self.device_type)
-                reference = self._reference_logprobs(batch.tokens)
-                if reference is not None:
+                batch = pack_rows(rows, self.pad_id).to(self.device_type)
+                if self.reference is not None:
+                    with torch.no_grad():
+                        reference = sampled_logprobs(response_log_probs(self.reference, batch), batch.targets)
                     batch = replace(batch, reference_logprobs=reference)
-                log_probs = next_token_log_probs(self.model(batch.tokens))  # one softmax for both
-                logprobs = sampled_logprobs(log_probs, batch.tokens)
+                log_probs = response_log_probs(self.model, batch)  # one softmax for both
+                logprobs = sampled_logprobs(log_probs, batch.targets)
                 # A graph through the entropy only when loss.entropy_coef trains on it.
                 entropy = token_entropy(log_probs if self.loss.entropy_coef else log_probs.detach())
                 loss, off_policy = self._loss(logprobs, entropy, batch, num_sequences, num_tokens)
                 entropy = (entropy.detach() * batch.response_mask).sum()
         with TRACER.span("backward"):
             loss.backward()
-        return None if not episodes else (loss.detach(), entropy, off_policy)
-
-    def _reference_logprobs(self, tokens: torch.Tensor) -> torch.Tensor | None:
-        """The reference policy's logprob of each predicted token, when the trainer holds it."""
-        if self.reference is None:
-            return None
-        with torch.no_grad():
-            return token_logprobs(self.reference(tokens), tokens)
+        return None if not rows else (loss.detach(), entropy, off_policy)
 
     def _loss(
         self, logprobs: torch.Tensor, entropy: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int

@@ -26,6 +26,9 @@ class TrainerConfig:
     # Token budget of one forward/backward (rows x padded length); the step accumulates
     # gradients over as many micro-batches as it needs. null = the whole batch at once.
     micro_batch_tokens: int | None = None
+    # One forward row per prompt: the responses that share it follow it, each attending to the
+    # prompt and itself (data/batch.py). false: one row per sequence, the prompt computed for each.
+    share_prompts: bool = True
     activation_checkpointing: str = "none"  # none | full | selective (recompute in backward)
     lr_schedule: str = "constant"  # constant | linear | cosine | sqrt decay to lr * min_lr_factor
     warmup_steps: int = 0  # linear warmup from lr / warmup_steps to lr

@@ -1,4 +1,13 @@
-"""Pack episodes into the padded tensors the trainer's loss reads, in micro-batches that fit a token budget."""
+"""Pack episodes into the tensors the trainer's forward and loss read, in micro-batches that fit a token budget.
+
+A row of the forward holds one prompt and the responses of the episodes that share it
+(`trainer.share_prompts`; GRPO samples a group of responses per prompt), so the prompt
+is computed once for all of them, as long as that saves more than the longer row's
+attention costs. Each response attends to the prompt and to its own
+earlier tokens only (an explicit attention mask) at the positions it had when it was
+sampled, so its logits are those of the response alone. When no two episodes share a
+prompt, or sharing is off, a row is one sequence under plain causal attention.
+"""
 
 from dataclasses import dataclass, fields
 from functools import partial
@@ -7,94 +16,189 @@ import torch
 
 from forge_async.data.episode import Episode
 
+Row = list[Episode]  # the episodes one row of the forward holds; all have the first one's prompt
+_PAD_SEGMENT = -1  # segment ids of a row's tokens: 0 the prompt, i the row's i-th response, -1 padding
+
 
 @dataclass
 class TrainBatch:
-    """Right-padded sequences (prompt + response), one episode per row.
+    """Rows for one forward, and the response tokens it predicts, one episode per row.
 
-    Position t of every per-token tensor refers to the token at t+1 in `tokens`
-    (the token the model predicts from position t), so they line up with the
-    logits of `tokens[:, :-1]`.
+    The per-token tensors ([B, W]: episode, response token; right-padded) hold each
+    response token's figures; `logit_index` says which output of the forward (rows and
+    positions flattened) predicts that token.
     """
 
-    tokens: torch.Tensor  # [B, L] int64
-    response_mask: torch.Tensor  # [B, L-1] float, 1 where position t predicts a token the model sampled
-    behaviour_logprobs: torch.Tensor  # [B, L-1] generator's logprob of each predicted token
-    versions: torch.Tensor  # [B, L-1] int64 policy version of each predicted token (-1 if none)
-    advantages: torch.Tensor  # [B, L-1] advantage of each predicted token (0 outside the response)
-    reference_logprobs: torch.Tensor  # [B, L-1] log pi_ref of each predicted token (0 if no reference)
+    tokens: torch.Tensor  # [R, L] int64: each row's prompt, then its responses, right-padded
+    positions: torch.Tensor | None  # [R, L] each token's position in its own sequence; None: 0..L-1
+    attention_mask: torch.Tensor | None  # [R, 1, L, L] bool, True where a token sees another; None: causal
+    logit_index: torch.Tensor  # [B, W] int64: the flattened [R * L] forward output that predicts the token
+    targets: torch.Tensor  # [B, W] int64: the response token
+    response_mask: torch.Tensor  # [B, W] float, 1 where the model sampled the token (0: environment, padding)
+    behaviour_logprobs: torch.Tensor  # [B, W] the generator's logprob of the token
+    versions: torch.Tensor  # [B, W] int64 policy version of the token (-1 if none)
+    advantages: torch.Tensor  # [B, W] advantage of the token
+    reference_logprobs: torch.Tensor  # [B, W] log pi_ref of the token (0 if no reference)
 
     @property
     def num_response_tokens(self) -> int:
         return int(self.response_mask.sum().item())
 
-    def _map(self, fn) -> "TrainBatch":
-        return TrainBatch(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
-
     def to(self, device: str | torch.device) -> "TrainBatch":
-        return self._map(lambda t: t.to(device))
+        return TrainBatch(**{f.name: _to(getattr(self, f.name), device) for f in fields(self)})
 
 
-def sequence_length(episode: Episode) -> int:
-    return len(episode.completion.prompt_ids) + len(episode.completion.token_ids)
+def _to(tensor: torch.Tensor | None, device: str | torch.device) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)
 
 
-def pack_episodes(episodes: list[Episode], pad_id: int) -> TrainBatch:
-    """The episodes as one right-padded batch. Rows are built as lists and each field becomes a
-    tensor in one call: writing each row into the tensors took 5-7 ms for 128 episodes, this 1.2 ms."""
-    if not episodes:
-        raise ValueError("cannot pack an empty list of episodes")
-    length = max(map(sequence_length, episodes))
-    width = length - 1  # positions that predict a token
-    rows: dict[str, list[list]] = {
-        k: [] for k in ("tokens", "mask", "behaviour", "versions", "advantage", "token", "reference")
-    }
+def prompt_rows(episodes: list[Episode], token_cost: float | None) -> list[Row]:
+    """The episodes as rows: each joins the open row of its prompt while that costs less than a
+    row of its own (`_sharing_pays`), else opens a new one. `token_cost`: one token through the
+    linear layers, in query-key pairs of attention (ModelShape.token_cost_in_attention_pairs);
+    None: one episode per row."""
+    if token_cost is None:
+        return [[episode] for episode in episodes]
+    rows: list[Row] = []
+    open_rows: dict[tuple[int, ...], Row] = {}
     for episode in episodes:
-        c = episode.completion
-        first = len(c.prompt_ids) - 1  # the position that predicts the first response token
-        response = len(c.token_ids)
-        rows["tokens"].append(_padded(c.prompt_ids + c.token_ids, 0, length, pad_id))
-        rows["mask"].append(_padded(c.model_mask, first, width, 0))  # environment tokens: 0
-        rows["behaviour"].append(_padded(c.logprobs, first, width, 0.0))
-        rows["versions"].append(_padded(c.versions, first, width, -1))
-        rows["advantage"].append(_padded([episode.advantage] * response, first, width, 0.0))
-        rows["token"].append(_padded(episode.token_advantages or [], first, width, 0.0))
-        rows["reference"].append(_padded(episode.reference_logprobs or [], first, width, 0.0))
+        prompt = tuple(episode.completion.prompt_ids)
+        row = open_rows.get(prompt)
+        if row is not None and _sharing_pays(row, episode, token_cost):
+            row.append(episode)
+        else:
+            open_rows[prompt] = [episode]
+            rows.append(open_rows[prompt])
+    return rows
+
+
+def _sharing_pays(row: Row, episode: Episode, token_cost: float) -> bool:
+    """Appending `episode` to `row` saves its prompt's linear layers and costs the longer row's
+    extra attention (a masked row computes every pair) less the causal half its own row would
+    have computed: long responses behind a short prompt are cheaper in rows of their own."""
+    prompt, response = len(episode.completion.prompt_ids), len(episode.completion.token_ids)
+    length = row_length(row)
+    extra_pairs = (length + response) ** 2 - length**2 - (prompt + response) ** 2 / 2
+    return prompt * token_cost >= extra_pairs
+
+
+def row_length(row: Row) -> int:
+    """Tokens of the row: its prompt once, then every response."""
+    return len(row[0].completion.prompt_ids) + sum(len(e.completion.token_ids) for e in row)
+
+
+def pack_episodes(episodes: list[Episode], pad_id: int, token_cost: float | None = None) -> TrainBatch:
+    """The episodes as one batch (`prompt_rows`, then `pack_rows`); by default one per row."""
+    return pack_rows(prompt_rows(episodes, token_cost), pad_id)
+
+
+def pack_rows(rows: list[Row], pad_id: int) -> TrainBatch:
+    """The rows as one right-padded batch. Values are gathered as lists and each field becomes a
+    tensor in one call: writing each row into the tensors took 5-7 ms for 128 episodes, this ~1 ms."""
+    if not rows or not all(rows):
+        raise ValueError("cannot pack an empty list of episodes")
+    length = max(map(row_length, rows))
+    width = max(len(e.completion.token_ids) for row in rows for e in row)
+    inputs: dict[str, list[list[int]]] = {"tokens": [], "positions": [], "segments": []}
+    columns: dict[str, list[list]] = {
+        k: [] for k in ("index", "target", "mask", "behaviour", "versions", "advantage", "token", "reference")
+    }
+    for r, row in enumerate(rows):
+        prompt = row[0].completion.prompt_ids
+        tokens, positions, segments = list(prompt), list(range(len(prompt))), [0] * len(prompt)
+        for segment, episode in enumerate(row, start=1):
+            c = episode.completion
+            start, n = len(tokens), len(c.token_ids)
+            # The prompt's last output predicts the first response token; each response token's, the next.
+            index = [r * length + len(prompt) - 1] + [r * length + start + k for k in range(n - 1)]
+            tokens += c.token_ids
+            positions += range(len(prompt), len(prompt) + n)
+            segments += [segment] * n
+            _append_columns(columns, episode, index, width)
+        padding = length - len(tokens)
+        inputs["tokens"].append(tokens + [pad_id] * padding)
+        inputs["positions"].append(positions + [0] * padding)
+        inputs["segments"].append(segments + [_PAD_SEGMENT] * padding)
+    shared = any(len(row) > 1 for row in rows)
     as_float = partial(torch.tensor, dtype=torch.float32)
     return TrainBatch(
-        tokens=torch.tensor(rows["tokens"], dtype=torch.long),
-        response_mask=as_float(rows["mask"]),
-        behaviour_logprobs=as_float(rows["behaviour"]),
-        versions=torch.tensor(rows["versions"], dtype=torch.long),
+        tokens=torch.tensor(inputs["tokens"], dtype=torch.long),
+        positions=torch.tensor(inputs["positions"], dtype=torch.long) if shared else None,
+        attention_mask=_prefix_sharing_mask(torch.tensor(inputs["segments"])) if shared else None,
+        logit_index=torch.tensor(columns["index"], dtype=torch.long),
+        targets=torch.tensor(columns["target"], dtype=torch.long),
+        response_mask=as_float(columns["mask"]),
+        behaviour_logprobs=as_float(columns["behaviour"]),
+        versions=torch.tensor(columns["versions"], dtype=torch.long),
         # in float32, then the per-token part added (as the loss has always read them)
-        advantages=as_float(rows["advantage"]) + as_float(rows["token"]),
-        reference_logprobs=as_float(rows["reference"]),
+        advantages=as_float(columns["advantage"]) + as_float(columns["token"]),
+        reference_logprobs=as_float(columns["reference"]),
     )
 
 
-def _padded(values: list, start: int, width: int, fill) -> list:
-    """A row of `width`: `values` from column `start`, `fill` elsewhere."""
-    return [fill] * start + list(values) + [fill] * (width - start - len(values))
+def _append_columns(columns: dict[str, list[list]], episode: Episode, index: list[int], width: int) -> None:
+    """One episode's per-token values, right-padded to `width`."""
+    c = episode.completion
+    n = len(c.token_ids)
+    columns["index"].append(_padded(index, width, 0))
+    columns["target"].append(_padded(c.token_ids, width, 0))
+    columns["mask"].append(_padded(c.model_mask, width, 0))  # environment tokens: 0
+    columns["behaviour"].append(_padded(c.logprobs, width, 0.0))
+    columns["versions"].append(_padded(c.versions, width, -1))
+    columns["advantage"].append(_padded([episode.advantage] * n, width, 0.0))
+    columns["token"].append(_padded(episode.token_advantages or [], width, 0.0))
+    columns["reference"].append(_padded(episode.reference_logprobs or [], width, 0.0))
 
 
-def micro_batches(episodes: list[Episode], token_budget: int | None) -> list[list[Episode]]:
-    """Split episodes into micro-batches whose padded size (rows x longest row) fits `token_budget`.
+def _padded(values: list, width: int, fill) -> list:
+    """`values`, then `fill` up to `width`."""
+    return list(values) + [fill] * (width - len(values))
 
-    Episodes are bucketed by length (longest first), so each micro-batch pads little. A
-    sequence longer than the budget gets a micro-batch of its own. None: one micro-batch.
+
+def _prefix_sharing_mask(segments: torch.Tensor) -> torch.Tensor:
+    """[R, 1, L, L]: causal, and a response token sees the prompt and its own response only.
+    Padding sees what precedes it (a query that sees nothing makes NaNs, even where unused)."""
+    length = segments.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    query, key = segments[:, :, None], segments[:, None, :]
+    visible = (key == 0) | (key == query) | (query == _PAD_SEGMENT)
+    return (causal & visible).unsqueeze(1)
+
+
+def micro_batches(rows: list[Row], token_budget: int | None) -> list[list[Row]]:
+    """Split rows into micro-batches whose padded size (rows x longest row) fits `token_budget`.
+
+    A row longer than the budget is first cut into rows of fewer episodes (each keeps the
+    prompt). Rows are bucketed by length (longest first), so each micro-batch pads little. A
+    single sequence longer than the budget gets a micro-batch of its own. None: one micro-batch.
     """
-    if not episodes:
+    if not rows:
         return []
     if token_budget is None:
-        return [list(episodes)]
-    batches: list[list[Episode]] = []
-    current: list[Episode] = []
-    for episode in sorted(episodes, key=sequence_length, reverse=True):
-        longest = sequence_length(current[0]) if current else sequence_length(episode)
+        return [list(rows)]
+    batches: list[list[Row]] = []
+    current: list[Row] = []
+    pieces = [piece for row in rows for piece in _split_row(row, token_budget)]
+    for row in sorted(pieces, key=row_length, reverse=True):
+        longest = row_length(current[0]) if current else row_length(row)
         if current and (len(current) + 1) * longest > token_budget:
             batches.append(current)
             current = []
-        current.append(episode)
+        current.append(row)
     if current:
         batches.append(current)
     return batches
+
+
+def _split_row(row: Row, token_budget: int) -> list[Row]:
+    """The row's episodes in consecutive rows that each fit the budget (a lone episode may not)."""
+    pieces: list[Row] = [[]]
+    length = len(row[0].completion.prompt_ids)
+    for episode in row:
+        response = len(episode.completion.token_ids)
+        if pieces[-1] and length + response > token_budget:
+            pieces.append([])
+            length = len(row[0].completion.prompt_ids)
+        pieces[-1].append(episode)
+        length += response
+    return pieces

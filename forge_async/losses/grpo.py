@@ -43,19 +43,21 @@ from forge_async.losses.config import ImportanceConfig
 _TRUNCATION_TOLERANCE = 1e-5
 
 
-def next_token_log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """log p(. | tokens[:, :t+1]) over the vocabulary for every t: shape [B, L-1, V], fp32."""
-    return F.log_softmax(logits[:, :-1].float(), dim=-1)
+def response_log_probs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """log p(. | context) over the vocabulary for each response token of the batch, from one
+    forward of its rows: shape [B, W, V], fp32."""
+    logits = model(batch.tokens, batch.positions, batch.attention_mask)
+    return F.log_softmax(logits.flatten(0, 1)[batch.logit_index].float(), dim=-1)
 
 
-def sampled_logprobs(log_probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t, from `next_token_log_probs`: [B, L-1]."""
-    return log_probs.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)
+def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p of each target token, from distributions over the vocabulary [..., V]: shape [...]."""
+    return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t: shape [B, L-1], fp32."""
-    return sampled_logprobs(next_token_log_probs(logits), tokens)
+    """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t of causal rows: shape [B, L-1], fp32."""
+    return sampled_logprobs(F.log_softmax(logits[:, :-1].float(), dim=-1), tokens[:, 1:])
 
 
 @torch.no_grad()
@@ -70,7 +72,7 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], pad_id
 
 
 def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of each next-token distribution, from `next_token_log_probs`: [B, L-1].
+    """Entropy (nats) of each next-token distribution, from `response_log_probs`: [B, W].
     Differentiable: `loss.entropy_coef` trains on it; detach it to only report it."""
     return -(log_probs.exp() * log_probs).sum(-1)
 
@@ -164,7 +166,7 @@ def importance_weights(
 def token_scale(
     mask: torch.Tensor, aggregation: str, num_sequences: int, num_tokens: int, max_tokens: int | None = None
 ) -> torch.Tensor:
-    """Each response token's share of the loss, [B, L-1]; counts are of the global batch.
+    """Each response token's share of the loss, [B, W]; counts are of the global batch.
 
     token_mean: 1 / num_tokens. sequence_mean: 1 / (its sequence's length * num_sequences).
     constant: 1 / (num_sequences * max_tokens), the same whatever the lengths (Dr.GRPO).
@@ -213,7 +215,7 @@ def clipped_surrogate_loss(
 
 
 def reference_kl(logprobs: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
-    """k3_it = exp(d) - d - 1, d = log pi_ref - log pi_theta, per token ([B, L-1], 0 outside the
+    """k3_it = exp(d) - d - 1, d = log pi_ref - log pi_theta, per token ([B, W], 0 outside the
     response): >= 0, and exactly 0 where the policy agrees with the reference."""
     d = (batch.reference_logprobs - logprobs) * batch.response_mask
     return (torch.exp(d) - d - 1) * batch.response_mask

@@ -52,6 +52,14 @@ class ModelShape:
     tie_embeddings: bool
     rope_scaling: Llama3RopeScaling | None = None
 
+    @property
+    def token_cost_in_attention_pairs(self) -> float:
+        """FLOPs of one token through a layer's linear projections over those of one query-key
+        pair of its attention (scores and weighted values): what packing trades (data/batch.py)."""
+        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        linear = self.dim * (2 * q + 2 * kv) + 3 * self.dim * self.ffn_dim  # weights: 2 FLOPs each
+        return 2 * linear / (4 * q)
+
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any], source: str) -> "ModelShape":
         family = _family(hf, source)

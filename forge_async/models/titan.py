@@ -4,8 +4,8 @@ TorchTitan ships model configs by named flavour; here the flavour is whatever th
 checkpoint's config.json says, so any Qwen3- or Llama-architecture checkpoint (the
 tiny one this library creates, or a downloaded one) maps onto TorchTitan's own
 modules and its own HF <-> TorchTitan state-dict adapter for that family.
-Attention is plain causal SDPA: batches are right-padded, one sequence per row,
-so no document masks are needed, and SDPA has a CPU backward (flex has none).
+Attention is SDPA, causal, or under the mask of rows that pack a prompt's responses
+behind it (models/attention.py); SDPA has a CPU backward (flex has none).
 """
 
 import logging
@@ -16,7 +16,6 @@ import torch
 import torch.nn as nn
 from torchtitan.components.lora import LoRAConverter
 from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear, RoPE
-from torchtitan.models.common.attention import ScaledDotProductAttention
 from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
 from torchtitan.models.common.decoder import Decoder, TransformerBlock
 from torchtitan.models.common.nn_modules import RMSNorm
@@ -28,6 +27,7 @@ from torchtitan.models.qwen3.model import Qwen3TransformerBlock
 from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
+from forge_async.models.attention import MaskableAttention
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.shape import ModelShape
@@ -88,7 +88,7 @@ def _block(shape: ModelShape, family: _Family) -> TransformerBlock.Config:
         head_dim=shape.head_dim,
         wqkv_param_init=_LINEAR_INIT,
         wo_param_init=_LINEAR_INIT,
-        inner_attention=ScaledDotProductAttention.Config(),
+        inner_attention=MaskableAttention.Config(),
         fuse_qkv=False,
         rope=_rope(shape, family.rope),
         qk_norm=_norm(shape.head_dim, shape.norm_eps) if family.qk_norm else None,
