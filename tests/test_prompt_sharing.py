@@ -71,3 +71,19 @@ def test_a_response_does_not_see_the_others_in_its_row(model):
         after = sampled_logprobs(response_log_probs(model, batch), batch.targets)
     assert not torch.allclose(before[0, 1:], after[0, 1:])  # the changed response sees its change
     assert torch.equal(before[1:], after[1:])  # no other response does
+
+
+@pytest.mark.parametrize("checkpointing", ["full", "selective"])
+def test_activation_checkpointing_recomputes_shared_rows_under_their_mask(tiny_checkpoint, checkpointing):
+    """The mask and positions reach the recomputed blocks (TorchTitan's AC, as the trainer applies it)."""
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    torch.manual_seed(0)
+    plain = build_titan_model(tiny_checkpoint.shape, seed=1)
+    checkpointed = build_titan_model(tiny_checkpoint.shape, seed=1)
+    ac = FullAC(FullAC.Config()) if checkpointing == "full" else SelectiveAC(SelectiveAC.Config())
+    ac.apply(checkpointed)
+    by_row = [e for row in prompt_rows(episodes(), TOKEN_COST) for e in row]
+    _, alone_gradient, _ = logprobs_and_gradient(plain, by_row, token_cost=None)
+    _, shared_gradient, _ = logprobs_and_gradient(checkpointed, episodes(), TOKEN_COST)
+    assert torch.allclose(shared_gradient, alone_gradient, atol=1e-6), (shared_gradient - alone_gradient).abs().max()
