@@ -12,11 +12,13 @@ import torch
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
-from forge_async.losses.grpo import sequence_logprobs
+from forge_async.data.batch import pack_rows, prompt_rows
+from forge_async.data.episode import Completion, Episode
+from forge_async.losses.grpo import response_log_probs, sampled_logprobs
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.tracing import TRACER
 
-ROWS_PER_FORWARD = 64  # bounds the logits' memory: rows x length x vocabulary floats
+SEQUENCES_PER_FORWARD = 64  # bounds the logits' memory: tokens x vocabulary floats
 
 
 class LogprobModel(ProcActor):
@@ -38,11 +40,22 @@ class LogprobModel(ProcActor):
 
     @endpoint
     async def completion_logprobs(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
-        """log p(each completion token | prompt, the completion's earlier tokens), per completion."""
-        sequences = [p + c for p, c in zip(prompts, completions, strict=True)]
-        scored = []
+        """log p(each completion token | prompt, the completion's earlier tokens), per completion.
+        Completions of one prompt share a row behind it, as in the trainer (data/batch.py)."""
+        episodes = [_unscored(p, c) for p, c in zip(prompts, completions, strict=True)]
+        scored: dict[int, list[float]] = {}
+        token_cost = self.checkpoint.shape.token_cost_in_attention_pairs
         with TRACER.span("forward"):
-            for start in range(0, len(sequences), ROWS_PER_FORWARD):
-                chunk = sequences[start : start + ROWS_PER_FORWARD]
-                scored += sequence_logprobs(self.model, chunk, self.pad_id, self.device)
-        return [lp[len(p) - 1 :] for lp, p in zip(scored, prompts)]
+            for start in range(0, len(episodes), SEQUENCES_PER_FORWARD):
+                rows = prompt_rows(episodes[start : start + SEQUENCES_PER_FORWARD], token_cost)
+                batch = pack_rows(rows, self.pad_id).to(self.device)
+                with torch.no_grad():
+                    logprobs = sampled_logprobs(response_log_probs(self.model, batch), batch.targets).cpu()
+                for row, episode in zip(logprobs, (e for r in rows for e in r)):  # the batch's order
+                    scored[id(episode)] = row[: len(episode.completion.token_ids)].tolist()
+        return [scored[id(e)] for e in episodes]
+
+
+def _unscored(prompt: list[int], tokens: list[int]) -> Episode:
+    """The packer's unit for a completion to score: only its tokens are read."""
+    return Episode(Completion(prompt, tokens, [0.0] * len(tokens), [0] * len(tokens), "", "stop"), 0.0, 0.0)

@@ -110,7 +110,7 @@ def pack_rows(rows: list[Row], pad_id: int) -> TrainBatch:
             c = episode.completion
             start, n = len(tokens), len(c.token_ids)
             # The prompt's last output predicts the first response token; each response token's, the next.
-            index = [r * length + len(prompt) - 1] + [r * length + start + k for k in range(n - 1)]
+            index = [r * length + (len(prompt) - 1 if k == 0 else start + k - 1) for k in range(n)]
             tokens += c.token_ids
             positions += range(len(prompt), len(prompt) + n)
             segments += [segment] * n
