@@ -87,3 +87,10 @@ def test_activation_checkpointing_recomputes_shared_rows_under_their_mask(tiny_c
     _, alone_gradient, _ = logprobs_and_gradient(plain, by_row, token_cost=None)
     _, shared_gradient, _ = logprobs_and_gradient(checkpointed, episodes(), TOKEN_COST)
     assert torch.allclose(shared_gradient, alone_gradient, atol=1e-6), (shared_gradient - alone_gradient).abs().max()
+
+
+def test_an_empty_response_packs_to_a_masked_row():
+    empty = Episode(Completion(PROMPTS[0], [], [], [], "", "length"), reward=0.0, advantage=1.0)
+    batch = pack_episodes([empty, *episodes()[:2]], PAD, TOKEN_COST)
+    assert batch.response_mask.shape == (3, 2)  # [empty, episode 0] share a row, then episode 1
+    assert batch.response_mask[0].sum() == 0 and batch.response_mask[1:].sum() == 4
