@@ -13,6 +13,7 @@ from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Completion, Episode
 from forge_async.data.tasks import Prompt, Task
 from forge_async.scoring.tier import ScoringTier
+from forge_async.trace import HELD_BACK
 from forge_async.tracing import TRACER
 
 # (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
@@ -84,7 +85,7 @@ class Rollouts:
         size = self.prompts_per_call * self.group_size
         unit = self.group_size if partial_calls else None
         while not stop.is_set():
-            with TRACER.span("held back by admission", lane):
+            with TRACER.span(HELD_BACK, lane):
                 admitted = await admission.admit(size, generator_version, unit)
             if not admitted:
                 return

@@ -10,6 +10,9 @@ the trainer did (forward, backward, optimizer, publish weights) and did not
 (idle), what each generator did (decode, swap weights), where the controller
 waited. The *bubble* is the part of a step in which neither the trainer nor any
 generator did useful work: the pipeline stalled on RPCs, admission or scheduling.
+For each generator, its idle time while a rollout worker was held back by admission
+control is what the age bound cost generation: a worker held back while the generator
+is busy with another worker's call loses nothing.
 """
 
 import argparse
@@ -21,6 +24,7 @@ from pathlib import Path
 
 STEP = ("controller", "trainer loop", "step")
 USEFUL = {"forward", "backward", "optimizer", "publish weights", "decode", "swap weights"}
+HELD_BACK = "held back by admission"  # a rollout worker's span (controller track)
 
 Interval = tuple[float, float]  # microseconds
 
@@ -57,7 +61,8 @@ def spans_by_lane(events: list[dict]) -> dict[tuple[str, str], list[tuple[str, f
     return out
 
 
-def _union_length(intervals: list[Interval]) -> float:
+def union_length(intervals: list[Interval]) -> float:
+    """Length of the union of the intervals (overlaps counted once)."""
     total, end = 0.0, float("-inf")
     for start, stop in sorted(intervals):
         if stop > end:
@@ -72,13 +77,15 @@ def _clip(spans: list[tuple[str, float, float]], window: Interval) -> list[tuple
 
 
 ALL_LANES = "all lanes"
+IDLE_HELD_BACK = "idle, a request held back"  # a generator idle while admission holds a worker back
 
 
 def step_budget(lanes: dict, window: Interval) -> dict[str, float]:
     """Milliseconds per "track | lane | span name" inside one step window, plus each lane's
     idle time, each actor's idle time in all its lanes at once ("track | all lanes | idle",
     for actors with more than one lane: a generator swapping weights is idle in its main
-    lane, not idle as a whole) and the bubble."""
+    lane, not idle as a whole), a generator's idle time while admission held a request back,
+    and the bubble."""
     budget: dict[str, float] = defaultdict(float)
     useful: list[Interval] = []
     busy_by_track: dict[str, list[list[Interval]]] = defaultdict(list)
@@ -92,14 +99,27 @@ def step_budget(lanes: dict, window: Interval) -> dict[str, float]:
             if name in USEFUL and track != "controller":
                 useful.append((start, end))
         busy = [(s, e) for _, s, e in inside]
-        budget[f"{track} | {lane} | idle"] += (length - _union_length(busy)) / 1e3
+        budget[f"{track} | {lane} | idle"] += (length - union_length(busy)) / 1e3
         busy_by_track[track].append(busy)
-    for track, busy in busy_by_track.items():
-        if len(busy) > 1 and track != "controller":
-            budget[f"{track} | {ALL_LANES} | idle"] = (length - _union_length([i for b in busy for i in b])) / 1e3
+    held = [(s, e) for (track, _), spans in lanes.items() if track == "controller"
+            for name, s, e in _clip(spans, window) if name == HELD_BACK]
+    for track in {track for track, _ in lanes} - {"controller"}:  # a generator with no span this step too
+        budget.update(_actor_idle(track, busy_by_track.get(track, []), held, length))
     budget["step"] = length / 1e3
-    budget["bubble"] = (length - _union_length(useful)) / 1e3
+    budget["bubble"] = (length - union_length(useful)) / 1e3
     return budget
+
+
+def _actor_idle(track: str, busy_by_lane: list[list[Interval]], held: list[Interval], length: float) -> dict:
+    """An actor's idle time in all its lanes at once (if it has several) and, for a generator,
+    the part of it while a rollout worker was held back by admission."""
+    busy = [i for lane in busy_by_lane for i in lane]
+    idle = {}
+    if len(busy_by_lane) > 1:
+        idle[f"{track} | {ALL_LANES} | idle"] = (length - union_length(busy)) / 1e3
+    if held and track.startswith("generator"):  # idle and held = (held or busy) - busy
+        idle[f"{track} | {ALL_LANES} | {IDLE_HELD_BACK}"] = (union_length(busy + held) - union_length(busy)) / 1e3
+    return idle
 
 
 def budget(run_dir: Path, skip: int = 10) -> dict:

@@ -65,6 +65,19 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
     assert wandb_records(run.run_dir).count(b"train/entropy") >= 4  # a history row per step
     assert imread(run.run_dir / "plots.png").shape[1] >= 800
     assert_trace_has_every_actor(run)
+    assert_generator_busy_as_the_trace_counts_it(run)
+
+
+def assert_generator_busy_as_the_trace_counts_it(run) -> None:
+    """summary.json's generator busy time is the union of the generator's decode and swap spans."""
+    from forge_async.trace import read_trace, spans_by_lane, union_length
+
+    lanes = spans_by_lane(read_trace(run.run_dir))
+    spans = [(s, e) for (track, _), named in lanes.items() if track == "generator 0" for _, s, e in named]
+    traced_s = union_length(spans) / 1e6
+    summary = run.summary
+    busy_s = (1 - summary["generator_idle_frac"]) * summary["wall_s"]
+    assert traced_s > 0 and busy_s == pytest.approx(traced_s, rel=0.02, abs=0.01), (busy_s, traced_s)
 
 
 def assert_trace_has_every_actor(run) -> None:

@@ -62,3 +62,23 @@ def test_tracer_keeps_the_newest_spans_and_can_be_off():
     with tracer.span("d"):
         pass
     assert tracer.take() == []
+
+
+def test_a_generator_idle_while_a_request_is_held_back_is_what_admission_cost(tmp_path):
+    # Worker 0 is held back 0-50 ms while the generator decodes worker 1's call (20-60 ms):
+    # only 0-20 ms of the hold left the generator idle. Worker 1 is held back 70-90 ms with
+    # the generator idle throughout; 60-70 and 90-100 it is idle with no worker held back.
+    # Generator 1 does nothing in this step (its one span comes after it): idle for both holds.
+    write_trace(tmp_path, {
+        "controller": [
+            ("step", "trainer loop", 0, 100 * MS),
+            ("held back by admission", "rollout worker 0", 0, 50 * MS),
+            ("held back by admission", "rollout worker 1", 70 * MS, 90 * MS),
+        ],
+        "generator 0": [("decode", "main", 20 * MS, 60 * MS)],
+        "generator 1": [("decode", "main", 150 * MS, 160 * MS)],
+    })
+    m = budget(tmp_path)["median_ms"]
+    assert m["generator 0 | all lanes | idle, a request held back"] == pytest.approx(40)
+    assert m["generator 1 | all lanes | idle, a request held back"] == pytest.approx(70)
+    assert m["controller | rollout worker 0 | held back by admission"] == pytest.approx(50)

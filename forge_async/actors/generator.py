@@ -76,6 +76,10 @@ class Generator(ProcActor):
         )
         self._work = asyncio.Event()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
+        self._decoding_since: int | None = None  # start (ns) of the current run of engine steps
+        # Runs of engine steps, and weight swaps outside them: busy as the trace counts it. The
+        # engine's own busy_s leaves out the work between its steps (outputs, answering calls).
+        self._busy_s = 0.0
 
     @endpoint
     async def setup(self) -> dict[str, float]:
@@ -151,7 +155,7 @@ class Generator(ProcActor):
         e = self.engine
         return {
             "version": e.version,
-            "busy_s": e.busy_s,
+            "busy_s": self._busy_s + self._decoding_s(),
             "swap_pauses_ms": list(e.swap_pauses_ms),
             "resumed_requests": e.resumed_requests,
             "resumed_prefix_tokens": e.resumed_prefix_tokens,
@@ -196,21 +200,30 @@ class Generator(ProcActor):
         return [list(await asyncio.gather(*futures)) for futures in groups]
 
     async def _engine_loop(self) -> None:
-        decoding_since = None  # start of the current run of engine steps (one "decode" span)
         while True:
             try:
                 self._maybe_swap()
                 if self.engine.has_work:
-                    decoding_since = decoding_since or time.time_ns()
+                    self._decoding_since = self._decoding_since or time.time_ns()
                     self.engine.step()
                     await asyncio.sleep(0)  # let endpoint handlers run between engine steps
                 else:
-                    if decoding_since is not None:
-                        TRACER.add("decode", decoding_since, time.time_ns())
-                        decoding_since = None
+                    self._end_decoding()
                     await self._idle()
             except Exception as err:  # fail the callers, keep the loop alive
                 self.engine.fail_all(err)
+
+    def _decoding_s(self) -> float:
+        """Seconds into the current run of engine steps (0: none)."""
+        return 0.0 if self._decoding_since is None else (time.time_ns() - self._decoding_since) / 1e9
+
+    def _end_decoding(self) -> None:
+        """Close the current run of engine steps: one "decode" span."""
+        if self._decoding_since is not None:
+            end = time.time_ns()
+            TRACER.add("decode", self._decoding_since, end)
+            self._busy_s += (end - self._decoding_since) / 1e9
+            self._decoding_since = None
 
     async def _idle(self) -> None:
         """Wait for new work; wake every few ms to look for new weights."""
@@ -243,8 +256,11 @@ class Generator(ProcActor):
             self._swap(state_dict, version)
 
     def _swap(self, state_dict: dict, version: int) -> None:
+        start = time.perf_counter()
         with TRACER.span("swap weights", lane="weights"):
             self.engine.swap(state_dict, version)
+        if self._decoding_since is None:  # inside a run of engine steps, the run counts it
+            self._busy_s += time.perf_counter() - start
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:

@@ -22,6 +22,7 @@ from forge_async.data.tasks import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.rollout import Dropped, Generate, Rollouts
 from forge_async.scoring.tier import ScoringTier
+from forge_async.trace import HELD_BACK
 from forge_async.tracing import TRACER
 
 
@@ -143,7 +144,7 @@ class EpisodeRollouts(Rollouts):
                 if len(pending) >= self.prompts_per_call:
                     await _settle(pending)
                     continue
-                with TRACER.span("held back by admission", lane):
+                with TRACER.span(HELD_BACK, lane):
                     admitted = await self._admit(admission, generator_version, pending)
                 if not admitted:
                     break
