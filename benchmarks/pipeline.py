@@ -43,11 +43,11 @@ def _mark(cpu: ProcCpu, steps: int, line: str) -> None:
         cpu.mark()
 
 
-def _format_cores(cores: dict[str, float]) -> str:
+def _format_cores(cores: dict[str, float], host_cores: int) -> str:
     if not cores:
         return "not measured (too few steps)"
     listed = ", ".join(f"{role} {n:.2f}" for role, n in sorted(cores.items(), key=lambda kv: -kv[1]))
-    return f"{listed} (total {sum(cores.values()):.2f} of {os.cpu_count()})"
+    return f"{listed} (total {sum(cores.values()):.2f} of {host_cores})"
 
 
 def idle_floor(cores: dict[str, float], role: str, host_cores: int) -> float | None:
@@ -124,7 +124,7 @@ def main() -> None:
         ("generator idle, a request held back", f"{generator_held / m['step']:.0%}"),
         (f"launch -> 5-step mean reward {args.target}", _format_reached(launch_to_reward(lines, metrics, args.target))),
         ("launch -> exit (s)", f"{lines[-1][0]:.1f}"),
-        (f"cores used, steps {_FIRST_MARK}-{args.steps - _LAST_MARK_BEFORE_END}", _format_cores(cores)),
+        (f"cores used, steps {_FIRST_MARK}-{args.steps - _LAST_MARK_BEFORE_END}", _format_cores(cores, host_cores)),
         (f"idle floor on {host_cores} cores", _format_floors(cores, _FLOOR_ROLES, host_cores)),
     ]
     for label, value in rows:

@@ -69,7 +69,8 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
 
 
 def assert_generator_busy_as_the_trace_counts_it(run) -> None:
-    """summary.json's generator busy time is the union of the generator's decode and swap spans."""
+    """summary.json's generator busy time is the union of the generator's decode and swap spans
+    (a tight bound: the swaps made between runs of engine steps, a few ms, must be counted)."""
     from forge_async.trace import read_trace, spans_by_lane, union_length
 
     lanes = spans_by_lane(read_trace(run.run_dir))
@@ -77,7 +78,7 @@ def assert_generator_busy_as_the_trace_counts_it(run) -> None:
     traced_s = union_length(spans) / 1e6
     summary = run.summary
     busy_s = (1 - summary["generator_idle_frac"]) * summary["wall_s"]
-    assert traced_s > 0 and busy_s == pytest.approx(traced_s, rel=0.02, abs=0.01), (busy_s, traced_s)
+    assert traced_s > 0 and busy_s == pytest.approx(traced_s, rel=0.002, abs=0.001), (busy_s, traced_s)
 
 
 def assert_trace_has_every_actor(run) -> None:

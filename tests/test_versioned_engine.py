@@ -123,9 +123,7 @@ def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tin
             assert abs(c.logprobs[t] - uniform) < 1e-5
     assert len({tuple(r.result.token_ids) for r in requests}) == 3  # three samples, not one thrice
     assert len(engine.swap_pauses_ms) == 1
-    busy = engine.busy_s
     engine.swap(v0, version=0)  # leave the shared engine as we found it
-    assert engine.busy_s > busy  # a swap is busy time (summary.json's generator_idle_frac)
 
 
 @pytest.fixture(scope="module")

@@ -77,8 +77,8 @@ class Generator(ProcActor):
         self._work = asyncio.Event()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
         self._decoding_since: int | None = None  # start (ns) of the current run of engine steps
-        # Runs of engine steps, and weight swaps outside them: busy as the trace counts it. The
-        # engine's own busy_s leaves out the work between its steps (outputs, answering calls).
+        # Runs of engine steps (with the work between them: outputs, answering calls), and weight
+        # swaps outside them: busy as the trace counts it (summary.json's generator_idle_frac).
         self._busy_s = 0.0
 
     @endpoint
@@ -256,11 +256,11 @@ class Generator(ProcActor):
             self._swap(state_dict, version)
 
     def _swap(self, state_dict: dict, version: int) -> None:
-        start = time.perf_counter()
+        start = time.time_ns()
         with TRACER.span("swap weights", lane="weights"):
             self.engine.swap(state_dict, version)
         if self._decoding_since is None:  # inside a run of engine steps, the run counts it
-            self._busy_s += time.perf_counter() - start
+            self._busy_s += (time.time_ns() - start) / 1e9
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:

@@ -14,7 +14,7 @@ from monarch.actor import endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.batch import pack_rows, prompt_rows
 from forge_async.data.episode import Completion, Episode
-from forge_async.losses.grpo import response_log_probs, sampled_logprobs
+from forge_async.losses.grpo import frozen_logprobs
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.tracing import TRACER
 
@@ -49,8 +49,7 @@ class LogprobModel(ProcActor):
             for start in range(0, len(episodes), SEQUENCES_PER_FORWARD):
                 rows = prompt_rows(episodes[start : start + SEQUENCES_PER_FORWARD], token_cost)
                 batch = pack_rows(rows, self.pad_id).to(self.device)
-                with torch.no_grad():
-                    logprobs = sampled_logprobs(response_log_probs(self.model, batch), batch.targets).cpu()
+                logprobs = frozen_logprobs(self.model, batch).cpu()
                 for row, episode in zip(logprobs, (e for r in rows for e in r)):  # the batch's order
                     scored[id(episode)] = row[: len(episode.completion.token_ids)].tolist()
         return [scored[id(e)] for e in episodes]

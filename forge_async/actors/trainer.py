@@ -40,6 +40,7 @@ from forge_async.losses.grpo import (
     OffPolicySums,
     clipped_surrogate_loss,
     entropy_bonus,
+    frozen_logprobs,
     importance_weights,
     policy_gradient_loss,
     reference_kl,
@@ -223,9 +224,7 @@ class Trainer(ProcActor):
             else:
                 batch = pack_rows(rows, self.pad_id).to(self.device_type)
                 if self.reference is not None:
-                    with torch.no_grad():
-                        reference = sampled_logprobs(response_log_probs(self.reference, batch), batch.targets)
-                    batch = replace(batch, reference_logprobs=reference)
+                    batch = replace(batch, reference_logprobs=frozen_logprobs(self.reference, batch))
                 log_probs = response_log_probs(self.model, batch)  # one softmax for both
                 logprobs = sampled_logprobs(log_probs, batch.targets)
                 # A graph through the entropy only when loss.entropy_coef trains on it.

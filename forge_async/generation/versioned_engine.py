@@ -76,7 +76,6 @@ class VersionedEngine:
         self.loads_in_place = adapter is None and engine_weights.loads_in_place(llm)
         self.version = version
         self.draining = False
-        self.busy_s = 0.0  # time inside engine steps and weight swaps
         self.swap_pauses_ms: list[float] = []  # pause of each swap made with requests running
         # abort_resume: requests re-submitted with a generated prefix, and their prefix lengths
         # (prompt + generated), the tokens vLLM prefills again after a swap
@@ -113,10 +112,7 @@ class VersionedEngine:
             self._queue.clear()
         if not self.running:
             return
-        start = time.perf_counter()
-        outputs = self.engine.step()
-        self.busy_s += time.perf_counter() - start
-        for output in outputs:
+        for output in self.engine.step():
             self._record(output)
 
     def _add(self, group: list[Request], prompt_ids: list[int], params: "SamplingParams") -> None:
@@ -174,7 +170,6 @@ class VersionedEngine:
         for request in aborted:
             self._resume(request)
         pause_ms = (time.perf_counter() - start) * 1e3
-        self.busy_s += pause_ms / 1e3
         if in_flight:
             self.swap_pauses_ms.append(pause_ms)
         return pause_ms

@@ -55,6 +55,12 @@ def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
+@torch.no_grad()
+def frozen_logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """log p of each response token under a model that is not trained (a reference, a teacher): [B, W]."""
+    return sampled_logprobs(response_log_probs(model, batch), batch.targets)
+
+
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(tokens[:, t+1] | tokens[:, :t+1]) for every t of causal rows: shape [B, L-1], fp32."""
     return sampled_logprobs(F.log_softmax(logits[:, :-1].float(), dim=-1), tokens[:, 1:])
