@@ -1,11 +1,11 @@
 """Ending the controller process without the interpreter's finalisation.
 
 With torch, vLLM and Monarch loaded, Python's own shutdown (module teardown, a
-heap-wide collection) takes ~1.5 s after the run has written everything it keeps.
-`exit_now` skips it. A launcher that runs the app in its own process
-(`python -m forge_async.launch`) calls `defer_to_caller()` first: the app's
-`exit_app` then raises a plain SystemExit, and the launcher tidies up its node
-before it calls `exit_now` itself.
+heap-wide collection) takes a noticeable time after the run has written everything it
+keeps (docs/benchmarks.md, start-up and teardown). `exit_now` skips it. A launcher that
+runs the app in its own process (`python -m forge_async.launch`) calls
+`defer_to_caller()` first: the app's `exit_app` then raises a plain SystemExit, and the
+launcher tidies up its node before it calls `exit_now` itself.
 """
 
 import logging

@@ -15,8 +15,8 @@ _DEFAULTS = {
     "TOKENIZERS_PARALLELISM": "false",
     # OpenMP threads sleep when they run out of work instead of spinning for it. The generator,
     # the trainer and the controller share the host's cores; a spinning worker of vLLM's CPU
-    # kernels took ~0.5 core from the trainer between each of its many small parallel regions
-    # (docs/benchmarks.md, pipeline: 9.8 -> 14.4 steps/s on 2 cores). Read when libgomp loads.
+    # kernels takes CPU from the trainer between each of its many small parallel regions
+    # (docs/benchmarks.md, pipeline). Read when libgomp loads.
     "OMP_WAIT_POLICY": "PASSIVE",
     "VLLM_LOGGING_LEVEL": "WARNING",
     # How often Monarch looks for dead procs (its default, 10s, is how long a crash goes

@@ -10,28 +10,42 @@ by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance, sco
 
 import json
 import statistics
-import time
+from pathlib import Path
 
+from forge_async.config import GRPOConfig
+from forge_async.handles.run import RunHandles
+from forge_async.run_record import RunRecord
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
-async def write_summary(loop, final_model: str | None, failure: str | None) -> dict:
-    """Summarise `loop` (a GRPOLoop) into RUN_DIR/summary.json and return it."""
-    config, meshes = loop.config, loop.meshes
-    buffer = await meshes.buffer.stats()
-    wall = time.perf_counter() - loop.start
-    generators = [g for g in await meshes.ask_generators(lambda g: g.stats.call_one()) if g]
+async def write_summary(
+    run_dir: Path,
+    config: GRPOConfig,
+    record: RunRecord,
+    handles: RunHandles,
+    generation_paused_s: float,
+    skipped_rows: dict[str, int],
+    final_model: str | None,
+) -> dict:
+    """RUN_DIR/summary.json from the run's record and what its actors know now; returns it.
+
+    `generation_paused_s`: admission control's hold on generation; `skipped_rows`: dataset
+    rows skipped at load, by reason."""
+    buffer = await handles.buffer.stats()
+    wall = record.wall_s()
+    generators = [g for g in await handles.generators.stats() if g]
     pauses = [p for g in generators for p in g["swap_pauses_ms"]]
-    window = max(1, min(10, len(loop.rewards) // 2))
+    rewards = record.rewards
+    window = max(1, min(10, len(rewards) // 2))
     summary = {
         "mode": config.mode,
-        "steps": loop.step,
+        "steps": record.step,
         "wall_s": wall,
-        "interrupted": loop.stop_reason is not None,
-        "stop_reason": loop.stop_reason,
-        "failure": failure,
+        "interrupted": record.stop_reason is not None,
+        "stop_reason": record.stop_reason,
+        "failure": record.failure,
         "generated": buffer["added"],
-        "trained": loop.trained,
+        "trained": record.trained,
         "dropped_stale": buffer["dropped_stale"],
         "dropped_other": buffer["dropped_other"],
         "dropped_by_reason": buffer["dropped_by_reason"],
@@ -43,21 +57,21 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "left_in_buffer": buffer["size"],
         "in_flight": 0,  # workers are drained into the buffer before this point
         # taken for a step that a failed trainer never finished
-        "lost_in_failed_step": buffer["sampled"] - loop.trained,
-        "reward_first": statistics.fmean(loop.rewards[:window]) if loop.rewards else None,
-        "reward_last": statistics.fmean(loop.rewards[-window:]) if loop.rewards else None,
+        "lost_in_failed_step": buffer["sampled"] - record.trained,
+        "reward_first": statistics.fmean(rewards[:window]) if rewards else None,
+        "reward_last": statistics.fmean(rewards[-window:]) if rewards else None,
         # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null
-        "eval_first": loop.eval_first,
-        "eval_last": loop.eval_last,
+        "eval_first": record.eval_first,
+        "eval_last": record.eval_last,
         "target_reward": config.target_reward,
-        "target_reached": loop.target_reached,
-        "samples_per_s": loop.trained / wall,
-        "trainer_idle_frac": loop.trainer_idle_s / wall,
+        "target_reached": record.target_reached,
+        "samples_per_s": record.trained / wall,
+        "trainer_idle_frac": record.trainer_idle_s / wall,
         "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * max(1, len(generators))),
-        "gen_paused_for_admission_s": loop.admission.paused_s,
-        "generator_restarts": meshes.generator_restarts,
-        "lost_requests": meshes.lost_requests,
-        "checkpoint_s": loop.checkpoint_s,
+        "gen_paused_for_admission_s": generation_paused_s,
+        "generator_restarts": handles.generators.restarts,
+        "lost_requests": handles.generators.lost_requests,
+        "checkpoint_s": record.checkpoint_s,
         "inflight_swaps": len(pauses),
         "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
         "swap_pause_ms_max": max(pauses) if pauses else None,
@@ -67,9 +81,9 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
         "resumed_prefix_tokens": sum(g["resumed_prefix_tokens"] for g in generators),
         "stored_versions": await _stored_versions(config),
         # versions kept for relays / generators
-        "torchstore_versions": await _torchstore_versions() if meshes.uses_torchstore else [],
-        "placement": meshes.placement,
-        "skipped_rows": loop.rollouts.task.skipped_rows,  # dataset rows skipped at load, by reason
+        "torchstore_versions": await _torchstore_versions() if handles.uses_torchstore else [],
+        "placement": handles.placement,
+        "skipped_rows": skipped_rows,
     }
     accounted = (
         summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
@@ -77,12 +91,12 @@ async def write_summary(loop, final_model: str | None, failure: str | None) -> d
     )
     summary["accounting_ok"] = accounted == summary["generated"]
     summary["final_model"] = final_model
-    summary["run_dir"] = str(loop.run_dir)
-    (loop.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    summary["run_dir"] = str(run_dir)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
-async def _stored_versions(config) -> list[int]:
+async def _stored_versions(config: GRPOConfig) -> list[int]:
     """Policy versions still held by the weight transport (hygiene: only those in use)."""
     if config.weights.transport == "shm":
         return SharedMemoryChannel(config.weights.channel_dir).versions()
@@ -90,6 +104,6 @@ async def _stored_versions(config) -> list[int]:
 
 
 async def _torchstore_versions() -> list[int]:
-    from forge_async.weights import store  # torchstore: ~1 s to import, only where it is used
+    from forge_async.weights import store  # heavy to import: only where torchstore is used
 
     return await store.stored_versions()

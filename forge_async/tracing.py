@@ -29,7 +29,7 @@ MAX_SPANS = 200_000  # per process: the newest are kept (a days-long run keeps i
 
 @dataclass
 class TraceConfig:
-    enabled: bool = True  # spans of every actor -> RUN_DIR/trace.json (~1 us per span)
+    enabled: bool = True  # spans of every actor -> RUN_DIR/trace.json (cheap enough to stay on)
 
 
 class Tracer:

@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the config schema
 from apps.grpo.subprocess_run import run_app
+from forge_async.launch import roles
 from forge_async.checkpoint.resume import resumed_config
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.config import GRPOConfig
@@ -188,7 +189,7 @@ def test_the_gpu_preset_composes_and_validates_through_the_app(tiny_checkpoint, 
     config.placement.check(nnodes=1)
     assert config.model.path == str(tiny_checkpoint.path) and config.task.dataset == str(dataset)
     assert config.sampling.max_tokens == 512 and config.generator.kv_cache_gib is None
-    assert (config.placement.visible_gpus("trainer"), config.placement.visible_gpus("generator0")) == ("0", "1")
+    assert (config.placement.visible_gpus(roles.TRAINER), config.placement.visible_gpus(roles.generator(0))) == ("0", "1")
     assert config.generator.enforce_eager is None and config.generator.compile is None  # GPU defaults
     assert config.trainer.lr == 1e-6 and config.mode == "async"  # the rest inherited from grpo.yaml
 

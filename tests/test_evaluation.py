@@ -4,6 +4,7 @@ version for an evaluation. The app-level rows are checked in test_learning and t
 import asyncio
 import random
 import time
+from contextlib import asynccontextmanager
 
 import pytest
 from safetensors.torch import load_file
@@ -82,24 +83,30 @@ def test_pass_at_k_mean_at_k_and_length_by_hand():
         [[answers[1]], [wrong[1], EOS, EOS]],
         [[answers[2], EOS], [answers[2], EOS]],
     ]
-    calls = []
+    calls, held = [], []
 
-    async def generate(ids, sampling, n, pin=False):
-        calls.append((ids, sampling, n, pin))
+    @asynccontextmanager
+    async def pinned():
+        held.append(True)
+        yield 7
+        held.append(False)
+
+    async def generate(ids, sampling, n):
+        calls.append((ids, sampling, n, held[-1]))
         return [[completion(tokens, version=7) for tokens in group] for group in samples]
 
     evaluator = build_evaluator(
         EvalConfig(prompts=3, samples_per_prompt=2), prompts, [ScorerConfig()], ScoringConfig(), task,
         SamplingConfig(temperature=0.7), None,
     )
-    row = asyncio.run(evaluator.evaluate(generate, pinned=None))
+    row = asyncio.run(evaluator.evaluate(generate, pinned()))
     assert row["eval/version"] == 7
     assert row["eval/reward_mean"] == pytest.approx((1.0 + 0.0 + 0.5 + 0.0 + 1.0 + 1.0) / 6)
     assert row["eval/pass@k"] == pytest.approx(2 / 3)  # prompt 2's best is 0.5 < pass_reward 1.0
     assert row["eval/len_mean"] == pytest.approx((2 + 2 + 1 + 3 + 2 + 2) / 6)
     assert (row["eval/prompts"], row["eval/samples_per_prompt"], row["eval/dropped"]) == (3, 2, 0)
-    (ids, sampling, n, pin), = calls
-    assert ids == [p.token_ids for p in prompts] and n == 2 and pin
+    (ids, sampling, n, pinned_then), = calls
+    assert ids == [p.token_ids for p in prompts] and n == 2 and pinned_then and held == [True, False]
     assert sampling.temperature == 0.7  # k > 1: the training temperature; k = 1: greedy
     greedy = build_evaluator(EvalConfig(), prompts, [ScorerConfig()], ScoringConfig(), task, SamplingConfig(), None)
     assert greedy.sampling.temperature == 0.0
@@ -115,8 +122,9 @@ def test_an_evaluation_that_saw_two_versions_is_an_error():
         check_pinned(episodes, 3)
 
 
-def test_a_generator_keeps_one_version_for_a_pinned_call_and_while_held(tiny_checkpoint, tmp_path):
-    """Versions published while a pinned call runs, or while the generator holds its weights, wait."""
+def test_a_generator_keeps_one_version_while_held_across_calls(tiny_checkpoint, tmp_path):
+    """Versions published while the generator holds its weights wait: for the call decoding
+    then, and for calls made later, until it is released."""
     weights = WeightsConfig(transport="shm", channel_dir=str(tmp_path / "channel"))
     procs, generator = spawn_generator(tiny_checkpoint, weights)
     channel = SharedMemoryChannel(weights.channel_dir)
@@ -128,17 +136,17 @@ def test_a_generator_keeps_one_version_for_a_pinned_call_and_while_held(tiny_che
         return {v for group in groups for c in group for v in c.versions}
 
     try:
-        call = generator.generate.call_one(prompts, long, 8, True)
+        assert generator.hold_weights.call_one(True).get() == 0
+        call = generator.generate.call_one(prompts, long, 8)
         time.sleep(0.05)  # the call is decoding
         channel.write(1, state)
         assert versions(call.get()) == {0}
-        assert _eventually(lambda: generator.get_version.call_one().get() == 1)
-        assert generator.hold_weights.call_one(True).get() == 1
-        channel.write(2, state)
         time.sleep(0.1)  # the engine loop looks for new weights every few ms
-        assert versions(generator.generate.call_one(prompts, long, 2).get()) == {1}
+        assert versions(generator.generate.call_one(prompts, long, 2).get()) == {0}
         generator.hold_weights.call_one(False).get()
-        assert _eventually(lambda: generator.get_version.call_one().get() == 2)
+        assert _eventually(lambda: generator.get_version.call_one().get() == 1)
+        channel.write(2, state)
+        assert _eventually(lambda: generator.get_version.call_one().get() == 2)  # released: it swaps again
     finally:
         asyncio.run(meshes.stop_all(procs))
 

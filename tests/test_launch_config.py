@@ -11,6 +11,7 @@ from functools import partial
 
 import pytest
 
+from forge_async.launch import roles
 from forge_async.actors.generator_platform import prepare_process
 from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
@@ -72,23 +73,23 @@ def test_generators_spread_round_robin():
 def test_each_role_sees_its_own_gpus():
     placement = PlacementConfig(trainer_gpus=[0, 1], generator_gpus=[2, 3])
     placement.check_gpus(trainer_procs=2, generator_count=2)
-    assert placement.visible_gpus("trainer") == "0,1"  # rank LOCAL_RANK takes the LOCAL_RANK-th
-    assert [placement.visible_gpus(f"generator{i}") for i in range(2)] == ["2", "3"]
-    assert placement.visible_gpus("replay_buffer") is None and placement.visible_gpus("weight_relay1") is None
-    assert PlacementConfig().visible_gpus("trainer") is None and PlacementConfig().visible_gpus("generator0") is None
+    assert placement.visible_gpus(roles.TRAINER) == "0,1"  # rank LOCAL_RANK takes the LOCAL_RANK-th
+    assert [placement.visible_gpus(roles.generator(i)) for i in range(2)] == ["2", "3"]
+    assert placement.visible_gpus(roles.REPLAY_BUFFER) is None and placement.visible_gpus(roles.weight_relay(1)) is None
+    assert PlacementConfig().visible_gpus(roles.TRAINER) is None and PlacementConfig().visible_gpus(roles.generator(0)) is None
 
 
 def test_generators_take_their_nodes_gpus_in_the_order_they_land_there():
     placement = PlacementConfig(trainer_hosts=[0], generator_hosts=[1, 2], generator_gpus=[4, 5])
     placement.check_gpus(trainer_procs=1, generator_count=4)  # no node runs both: no overlap to check
     # generator0 -> node 1, generator1 -> node 2, generator2 -> node 1, generator3 -> node 2
-    assert [placement.visible_gpus(f"generator{i}") for i in range(4)] == ["4", "4", "5", "5"]
+    assert [placement.visible_gpus(roles.generator(i)) for i in range(4)] == ["4", "4", "5", "5"]
 
 
 def test_shared_gpus_are_handed_out_round_robin():
     placement = PlacementConfig(trainer_gpus=[0], generator_gpus=[0, 1], share_gpus=True)
     placement.check_gpus(trainer_procs=1, generator_count=3)
-    assert [placement.visible_gpus(f"generator{i}") for i in range(3)] == ["0", "1", "0"]
+    assert [placement.visible_gpus(roles.generator(i)) for i in range(3)] == ["0", "1", "0"]
 
 
 def node_with_gpus(monkeypatch, count: int, node_env: str | None) -> None:
@@ -128,21 +129,21 @@ def test_a_node_without_the_gpus_named_fails_in_the_procs_bootstrap(monkeypatch,
 def test_only_generator_procs_prepare_for_vllm_and_only_placed_roles_take_gpus():
     config = GRPOConfig(placement=PlacementConfig(trainer_gpus=[0], generator_gpus=[1]))
     procs = RunProcs(config, hosts=None, log_dir=None)
-    nice, trainer_gpus = procs.prepare("trainer")  # nothing about vLLM, TORCHDYNAMO_DISABLE included
+    nice, trainer_gpus = procs.prepare(roles.TRAINER)  # nothing about vLLM, TORCHDYNAMO_DISABLE included
     assert (nice.func, nice.args) == (import_at_niceness, (5,))  # first: use_gpus imports torch
     assert (trainer_gpus.func, trainer_gpus.args) == (use_gpus, ("0", "placement.trainer_gpus"))
-    gpus, engine = procs.prepare("generator0")
+    gpus, engine = procs.prepare(roles.generator(0))
     assert (gpus.func, gpus.args) == (use_gpus, ("1", "placement.generator_gpus"))
     assert (engine.func, engine.args) == (prepare_process, (config.generator,))
-    assert [step.func for step in procs.prepare("replay_buffer")] == [import_at_niceness]
-    assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare("generator1")] == [prepare_process]
-    assert RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)), None, None).prepare("trainer") == ()
+    assert [step.func for step in procs.prepare(roles.REPLAY_BUFFER)] == [import_at_niceness]
+    assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare(roles.generator(1))] == [prepare_process]
+    assert RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)), None, None).prepare(roles.TRAINER) == ()
 
 
 def test_a_procs_imports_yield_the_cores_and_its_actor_keeps_its_priority(tmp_path):
     """placement.import_nice lowers the priority of a proc's bootstrap (its imports) only."""
     bootstrap_nice = tmp_path / "bootstrap_nice"
-    steps = (*RunProcs(GRPOConfig(), None, None).prepare("trainer"), partial(write_niceness, str(bootstrap_nice)))
+    steps = (*RunProcs(GRPOConfig(), None, None).prepare(roles.TRAINER), partial(write_niceness, str(bootstrap_nice)))
 
     async def actor_niceness() -> int:
         procs = spawn_procs(None, 1, "nice_probe", None, prepare=steps)

@@ -162,15 +162,17 @@ def student_model(tiny_checkpoint):
 
 
 def teacher_tier(model):
-    """The task reward at weight 0 (reported only) and `model` as the teacher."""
-    async def call(index, fn):
-        return await fn(model)
+    """The task reward at weight 0 (reported only) and `model` (a LogprobModel actor) as the teacher."""
+
+    class Teacher:
+        async def completion_logprobs(self, prompt_ids, completion_ids):
+            return await model.completion_logprobs.call_one(prompt_ids, completion_ids)
 
     scorers = [
         ScorerConfig(fn="test_scoring:starts_with_answer", weight=0.0),
         ScorerConfig(kind="teacher", path="unused"),
     ]
-    return build_tier(scorers, ScoringConfig(), None, call)
+    return build_tier(scorers, ScoringConfig(), None, {1: Teacher()})
 
 
 def test_teacher_equal_to_student_gives_exactly_zero_advantages_and_loss(student_model, generator):

@@ -5,14 +5,17 @@ test sends SIGINT to its process group (as Ctrl-C in a terminal would) or SIGKIL
 a proc it finds in procs.json.
 """
 
+import json
 import os
 import signal
 import statistics
+import threading
+import time
 
 from safetensors.torch import load_file
 
 from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
-from forge_async.launch.supervision import _failed_rank
+from forge_async.handles.trainer import failed_rank
 from test_grpo_app import assert_accounting
 
 SYNC = ("mode=sync", "steps=12", "checkpoint.every_steps=3")
@@ -128,6 +131,70 @@ def test_killed_trainer_rank_stops_the_run_naming_it_and_resume_finishes(tmp_pat
     assert_accounting(resumed.summary)
 
 
+class KillTrainerOnceRespawned(threading.Thread):
+    """SIGKILLs the trainer's rank 0 as soon as procs.json names a pid other than `old_pid`.
+
+    A resumed run rewrites procs.json once its meshes are up, then prints "meshes up" and restores
+    its checkpoint, the trainer's shards first. On the CPU default that restore ends ~45 ms after
+    the rewrite and the first step ~125 ms after; polled every 5 ms, the kill lands 0-7 ms after
+    the rewrite (under 20 ms with both cores busy), inside the trainer's load_state. The test
+    checks that the restore never finished, so a kill that came late fails it rather than passing
+    without having tested the restore.
+    """
+
+    def __init__(self, run_dir, old_pid: int):
+        super().__init__(daemon=True)
+        self.path, self.old_pid = run_dir / "procs.json", old_pid
+        self.done = threading.Event()
+        self.pid: int | None = None
+        self.killed_at = 0.0
+
+    def run(self) -> None:
+        while not self.done.wait(0.005):
+            try:
+                pid = json.loads(self.path.read_text())["trainer"][0]["pid"]
+            except (OSError, ValueError, KeyError):
+                continue
+            if pid != self.old_pid:
+                os.kill(pid, signal.SIGKILL)
+                self.pid, self.killed_at = pid, time.monotonic()
+                return
+
+
+def test_trainer_killed_during_resume_ends_with_the_one_line_failure_and_the_resume_hint(tmp_path):
+    run_dir = tmp_path / "run"
+    # A constant lr: the default linear decay spans the first run's steps and refuses more on resume.
+    first = run_app(run_dir, "mode=sync", "steps=2", "checkpoint.every_steps=2", "trainer.lr_schedule=constant")
+    assert first.returncode == 0, first.output
+    assert (run_dir / "checkpoints" / "step_000002" / "manifest.json").is_file()
+
+    killer = KillTrainerOnceRespawned(run_dir, first.procs["trainer"][0]["pid"])
+    killer.start()
+    try:
+        killed = run_app(run_dir, f"resume={run_dir}", "steps=4", timeout=120)
+    finally:
+        killer.done.set()
+        killer.join()
+    assert killer.pid is not None, killed.output  # the resumed run's trainer came up and was killed
+    assert killed.returncode == 1, killed.output
+    assert killed.ended_at - killer.killed_at < 60
+    assert "resumed from" not in killed.output, killed.output  # the kill landed during the restore
+    assert_each_step_once(killed, 2)
+    named = [line for line in killed.output.splitlines() if f"trainer rank 0 (pid {killer.pid} on" in line]
+    assert len(named) == 1, killed.output
+    assert f"resume with: python -m apps.grpo resume={run_dir}" in killed.output, killed.output
+    assert "Traceback" not in killed.output and "AttributeError" not in killed.output, killed.output
+    procs = killed.procs
+    assert not any(alive(p["pid"]) for p in [*procs["trainer"], procs["generator0"], procs["replay_buffer"]])
+
+    # The failed resume left the run as it was: the hint's command finishes it.
+    resumed = run_app(run_dir, f"resume={run_dir}", "steps=4")
+    assert resumed.returncode == 0, resumed.output
+    assert "at step 2 " in resumed.output
+    assert_each_step_once(resumed, 4)
+    assert_accounting(resumed.summary)
+
+
 def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     actions = {4: kill_role(run_dir, "generator0")}
@@ -148,6 +215,6 @@ def test_failed_trainer_rank_is_named_from_either_form_of_monarchs_report():
         '.ipc://@U7km1hrmevpp3Jx3W7Y0WULj,proc_agent and all its descendants have failed:\n  timeout waiting '
         'for message from proc mesh agent while querying for "trainer-yPf2ZLUznKd". The process likely crashed'
     )
-    assert _failed_rank(exited) == 2
-    assert _failed_rank(silent) == 3
-    assert _failed_rank("something else entirely") is None
+    assert failed_rank(exited) == 2
+    assert failed_rank(silent) == 3
+    assert failed_rank("something else entirely") is None

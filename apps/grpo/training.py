@@ -1,29 +1,49 @@
 """The GRPO app's training half: what needs torch, TorchTitan and the actor modules.
 
 apps/grpo/main.py imports this only after the run's procs are spawned, so that
-these imports (~5 s) overlap the procs' own start-up.
+these imports overlap the procs' own start-up.
+
+`train` tells the whole story: the initial policy, the task, the run's handles
+(launch/run.py), the collaborators the loop runs with, the loop, then the final
+policy, the timeline and summary.json.
 """
 
 import asyncio
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from forge_async.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
-from forge_async.checkpoint.directory import CheckpointDirectory
+from forge_async.checkpoint.directory import CheckpointDirectory, step_of
 from forge_async.config import GRPOConfig
 from forge_async.console import since_launch
-from forge_async.data.tasks import build_task
-from forge_async.envs.runner import build_env_runner, environment_factory, with_environment
+from forge_async.data.tasks import Task, build_task
+from forge_async.envs.runner import EnvRunner, build_env_runner, environment_factory, with_environment
 from forge_async.errors import TrainerFailed
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
+from forge_async.evaluation.schedule import EvaluationSchedule
+from forge_async.handles.run import RunHandles
 from forge_async.interrupt import stop_on_signals
-from forge_async.launch.procs import RunProcs
-from forge_async.launch.supervision import RunMeshes
-from forge_async.loop import GRPOLoop
 from forge_async.launch.meshes import write_tiny_weights_on
+from forge_async.launch.procs import RunProcs
+from forge_async.launch.roles import TRAINER
+from forge_async.launch.run import spawn_run
+from forge_async.loop import GRPOLoop
+from forge_async.metric_sinks import build_sinks
+from forge_async.metrics import MetricsLog
 from forge_async.models.checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
+from forge_async.rollout.calls import Rollouts
+from forge_async.rollout.episodes import EpisodeRollouts
+from forge_async.run_record import RunRecord
+from forge_async.scoring.tier import build_tier
+from forge_async.summary import write_summary
+from forge_async.tracing import trace_events
+from forge_async.weights.delivery import WeightDelivery
+from forge_async.weights.route import plan_route
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -35,59 +55,123 @@ async def prepare_checkpoint(config: GRPOConfig, run_dir: Path, procs: RunProcs)
     initial = run_dir / "initial_model"
     if not (initial / WEIGHTS_FILE).is_file():  # a resumed run already has it
         hf_config = write_tiny_config(initial, config.model.tiny)
-        await write_tiny_weights_on(procs.early("trainer"), initial, hf_config, config.model.tiny.seed)
+        await write_tiny_weights_on(procs.early(TRAINER), initial, hf_config, config.model.tiny.seed)
     return Checkpoint.open(initial)
 
 
 async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
-    """Checkpoint, tokenizer and task; then the actors on `procs`, the loop, and the tidy-up."""
+    """Checkpoint, tokenizer and task; then the run's handles, the loop, and the tidy-up."""
     checkpoint = await prepare_checkpoint(config, run_dir, procs)
-    resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt
     task = with_environment(config.env, build_task(config.task, tokenizer, room))
     eval_prompts = held_out_prompts(config.eval, task, config.task, tokenizer, room) if config.eval.enabled else []
-    new_environment = environment_factory(task)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
 
-    checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
-    meshes = RunMeshes(run_dir, checkpoint, pad_id, procs)
+    plots = None
     try:
-        starts = await meshes.start()
-        print(
-            f"{since_launch()} meshes up (engine start {', '.join(f'{s:.1f}s' for s in starts)}); "
-            f"procs: {run_dir / 'procs.json'}",
-            flush=True,
-        )
-        env_runner = None
-        if new_environment is not None:
-            if config.env.procs:
-                new_environment = await meshes.spawn_environments(new_environment)
-            env_runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context)
-        evaluator = None
-        if config.eval.enabled:
-            evaluator = build_evaluator(
-                config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, env_runner
-            )
-        loop = GRPOLoop(config, run_dir, task, meshes, checkpointer, env_runner, evaluator)
-        with stop_on_signals(loop.request_stop):
+        async with spawn_run(procs, checkpoint, pad_id, run_dir) as handles:
+            starts = ", ".join(f"{s:.1f}s" for s in handles.engine_start_s)
+            print(f"{since_launch()} meshes up (engine start {starts}); procs: {handles.procs_file.path}", flush=True)
+            env_runner = await start_environments(config, handles, task, tokenizer, context)
             try:
-                return await loop.run(resume_from)
-            except TrainerFailed as err:
-                await loop.write_summary(None, str(err))
-                raise
+                return await train_on(config, run_dir, handles, task, env_runner, eval_prompts)
+            finally:
+                plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
     finally:
-        plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
-        await meshes.stop()
         SharedMemoryChannel(config.weights.channel_dir).remove()
-        await plots
+        if plots is not None:
+            await plots
+
+
+async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task, tokenizer, context: int):
+    """The runner of the task's multi-turn episodes (None: single-turn), its environments on
+    env.procs procs of their own, or in the controller."""
+    new_environment = environment_factory(task)
+    if new_environment is None:
+        return None
+    if config.env.procs:
+        new_environment = await handles.environments.start(new_environment)
+    return build_env_runner(config.env, new_environment, tokenizer, config.sampling, context)
+
+
+async def train_on(
+    config: GRPOConfig, run_dir: Path, handles: RunHandles, task: Task, env_runner: EnvRunner | None, eval_prompts
+) -> dict:
+    """The loop's collaborators, the loop, then the final policy, the timeline and the summary."""
+    resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
+    resumed_at = None if resume_from is None else step_of(resume_from)
+    sinks = build_sinks(config.logging, run_dir, asdict(config), resumed_at)
+    metrics = MetricsLog(run_dir, config.steps, config.target_reward, sinks, resume_after_step=resumed_at)
+    admission = AdmissionControl(config.batch_size, config.max_policy_age, config.admission_control)
+    route = plan_route(config, handles.generators, handles.relays)
+    delivery = WeightDelivery(handles.generators, route, on_loaded=admission.weights_moved)
+    scoring = build_tier(config.scorers, config.scoring, task, handles.scorers, config.loss.scale_by_std)
+    rollouts = build_rollouts(config, task, scoring, env_runner)
+    record = RunRecord()
+    evaluations = None
+    if config.eval.enabled:
+        evaluator = build_evaluator(
+            config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, env_runner
+        )
+        evaluations = EvaluationSchedule(
+            evaluator, config.eval.every_steps, handles.generators, delivery, record, metrics
+        )
+    checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
+    loop = GRPOLoop(config, handles, rollouts, admission, delivery, metrics, record, checkpointer, evaluations)
+
+    async def summarise(final_model: str | None) -> dict:
+        return await write_summary(
+            run_dir, config, record, handles, admission.paused_s, task.skipped_rows, final_model
+        )
+
+    with stop_on_signals(loop.request_stop):
+        try:
+            await loop.run(resume_from)
+        except TrainerFailed as err:
+            record.failure = str(err)
+            await summarise(None)
+            raise
+    final_model = await save_final_policy(handles, run_dir)
+    if config.trace.enabled:
+        await write_trace(handles, run_dir)
+    return await summarise(final_model)
+
+
+def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunner | None) -> Rollouts:
+    """Single-turn rollouts, or multi-turn episodes played by `env_runner`."""
+    if env_runner is not None:
+        return EpisodeRollouts(
+            task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed, env_runner
+        )
+    return Rollouts(
+        task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed,
+        partial_calls=config.filter.zero_variance_groups,
+    )
+
+
+async def save_final_policy(handles: RunHandles, run_dir: Path) -> str:
+    print("saving the final policy ...", flush=True)
+    started = asyncio.get_running_loop().time()
+    final_model = await handles.trainer.save_hf(str(run_dir / "final_model"), str(run_dir / "final_adapter"))
+    print(f"final policy saved in {asyncio.get_running_loop().time() - started:.1f}s: {final_model}", flush=True)
+    return final_model
+
+
+async def write_trace(handles: RunHandles, run_dir: Path) -> None:
+    """RUN_DIR/trace.json: every actor's spans as Chrome trace events (one track per actor)."""
+    tracks = await handles.trace_spans()
+    path = run_dir / "trace.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(trace_events(tracks)))
+    tmp.replace(path)
 
 
 def draw_plots_if_any(run_dir: Path) -> Path | None:
     """RUN_DIR/plots.png, for a run that trained at least one step."""
-    from forge_async.plot import PlotError, draw_plots  # matplotlib: 1-2 s to import
+    from forge_async.plot import PlotError, draw_plots  # matplotlib is slow to import: only at the end
 
     try:
         return draw_plots(run_dir)

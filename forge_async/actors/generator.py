@@ -173,20 +173,9 @@ class Generator(ProcActor):
 
     @endpoint
     async def generate(
-        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1, pin: bool = False
+        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
     ) -> list[list[Completion]]:
-        """`n` completions for each prompt, each token tagged with the version that sampled it.
-        `pin`: every token of the call sampled by the weights in use when it starts (evaluations;
-        calls run one at a time, so no other call's requests wait for the swap meanwhile)."""
-        if not pin:
-            return await self._generate(prompts, sampling, n)
-        self._weight_holds += 1
-        try:
-            return await self._generate(prompts, sampling, n)
-        finally:
-            self._weight_holds -= 1
-
-    async def _generate(self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
+        """`n` completions for each prompt, each token tagged with the version that sampled it."""
         params = sampling_params(sampling)
         all_ids = [self._prompt_ids(p, sampling.max_tokens) for p in prompts]
         loop = asyncio.get_running_loop()
@@ -236,7 +225,8 @@ class Generator(ProcActor):
     @endpoint
     async def hold_weights(self, hold: bool) -> int:
         """Keep (True) the weights in use, taking no newer version from the channel until released
-        (False), across calls: a multi-turn evaluation pinned to one version. Returns the version."""
+        (False), across calls: an evaluation pinned to one version (weights/delivery.py). Returns
+        the version."""
         self._weight_holds += 1 if hold else -1
         return self.engine.version
 

@@ -12,11 +12,12 @@ The defaults, per platform:
   uncompiled (mode NONE) and vLLM still captures full CUDA graphs unless `enforce_eager`.
 - CPU: `compile` off and `enforce_eager` on: there are no graphs to capture on CPU, and
   compiling (vLLM's CPU build turns VLLM_COMPILE into one Dynamo trace through Inductor's
-  C++ backend; it works) costs start-up a tiny model never wins back: engine start ~36 s
-  instead of ~3 s on 2 cores, no faster after. TORCHDYNAMO_DISABLE=1 is then set in the
-  proc, before vLLM builds its sampler: it wraps its logprobs op in torch.compile, which
-  costs 2-11 s on the first logprobs request otherwise (2 cores). `cpu_weights` (plain by
-  default) says whether the linear layers keep their weights unpacked (generation/engine_weights.py).
+  C++ backend; it works) makes the engine's start many times longer, a cost a tiny model
+  never wins back, and decodes no faster after (docs/configuration.md). TORCHDYNAMO_DISABLE=1
+  is then set in the proc, before vLLM builds its sampler: it wraps its logprobs op in
+  torch.compile, which would otherwise compile on the first logprobs request and hold it up.
+  `cpu_weights` (plain by default) says whether the linear layers keep their weights unpacked
+  (generation/engine_weights.py).
 """
 
 import os

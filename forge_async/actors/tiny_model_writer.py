@@ -2,9 +2,9 @@
 
 The weights come from TorchTitan's seeded initialisation (models/tiny.py). The trainer's
 procs import TorchTitan as they start; the controller, which would otherwise import it for
-this alone (~1 s of CPU while the procs start on the same cores), writes only the config
-and the tokenizer. It is not a ProcActor: it shares the proc with the Trainer, is never
-stopped on its own, and records no spans.
+this alone (CPU taken from the procs starting on the same cores; docs/benchmarks.md,
+start-up), writes only the config and the tokenizer. It is not a ProcActor: it shares the
+proc with the Trainer, is never stopped on its own, and records no spans.
 """
 
 from monarch.actor import Actor, endpoint

@@ -12,8 +12,8 @@ frozen, only the adapters are in the optimizer, and only the adapters are
 published, in PEFT names (models/lora.py).
 
 TorchTitan and torch.distributed.checkpoint are imported where they are used: the
-controller imports this module to spawn the actor and needs neither (~1.8 s of CPU at
-start-up); the trainer's procs load them as they start (launch/procs.py, PRELOAD).
+controller imports this module to spawn the actor and needs neither (they would cost it
+CPU at start-up); the trainer's procs load them as they start (launch/procs.py, PRELOAD).
 """
 
 import os
@@ -110,7 +110,7 @@ class Trainer(ProcActor):
         weights = self.adapter.from_hf(self.checkpoint.load_hf_state_dict())
         self._load_base(model, weights)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
-        self.model = parallelize(model.to(self.device_type), self.config, self.device_type)
+        self.model = self._parallelize(model)
         self.reference = self._build_reference(weights) if self.reference_path else None
         # What sharing a prompt's forward saves, in attention's units (data/batch.py); None: no sharing
         self.token_cost = shape.token_cost_in_attention_pairs if self.config.share_prompts else None
@@ -142,7 +142,15 @@ class Trainer(ProcActor):
         checkpoint = Checkpoint.open(self.reference_path)
         same = checkpoint.path == self.checkpoint.path
         model = load_frozen_model(checkpoint, policy_weights if same else None)
-        return parallelize(model.to(self.device_type), self.config, self.device_type)
+        return self._parallelize(model)
+
+    def _parallelize(self, model: torch.nn.Module) -> torch.nn.Module:
+        """`model` on this rank's device, checkpointed, compiled and sharded as trainer.* says."""
+        c = self.config
+        return parallelize(
+            model.to(self.device_type), self.device_type,
+            dtype=c.dtype, activation_checkpointing=c.activation_checkpointing, compile=c.compile,
+        )
 
     def _local_episodes(self, episodes: list[Episode]) -> list[Episode]:
         """This rank's contiguous share of the batch's episodes."""
@@ -292,7 +300,7 @@ class Trainer(ProcActor):
                     raise ValueError("push_weights to 'shm' needs weights.channel_dir")
                 self._write_shared_memory(hf_state_dict)
             else:
-                from forge_async.weights import store  # torchstore: ~1 s to import, only for its transport
+                from forge_async.weights import store  # torchstore is heavy to import: only for its transport
 
                 await store.put_policy(hf_state_dict, self.version)
         return sum(t.numel() * t.element_size() for t in hf_state_dict.values())

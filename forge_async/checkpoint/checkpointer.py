@@ -2,9 +2,9 @@
 
 The trainer ranks write their model and optimizer shards themselves (DCP, in
 `trainer/`); everything the controller side owns goes into `controller.pt`:
-the loop's counters and prompt-source position, the replay buffer's episodes
-and counters (taken in one call, so they agree), and each generator's sampler
-RNG state (with those, a sync-mode run resumes bit for bit).
+the loop's record, prompt-source position and metrics smoothing, the replay
+buffer's episodes and counters (taken in one call, so they agree), and each
+generator's sampler RNG state (with those, a sync-mode run resumes bit for bit).
 """
 
 import time
@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from forge_async.checkpoint.directory import CheckpointDirectory
-from forge_async.launch.supervision import RunMeshes
+from forge_async.handles.run import RunHandles
 
 CONTROLLER_FILE = "controller.pt"
 TRAINER_DIR = "trainer"
@@ -23,39 +23,33 @@ class Checkpointer:
     def __init__(self, run_dir: Path, keep: int):
         self.directory = CheckpointDirectory(run_dir, keep)
 
-    async def save(self, step: int, loop_state: dict, meshes: RunMeshes) -> dict:
+    async def save(self, step: int, loop_state: dict, handles: RunHandles) -> dict:
         """Write the checkpoint of `step`; returns where it went and how long it took."""
         start = time.perf_counter()
         staging = self.directory.staging(step)
-        trainer_dir = str(staging / TRAINER_DIR)
-        trainer_save = await meshes.call_trainer(lambda t: t.save_state.call(trainer_dir))
+        await handles.trainer.save_state(str(staging / TRAINER_DIR))
         state = {
             "step": step,
             "loop": loop_state,
-            "buffer": await meshes.buffer.state_dict(),
-            "generator_rng": await meshes.ask_generators(lambda g: g.rng_state.call_one()),
+            "buffer": await handles.buffer.state_dict(),
+            "generator_rng": await handles.generators.rng_states(),
         }
         torch.save(state, staging / CONTROLLER_FILE)
         path = self.directory.commit(staging)
         return {
             "path": str(path),
             "seconds": time.perf_counter() - start,
-            "trainer_seconds": trainer_save["save_ms"] / 1e3,
             "bytes": sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
         }
 
-    def latest(self) -> Path:
-        return self.directory.latest_valid()
-
     @staticmethod
-    async def restore(path: Path, meshes: RunMeshes) -> dict:
+    async def restore(path: Path, handles: RunHandles) -> dict:
         """Load the checkpoint at `path` into the actors; returns the loop's state."""
-        trainer_dir = str(path / TRAINER_DIR)
-        await meshes.call_trainer(lambda t: t.load_state.call(trainer_dir))
+        await handles.trainer.load_state(str(path / TRAINER_DIR))
         state = torch.load(path / CONTROLLER_FILE, weights_only=False)
-        await meshes.buffer.load_state_dict(state["buffer"])
+        await handles.buffer.load_state_dict(state["buffer"])
         # Generator i gets generator i's sampler state back (a sync run then resumes exactly).
-        for i, rng in enumerate(state["generator_rng"][: meshes.generator_count]):
+        for i, rng in enumerate(state["generator_rng"][: handles.generators.count]):
             if rng is not None:  # None: that generator had failed when the checkpoint was taken
-                await meshes.call_generator(i, lambda g, rng=rng: g.set_rng_state.call_one(rng))
+                await handles.generators.set_rng_state(i, rng)
         return state["loop"]

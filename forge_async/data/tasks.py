@@ -190,7 +190,7 @@ class DigitTask:
 
     def _draw(self, rng: random.Random) -> Prompt:
         n = self.num_digits
-        if self.min_digits < n:  # a fixed count draws nothing: a seed gives the prompts it gave before min_digits
+        if self.min_digits < n:  # a fixed count draws nothing: a seed's prompts stay those of a fixed-length task
             n = rng.randint(self.min_digits, n)
         digits = [rng.randrange(10) for _ in range(n)]
         text = "".join(map(str, digits))
@@ -198,8 +198,9 @@ class DigitTask:
 
     def _token_ids(self, text: str) -> list[int]:
         """The prompt's tokens, the first `_CACHED_PROMPTS` distinct ones remembered: rendering the
-        chat template costs ~0.06 ms a prompt, on the controller's path to each generate call
-        (the default 3-digit task has 1,000 distinct prompts)."""
+        chat template is on the controller's path to each generate call, and a digit task of a
+        few digits draws the same prompts over and over (10**n of n digits; docs/benchmarks.md,
+        pipeline)."""
         ids = self._prompt_ids.get(text)
         if ids is None:
             ids = prompt_token_ids(self.tokenizer, text)

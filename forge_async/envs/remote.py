@@ -11,6 +11,7 @@ import itertools
 
 from forge_async.data.tasks import Prompt
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation
+from forge_async.handles.supervision import failure_cause
 
 
 class EnvironmentFailed(RuntimeError):
@@ -34,8 +35,7 @@ class RemoteEnvironment:
         try:
             value, error = await endpoint.call_one(self.episode, *args)
         except Exception as err:
-            cause = str(err).splitlines()[-1].strip() if str(err) else type(err).__name__
-            raise EnvironmentFailed(f"environment proc ({self.where}) failed: {cause}") from None
+            raise EnvironmentFailed(f"environment proc ({self.where}) failed: {failure_cause(err)}") from None
         if error is not None:
             raise error
         return value

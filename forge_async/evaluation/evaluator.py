@@ -3,9 +3,8 @@
 An evaluation samples `eval.samples_per_prompt` completions (multi-turn: episodes) for
 every held-out prompt on one generator, and scores them with the run's reward scorers.
 Every token is sampled by one policy version, the one its row names (`evaluate` checks):
-single-turn, the evaluation is one generate call that the generator keeps on the weights
-it starts with (`pin`); multi-turn, the caller pins the generator's weights across the
-episodes' calls (WeightSync.pinned). Training goes on meanwhile: the trainer steps on
+the generator's weights are pinned for the whole evaluation (WeightDelivery.pinned), its
+one generate call or its episodes' calls. Training goes on meanwhile: the trainer steps on
 what the buffer holds, and the generators serve the rollout workers between evaluation calls.
 
     eval/reward_mean  mean@k: the mean reward over every sample
@@ -18,23 +17,18 @@ import asyncio
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.data.tasks import Prompt, Task, TaskConfig
-from forge_async.envs.rollouts import TurnBatcher
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.evaluation.config import EvalConfig
-from forge_async.rollout import Generate
+from forge_async.rollout.episodes import TurnBatcher
+from forge_async.rollout.types import Generate
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.tier import ScoringTier, build_tier
-
-# Generate, with `pin=True` for one call sampled wholly by the weights in use when it starts
-PinnableGenerate = Callable[..., Awaitable[list[list[Completion]]]]
-
 
 class Evaluator:
     def __init__(
@@ -52,18 +46,15 @@ class Evaluator:
         self.sampling = replace(sampling, temperature=eval_temperature(config, sampling))
         self.runner = runner
 
-    async def evaluate(
-        self, generate: PinnableGenerate, pinned: Callable[[], AbstractAsyncContextManager[int]]
-    ) -> dict[str, float]:
-        """Every held-out prompt's samples from one generator: `generate(..., pin=True)` is one call
-        on one version; `pinned()` holds the generator's weights across calls, yielding their version."""
+    async def evaluate(self, generate: Generate, pinned: AbstractAsyncContextManager[int]) -> dict[str, float]:
+        """Every held-out prompt's samples from one generator (`generate`), its weights held by
+        `pinned` meanwhile (which yields their version)."""
         start = time.perf_counter()
-        if self.runner is None:
-            ids = [prompt.token_ids for prompt in self.prompts]
-            groups = await generate(ids, self.sampling, self.config.samples_per_prompt, pin=True)
-            failed, version = 0, groups[0][0].oldest_version
-        else:
-            async with pinned() as version:
+        async with pinned as version:
+            if self.runner is None:
+                ids = [prompt.token_ids for prompt in self.prompts]
+                groups, failed = await generate(ids, self.sampling, self.config.samples_per_prompt), 0
+            else:
                 groups, failed = await self._play(generate)
         sampled = [(prompt, group) for prompt, group in zip(self.prompts, groups) if group]
         episodes, unscored = await self.scoring.score([p for p, _ in sampled], [g for _, g in sampled], 0)

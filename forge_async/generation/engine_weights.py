@@ -2,16 +2,15 @@
 
 vLLM's CPU backend repacks each linear layer's weight for oneDNN when the model loads and
 drops the plain tensor. New weights then go through vLLM's `reload_weights`, which rebuilds
-every layer on the meta device, loads it and packs it again: ~11 ms a swap on the tiny
-model (2 cores), most of it Python, which at one swap a step was a quarter of the generator's
-time.
+every layer on the meta device, loads it and packs it again: mostly Python, and on a tiny
+model, at one swap a step, a large share of the generator's time.
 
 With `generator.cpu_weights=plain` the engine is built with oneDNN packing off
 (`plain_cpu_weights`): every linear layer keeps its weight and runs vLLM's torch-linear
-fallback on it, and a swap is vLLM's own `model.load_weights` copying each tensor into place
-(1.8 against 10.6 ms a swap on the tiny model; decode as fast as packed up to a few million
-parameters, 1.3-1.6x slower at 26M: docs/benchmarks.md). On a GPU, and for an engine whose
-layers are packed, a swap stays vLLM's `reload_weights`.
+fallback on it, and a swap is vLLM's own `model.load_weights` copying each tensor into place:
+a much shorter swap, and decode as fast as packed for small models but slower for larger
+ones (docs/benchmarks.md, generation pause per weight swap). On a GPU, and for an engine
+whose layers are packed, a swap stays vLLM's `reload_weights`.
 """
 
 from collections.abc import Iterator

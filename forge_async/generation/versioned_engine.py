@@ -25,14 +25,14 @@ copied into place where the engine keeps them plain (CPU, generator.cpu_weights=
 reloaded by vLLM layer by layer (generation/engine_weights.py).
 
 Requests are sampled with detokenize=False: vLLM's incremental detokenizer, run on
-every step, was ~30% of a tiny model's decode time on CPU. A completion's text is
-decoded once, when it finishes, with the engine's tokenizer.
+every step, is a large share of a small model's decode time on CPU (docs/benchmarks.md,
+pipeline). A completion's text is decoded once, when it finishes, with the engine's
+tokenizer.
 
 Consecutive submits of one prompt with one SamplingParams object (a GRPO group) reach
 vLLM as one request with n samples: vLLM processes the input once and fans it out to n
-sequences, where n separate requests would each be validated and deep-copied (a batch of
-16 prompts x 8 samples on the tiny model: 39 -> 31 ms on CPU). Each sample is still its
-own `Request` here, finishing on its own.
+sequences, where n separate requests would each be validated and deep-copied. Each
+sample is still its own `Request` here, finishing on its own.
 """
 
 import itertools

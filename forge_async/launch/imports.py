@@ -2,10 +2,10 @@
 
 Importing vLLM, torch and TorchTitan creates about a million objects, and the collector
 walks them all over and over as they appear (a full pass each time the oldest generation
-grows enough): measured in a generator proc, ~1.5 s of its ~6 s of imports, and another
-~1 s of vLLM's engine start. Nearly all of these objects live as long as the process, so
-the collector is off while they are made, then they are frozen: moved where later passes
-never look. The garbage the imports leave (~15 MiB) is kept.
+grows enough): in a generator proc, a sizeable share of its imports and of vLLM's engine
+start. Nearly all of these objects live as long as the process, so the collector is off
+while they are made, then they are frozen: moved where later passes never look. The
+garbage the imports leave is small and kept (docs/benchmarks.md, start-up).
 """
 
 import gc

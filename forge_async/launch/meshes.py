@@ -12,6 +12,7 @@ from pathlib import Path
 from monarch.actor import HostMesh, ProcMesh
 from monarch.spmd import setup_torch_elastic_env_async
 
+from forge_async.actors.environment_host import EnvironmentHost
 from forge_async.actors.generator import Generator
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.logprob_model import LogprobModel
@@ -135,6 +136,16 @@ async def spawn_weight_relay(
     if procs is None:
         procs = spawn_procs(host, 1, f"weight_relay{node}", log_dir)
     return procs, procs.spawn(f"weight_relay{node}", WeightRelay, channel_dir)
+
+
+def spawn_environment_host(
+    new_environment, name: str = "environment", host: HostMesh | None = None, log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+):
+    """An EnvironmentHost on one proc, making environments with `new_environment()`."""
+    if procs is None:
+        procs = spawn_procs(host, 1, name, log_dir)
+    return procs, procs.spawn(name, EnvironmentHost, new_environment)
 
 
 async def stop_all(*meshes: ProcMesh) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from forge_async.config_checks import Range, check_range
 from forge_async.errors import ConfigError
+from forge_async.launch.roles import Kind, Role
 
 
 @dataclass
@@ -54,12 +55,12 @@ class PlacementConfig:
         """The most generators any node runs, `count` spread round-robin."""
         return -(-count // len(self.generator_hosts))
 
-    def visible_gpus(self, role: str) -> str | None:
-        """CUDA_VISIBLE_DEVICES for `role`'s procs (`trainer`, `generator<i>`); None: leave it."""
-        if role == "trainer" and self.trainer_gpus is not None:
+    def visible_gpus(self, role: Role) -> str | None:
+        """CUDA_VISIBLE_DEVICES for `role`'s procs (the trainer's, a generator's); None: leave it."""
+        if role.kind is Kind.TRAINER and self.trainer_gpus is not None:
             return ",".join(map(str, self.trainer_gpus))
-        if role.startswith("generator") and self.generator_gpus is not None:
-            slot = int(role.removeprefix("generator")) // len(self.generator_hosts)  # among its node's
+        if role.kind is Kind.GENERATOR and self.generator_gpus is not None:
+            slot = role.index // len(self.generator_hosts)  # among its node's
             return str(self.generator_gpus[slot % len(self.generator_gpus)])
         return None
 

@@ -6,8 +6,7 @@ procs import while the controller imports its own (torch, TorchTitan,
 transformers) and builds the tiny checkpoint; the actors spawned on them later
 find their modules loaded. This module therefore imports nothing heavy itself.
 
-Roles: `trainer`, `generator<i>`, `replay_buffer`, `weight_relay<node>`, `scorer<i>` (the
-model scorer at position i of the `scorers` list), `environment<i>` (env.procs).
+Roles: launch/roles.py.
 """
 
 import asyncio
@@ -27,20 +26,21 @@ from forge_async.console import send_output_to_log
 from forge_async.errors import ConfigError
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import frozen, import_frozen
+from forge_async.launch.roles import REPLAY_BUFFER, TRAINER, Kind, Role, environment, generator, scorer
 from forge_async.tracing import TRACER
 
-# What each role's actor imports, by role name less its index.
+# What each kind of role's actor imports.
 # The actor modules leave TorchTitan and DCP to the procs (the controller imports them to spawn).
 PRELOAD = {
-    "trainer": (
+    Kind.TRAINER: (
         "forge_async.actors.trainer", "forge_async.models.titan",
         "torchtitan.components.optimizer.lr_scheduler", "torch.distributed.checkpoint",
     ),
-    "generator": ("forge_async.actors.generator", "vllm.entrypoints.llm"),
-    "replay_buffer": ("forge_async.actors.replay_buffer",),
-    "weight_relay": ("forge_async.actors.weight_relay", "forge_async.weights.store"),
-    "scorer": ("forge_async.actors.logprob_model", "forge_async.models.titan"),
-    "environment": ("forge_async.actors.environment_host",),
+    Kind.GENERATOR: ("forge_async.actors.generator", "vllm.entrypoints.llm"),
+    Kind.REPLAY_BUFFER: ("forge_async.actors.replay_buffer",),
+    Kind.WEIGHT_RELAY: ("forge_async.actors.weight_relay", "forge_async.weights.store"),
+    Kind.SCORER: ("forge_async.actors.logprob_model", "forge_async.models.titan"),
+    Kind.ENVIRONMENT: ("forge_async.actors.environment_host",),
 }
 
 
@@ -106,14 +106,9 @@ def spawn_procs(
     return (host or this_host()).spawn_procs(per_host={"procs": procs}, bootstrap=bootstrap, name=name)
 
 
-def _kind(role: str) -> str:
-    """The role less its index: `generator3` -> `generator`."""
-    return role.rstrip("0123456789")
-
-
 def keep_controller_alive_on_faults() -> None:
     """Monarch's default reaction to an unhandled proc failure ends the controller;
-    here failures are handled where the calls fail (launch/supervision.py), so only note them."""
+    here failures are handled where the calls fail (handles/supervision.py), so only note them."""
     monarch.actor.unhandled_fault_hook = _note_fault
 
 
@@ -128,45 +123,44 @@ class RunProcs:
         self.config = config
         self.hosts = hosts
         self.log_dir = log_dir
-        self._early: dict[str, ProcMesh] = {}
+        self._early: dict[Role, ProcMesh] = {}
 
-    def host(self, role: str) -> HostMesh | None:
+    def host(self, role: Role) -> HostMesh | None:
         """The node(s) `role` runs on; None for a trainer on this host alone."""
         placement = self.config.placement
-        if role == "trainer":
+        if role.kind is Kind.TRAINER:
             nodes = placement.trainer_hosts
             return self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
-        if role.startswith("generator"):
-            return self.hosts.node(placement.generator_host(int(role.removeprefix("generator"))))
-        if role.startswith("weight_relay"):
-            return self.hosts.node(int(role.removeprefix("weight_relay")))
+        if role.kind is Kind.GENERATOR:
+            return self.hosts.node(placement.generator_host(role.index))
+        if role.kind is Kind.WEIGHT_RELAY:
+            return self.hosts.node(role.index)
         return self.hosts.node(0)  # the replay buffer, model scorers and environments, beside the controller
 
-    def spawn(self, role: str) -> ProcMesh:
+    def spawn(self, role: Role) -> ProcMesh:
         """New procs for `role`, importing what its actor needs as they start."""
-        procs = self.config.trainer.procs if role == "trainer" else 1
-        preload = PRELOAD[_kind(role)]
+        procs = self.config.trainer.procs if role.kind is Kind.TRAINER else 1
         return spawn_procs(
-            self.host(role), procs, role, self.log_dir, preload, self.config.trace.enabled, self.prepare(role)
+            self.host(role), procs, str(role), self.log_dir, PRELOAD[role.kind], self.config.trace.enabled,
+            self.prepare(role),
         )
 
-    def prepare(self, role: str) -> tuple[Step, ...]:
+    def prepare(self, role: Role) -> tuple[Step, ...]:
         """What `role`'s procs do before their imports: take their GPUs (placement.*_gpus);
         a generator also decides how vLLM runs there (actors/generator_platform.py); the others
         import at a lower priority (placement.import_nice), first, so that where they share cores
         with a generator its import, the critical path of start-up, runs first."""
         steps: list[Step] = []
         nice = self.config.placement.import_nice
-        if nice and _kind(role) != "generator":
+        if nice and role.kind is not Kind.GENERATOR:
             steps.append(partial(import_at_niceness, nice))
-        gpus, key = self.config.placement.visible_gpus(role), f"placement.{_kind(role)}_gpus"
-        if _kind(role) == "scorer":
-            index = int(role.removeprefix("scorer"))
-            gpu, key = self.config.scorers[index].gpu, f"scorers[{index}].gpu"
+        gpus, key = self.config.placement.visible_gpus(role), f"placement.{role.kind.value}_gpus"
+        if role.kind is Kind.SCORER:
+            gpu, key = self.config.scorers[role.index].gpu, f"scorers[{role.index}].gpu"
             gpus = None if gpu is None else str(gpu)
         if gpus is not None:
             steps.append(partial(use_gpus, gpus, key))
-        if _kind(role) == "generator":
+        if role.kind is Kind.GENERATOR:
             steps.append(partial(prepare_process, self.config.generator))
         return tuple(steps)
 
@@ -174,20 +168,20 @@ class RunProcs:
         """Trainer, generators, replay buffer, model scorers and environment procs, all at once (weight relays are
         spawned when needed)."""
         c = self.config
-        roles = [
-            "trainer", "replay_buffer", *(f"generator{i}" for i in range(c.generator.count)),
-            *(f"scorer{i}" for i, scorer in enumerate(c.scorers) if scorer.runs_a_model),
-            *(f"environment{i}" for i in range(c.env.procs)),
+        early = [
+            TRAINER, REPLAY_BUFFER, *(generator(i) for i in range(c.generator.count)),
+            *(scorer(i) for i, s in enumerate(c.scorers) if s.runs_a_model),
+            *(environment(i) for i in range(c.env.procs)),
         ]
-        self._early = {role: self.spawn(role) for role in roles}
+        self._early = {role: self.spawn(role) for role in early}
 
-    def early(self, role: str) -> ProcMesh:
+    def early(self, role: Role) -> ProcMesh:
         """`role`'s early procs, left for `take` (spawned now if there are none)."""
         if role not in self._early:
             self._early[role] = self.spawn(role)
         return self._early[role]
 
-    def take(self, role: str) -> ProcMesh:
+    def take(self, role: Role) -> ProcMesh:
         """`role`'s early procs the first time; new ones after (a respawn)."""
         early = self._early.pop(role, None)
         return early if early is not None else self.spawn(role)

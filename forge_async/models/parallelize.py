@@ -2,7 +2,8 @@
 components: activation checkpointing, per-block torch.compile, then FSDP2 (in that order).
 
 TorchTitan is imported where it is applied: the trainer's actor module imports this one, and
-so does the controller that spawns it, which needs no TorchTitan (~1.3 s of CPU at start-up).
+so does the controller that spawns it, which needs no TorchTitan (a heavy import at start-up).
+The trainer passes its config's values in: models/ knows nothing of the actors' configs.
 """
 
 import torch
@@ -12,33 +13,39 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from forge_async.actors.trainer_config import TrainerConfig
 
-
-def parallelize(model: nn.Module, config: TrainerConfig, device_type: str) -> nn.Module:
-    """Activation checkpointing and compile per transformer block, then FSDP2 over every rank
-    (unless there is nothing for it to do: see `shards`)."""
+def parallelize(
+    model: nn.Module,
+    device_type: str,
+    *,
+    dtype: str,
+    activation_checkpointing: str = "none",
+    compile: bool = False,
+) -> nn.Module:
+    """Activation checkpointing ("none" | "full" | "selective") and compile per transformer
+    block, then FSDP2 over every rank computing in `dtype` ("float32" | "bfloat16"), unless
+    there is nothing for it to do: see `shards`."""
     from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 
-    if config.activation_checkpointing == "full":
+    if activation_checkpointing == "full":
         FullAC(FullAC.Config()).apply(model)
-    elif config.activation_checkpointing == "selective":
+    elif activation_checkpointing == "selective":
         SelectiveAC(SelectiveAC.Config()).apply(model)
-    if config.compile:
+    if compile:
         # TorchTitan's apply_compile does this too, but wants its ParallelDims (TP, PP, ...).
         for block in model.layers.values():
             block.compile(fullgraph=True)
-    if not shards(config):
+    if not shards(dtype):
         return model
-    return _apply_fsdp(model, device_type, getattr(torch, config.dtype))
+    return _apply_fsdp(model, device_type, getattr(torch, dtype))
 
 
-def shards(config: TrainerConfig) -> bool:
-    """Whether the trainer's model goes under FSDP2: with more than one rank, or for bfloat16's
-    mixed precision (fp32 master weights). One fp32 rank is left a plain module: FSDP2 would
-    shard nothing, and its hooks and DTensor dispatch cost ~20% of a tiny model's CPU step
-    (docs/benchmarks.md, Pipeline)."""
-    return dist.get_world_size() > 1 or config.dtype != "float32"
+def shards(dtype: str) -> bool:
+    """Whether a model computing in `dtype` goes under FSDP2: with more than one rank, or for
+    bfloat16's mixed precision (fp32 master weights). One fp32 rank is left a plain module:
+    FSDP2 would shard nothing, and its hooks and DTensor dispatch are a sizeable share of a
+    tiny model's CPU step (docs/benchmarks.md, Pipeline)."""
+    return dist.get_world_size() > 1 or dtype != "float32"
 
 
 def unsharded(tensor: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ trainer all load the result like any downloaded checkpoint.
 It is written in two parts: `write_tiny_config` (config.json and tokenizer: transformers)
 and `write_tiny_weights` (TorchTitan). The app's controller writes the first and a
 trainer proc, which has TorchTitan loaded already, the second (launch/meshes.py); each
-half imports its library itself, so neither process loads the other's (~1-1.7 s of CPU).
+half imports its library itself, so neither process pays the CPU of loading the other's.
 """
 
 from pathlib import Path

@@ -11,32 +11,33 @@ generation and training: rollout workers await it while others generate.
 """
 
 import statistics
-from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from forge_async.data.episode import Completion
 from forge_async.data.tasks import Prompt
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, ScorerFailed, flatten, regroup
 
-# call(lambda model: model.<endpoint>.call_one(...)) on the scorer's LogprobModel; a dead proc
-# raises ScorerFailed (launch/supervision.py).
-CallModel = Callable[[Callable[[object], Awaitable]], Awaitable]
+class ScorerModel(Protocol):
+    """The scorer's model on its mesh (handles/scorers.py); a dead proc raises ScorerFailed."""
+
+    async def completion_logprobs(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]]
+    ) -> list[list[float]]: ...
 
 
 class ModelScorer:
-    def __init__(self, config: ScorerConfig, call: CallModel):
+    def __init__(self, config: ScorerConfig, model: ScorerModel):
         self.name = config.label
         self.kind = config.kind
         self.coef = config.coef
-        self.call = call
+        self.model = model
 
     async def score(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[list[Score]]:
         pairs = flatten(prompts, groups)
         try:
-            logprobs = await self.call(
-                lambda model: model.completion_logprobs.call_one(
-                    [p.token_ids for p, _ in pairs], [c.token_ids for _, c in pairs]
-                )
+            logprobs = await self.model.completion_logprobs(
+                [p.token_ids for p, _ in pairs], [c.token_ids for _, c in pairs]
             )
         except ScorerFailed:
             raise

@@ -17,14 +17,13 @@ the calls waiting on it are metrics (`scoring/<name>/latency_ms`, `.../in_flight
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable
-from functools import partial
+from collections.abc import Mapping
 
 from forge_async.data.episode import Completion, Episode
 from forge_async.data.tasks import Prompt, Task
 from forge_async.losses.advantages import group_advantages
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
-from forge_async.scoring.model_scorers import ModelScorer
+from forge_async.scoring.model_scorers import ModelScorer, ScorerModel
 from forge_async.scoring.reward_functions import RewardFunction
 from forge_async.scoring.scorer import Score, Scorer, ScorerError
 
@@ -151,20 +150,20 @@ def build_tier(
     scorers: list[ScorerConfig],
     scoring: ScoringConfig,
     task: Task,
-    call_scorer: Callable[[int, Callable], Awaitable] | None = None,
+    models: Mapping[int, ScorerModel] | None = None,
     scale_by_std: bool = True,
 ) -> ScoringTier:
-    """The tier `scorers` describe. `call_scorer(i, call)` reaches model scorer i's mesh
-    (RunMeshes.call_scorer); only runs with model scorers need it. A reference that runs in
+    """The tier `scorers` describe. `models[i]`: model scorer i's model on its mesh
+    (handles/scorers.py); only runs with model scorers need them. A reference that runs in
     the trainer is not part of the tier."""
     built = []
     for index, config in enumerate(scorers):
         if config.runs_on == "trainer":
             continue
         if config.runs_a_model:
-            if call_scorer is None:
-                raise ValueError(f"scorers[{index}] ({config.kind}) runs a model: build_tier needs call_scorer")
-            built.append((config, ModelScorer(config, partial(call_scorer, index))))
+            if models is None or index not in models:
+                raise ValueError(f"scorers[{index}] ({config.kind}) runs a model: build_tier needs its model")
+            built.append((config, ModelScorer(config, models[index])))
         else:
             built.append((config, RewardFunction(config, index, task)))
     return ScoringTier(built, scoring, scale_by_std)

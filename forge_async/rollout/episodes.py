@@ -1,6 +1,6 @@
 """Rollouts of multi-turn episodes: each group is played, scored and buffered on its own.
 
-A rollout worker keeps up to `prompts_per_rollout` groups in flight. Every group
+A rollout worker (worker.py) keeps up to `prompts_per_rollout` groups in flight. Every group
 plays its `group_size` episodes concurrently (envs/runner.py); the moment its last
 episode ends, the group is scored and goes to the buffer, and the worker admits a
 new group in its place. A slow group holds up nothing but itself: no call-sized
@@ -15,15 +15,15 @@ import time
 from collections import Counter
 from dataclasses import astuple
 
+from functools import partial
+
 from forge_async.actors.generator_config import SamplingConfig
-from forge_async.admission import AdmissionControl
 from forge_async.data.episode import Completion, Episode
 from forge_async.data.tasks import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
-from forge_async.rollout import Dropped, Generate, Rollouts
+from forge_async.rollout.calls import Rollouts
+from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
 from forge_async.scoring.tier import ScoringTier
-from forge_async.trace import HELD_BACK
-from forge_async.tracing import TRACER
 
 
 class TurnBatcher:
@@ -71,21 +71,31 @@ class EpisodeRollouts(Rollouts):
         scoring: ScoringTier,
         sampling: SamplingConfig,
         group_size: int,
-        groups_in_flight: int,
+        prompts_per_rollout: int,
         seed: int,
         runner: EnvRunner,
     ):
-        super().__init__(task, scoring, sampling, group_size, groups_in_flight, seed)
+        """`prompts_per_rollout`: the groups a rollout worker keeps in flight, each on its own
+        (and the groups of one sync-mode call)."""
+        super().__init__(task, scoring, sampling, group_size, prompts_per_rollout, seed)
+        self.shape = WorkerShape(prompts_per_call=1, calls_in_flight=prompts_per_rollout)
         self.runner = runner
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []
         self._reported: set[str] = set()  # drop reasons whose first occurrence was printed
 
-    async def produce(self, generate: Generate, num_prompts: int | None = None) -> tuple[list[Episode], Dropped]:
+    def producer(self, generate: Generate) -> Produce:
+        """What a rollout worker calls for each group admitted: one TurnBatcher for all of them,
+        so the turns of the worker's groups go out together."""
+        return partial(self._play_groups, TurnBatcher(generate))
+
+    async def produce(self, generate: Generate, num_prompts: int) -> tuple[list[Episode], Dropped]:
         """`num_prompts` groups played at once, scored, with the samples dropped on the way by reason."""
-        prompts = [self.task.sample(self.rng) for _ in range(num_prompts or self.prompts_per_call)]
-        generate_one = TurnBatcher(generate)
+        return await self._play_groups(TurnBatcher(generate), num_prompts)
+
+    async def _play_groups(self, generate_one: TurnBatcher, num_prompts: int) -> tuple[list[Episode], Dropped]:
+        prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
         results = await asyncio.gather(*(self._play_group(generate_one, p) for p in prompts))
         dropped: Counter[str] = Counter()
         for _, group_dropped in results:
@@ -125,51 +135,6 @@ class EpisodeRollouts(Rollouts):
             self._reported.add(drop.reason)
             print(f"environment: {drop}; episode dropped (counted as {drop.reason}, later ones silently)", flush=True)
 
-    async def run_worker(
-        self,
-        generate: Generate,
-        generator_version,
-        buffer,
-        admission: AdmissionControl,
-        stop: asyncio.Event,
-        lane: str = "rollout worker",
-        partial_calls: bool = False,
-    ) -> None:
-        """Keep `prompts_per_rollout` groups in flight until `stop` is set, each admitted on its
-        own (one group's samples) and buffered as soon as it is complete; then finish those in
-        flight. A group's error (a generator lost for good, a scorer's) ends the worker."""
-        generate_one, pending = TurnBatcher(generate), set()
-        try:
-            while not stop.is_set():
-                if len(pending) >= self.prompts_per_call:
-                    await _settle(pending)
-                    continue
-                with TRACER.span(HELD_BACK, lane):
-                    admitted = await self._admit(admission, generator_version, pending)
-                if not admitted:
-                    break
-                pending.add(asyncio.create_task(self._group_into_buffer(generate_one, buffer, admission)))
-            while pending:
-                await _settle(pending)
-        finally:
-            for task in pending:
-                task.cancel()
-
-    async def _admit(self, admission: AdmissionControl, generator_version, pending: set[asyncio.Task]) -> int:
-        """Admission for one group, raising meanwhile the error of any group in flight that fails."""
-        admit = asyncio.ensure_future(admission.admit(self.group_size, generator_version))
-        try:
-            while not admit.done():
-                await _settle(pending, admit)
-            return admit.result()
-        finally:
-            admit.cancel()
-
-    async def _group_into_buffer(self, generate_one: TurnBatcher, buffer, admission: AdmissionControl) -> None:
-        episodes, dropped = await self._play_group(generate_one, self.task.sample(self.rng))
-        await buffer.add(episodes, dropped)
-        await admission.generated(self.group_size)
-
     def metrics(self) -> dict[str, float]:
         """Straggler figures of the groups finished since the last call; episodes ended by a limit."""
         waits, spreads = self._straggler_waits_s, self._length_spreads
@@ -188,11 +153,3 @@ class EpisodeRollouts(Rollouts):
         super().load_state_dict(state)
         self.ended = Counter(state["ended"])
 
-
-async def _settle(pending: set[asyncio.Task], admit: asyncio.Future | None = None) -> None:
-    """Wait until a group in `pending` finishes (or `admit` does); remove it, raising its error."""
-    waiting = pending | ({admit} if admit is not None else set())
-    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    for task in done - {admit}:
-        pending.discard(task)
-        task.result()

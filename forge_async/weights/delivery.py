@@ -1,52 +1,61 @@
 """Getting each published version to the generators, without stopping the trainer.
 
-Generators that read a shared-memory channel the trainer writes (same node, shm
-transport) pick new versions up by themselves between engine steps: `publish`
-has nothing to send them. Everything else is a *receiver* that must be told to
-load a version from torchstore: each generator (torchstore transport), or the
-weight relay of another node, which writes it into that node's channel for the
-generators there. One updater task per receiver loads the newest published
-version whenever the receiver is free to take it (versions published meanwhile
-are skipped), and a version is deleted from the store once every receiver has
-moved past it.
+The loop calls `publish(version)` after every step; the route (route.py) says who
+must be told. Generators that read the trainer's own shared-memory channel pick
+new versions up by themselves between engine steps: nothing is sent to them.
+One updater task per receiver (a node's weight relay, or a generator under the
+torchstore transport) loads the newest published version whenever the receiver
+is free to take it (versions published meanwhile are skipped), and a version is
+deleted from the store once every receiver has moved past it.
+
+`pinned(i)` is the one way to keep a generator on one version across calls
+(evaluations); `generator_version(i)` tells admission control the oldest version
+generator i can be sampling with from now on, pins included.
 """
 
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Protocol
+
+from forge_async.weights.route import WeightRoute
 
 _POLL_S = 0.002
 
-Load = Callable[[int], Awaitable[dict]]  # load(version): a receiver takes that version
+
+class Generators(Protocol):
+    """What delivery asks of the generators (handles/generators.py: GeneratorPool)."""
+
+    count: int
+    on_replaced: Callable[[int, object], Awaitable[None]] | None
+
+    async def version(self, index: int) -> int: ...
+
+    async def hold_weights(self, index: int, hold: bool) -> int: ...
 
 
-class WeightSync:
+class WeightDelivery:
     def __init__(
-        self,
-        call_generator: Callable,
-        count: int,
-        receivers: list[Load],
-        receiver_of: list[int | None],
-        receivers_are_generators: bool = False,
-        on_loaded: Callable[[], Awaitable] | None = None,
+        self, generators: Generators, route: WeightRoute, on_loaded: Callable[[], Awaitable] | None = None
     ):
-        """`call_generator(i, fn)` runs `fn(generator i)`; `receiver_of[i]`: the receiver that
-        brings generator i its weights, or None if it reads the trainer's own channel.
-        `receivers_are_generators`: receiver i is generator i (torchstore transport)."""
-        self.call_generator = call_generator
-        self.receivers_are_generators = receivers_are_generators
-        self.count = count
-        self.receivers = receivers
-        self.receiver_of = receiver_of
+        """`on_loaded()`: after a receiver loads a version, or a pin ends (admission control
+        learns that generators moved on)."""
+        self.generators = generators
+        self.route = route
         self.on_loaded = on_loaded
-        self.loaded = [0] * len(receivers)  # last version each receiver is known to hold
+        self.loaded = [0] * len(route.receivers)  # last version each receiver is known to hold
         self.published = 0
         self.last_load_ms = 0.0
-        self._wake = [asyncio.Event() for _ in receivers]
-        self._loading = [asyncio.Lock() for _ in receivers]  # held while a receiver loads, or is pinned
-        self._pinned: dict[int, int] = {}  # generator -> version it holds for an evaluation (channel readers)
-        self._tasks = [asyncio.create_task(self._update(i)) for i in range(len(receivers))]
+        self._wake = [asyncio.Event() for _ in route.receivers]
+        self._loading = [asyncio.Lock() for _ in route.receivers]  # held while a receiver loads, or is pinned
+        self._pinned: dict[int, int] = {}  # generator -> version it holds (channel readers)
+        self._tasks = [asyncio.create_task(self._update(i)) for i in range(len(route.receivers))]
+        generators.on_replaced = self.generator_replaced
+
+    @property
+    def push_targets(self) -> tuple[str, ...]:
+        return self.route.push_targets
 
     def check(self) -> None:
         """Raise a receiver's failure: its generators would never catch up."""
@@ -55,6 +64,7 @@ class WeightSync:
                 raise task.exception()
 
     def publish(self, version: int) -> None:
+        """The trainer has published `version` to the push targets: bring it to every generator."""
         self.check()
         self.published = version
         for event in self._wake:
@@ -64,7 +74,7 @@ class WeightSync:
         """The oldest version generator `index` can be sampling with from now on."""
         if index in self._pinned:
             return self._pinned[index]
-        receiver = self.receiver_of[index]
+        receiver = self.route.receiver_of[index]
         return self.published if receiver is None else self.loaded[receiver]
 
     async def wait_until_loaded(self, version: int) -> None:
@@ -77,9 +87,7 @@ class WeightSync:
         while min(self.loaded, default=version) < version:
             await asyncio.sleep(_POLL_S)
         while True:
-            held = [
-                await self.call_generator(i, lambda g: g.get_version.call_one()) for i in range(self.count)
-            ]
+            held = [await self.generators.version(i) for i in range(self.generators.count)]
             if min(held) >= version:
                 return
             await asyncio.sleep(_POLL_S)
@@ -92,16 +100,16 @@ class WeightSync:
         shared-memory channel is asked to hold its weights (it swaps to the newest version after).
         Either way `generator_version` says the held version, so admission control sends that
         generator no work it could not train on in time."""
-        if self.receivers_are_generators:
+        if self.route.receivers_are_generators:
             async with self._loading[index]:
-                yield await self.call_generator(index, lambda g: g.get_version.call_one())
+                yield await self.generators.version(index)
             return
-        self._pinned[index] = await self.call_generator(index, lambda g: g.hold_weights.call_one(True))
+        self._pinned[index] = await self.generators.hold_weights(index, True)
         try:
             yield self._pinned[index]
         finally:
             del self._pinned[index]
-            await self.call_generator(index, lambda g: g.hold_weights.call_one(False))
+            await self.generators.hold_weights(index, False)
             if self.on_loaded is not None:
                 await self.on_loaded()  # admission: that generator is at the newest version again
 
@@ -110,12 +118,13 @@ class WeightSync:
 
         One that reads a shared-memory channel swaps to the newest version by itself.
         """
-        if self.receivers_are_generators and self.published > 0:
+        if self.route.receivers_are_generators and self.published > 0:
             await generator.load_version.call_one(self.published)
 
     async def _update(self, index: int) -> None:
-        from forge_async.weights import store  # torchstore: ~1 s to import, only where it is used
+        from forge_async.weights import store  # heavy to import: only where torchstore is used
 
+        receiver = self.route.receivers[index]
         while True:
             await self._wake[index].wait()
             self._wake[index].clear()
@@ -125,7 +134,7 @@ class WeightSync:
             async with self._loading[index]:
                 version = self.published  # the newest, after waiting out a pin
                 start = time.perf_counter()
-                await self.receivers[index](version)
+                await receiver.load(version)
                 self.last_load_ms = (time.perf_counter() - start) * 1e3
             holding = [version if i == index else v for i, v in enumerate(self.loaded)]
             await store.delete_versions_before(min(holding))

@@ -1,0 +1,78 @@
+"""When evaluations run, and on which generator.
+
+At the start, every eval.every_steps steps, and once more after the last step
+(unless that version was just evaluated, or the run was interrupted). Each one
+takes the next generator in turn, its weights pinned meanwhile. In async mode an
+evaluation runs beside training, one at a time: one due while the last still
+runs is skipped, and said; in sync mode it runs between steps.
+"""
+
+import asyncio
+
+from forge_async.evaluation.evaluator import Evaluator
+from forge_async.handles.generators import GeneratorCalls, GeneratorPool
+from forge_async.metrics import MetricsLog
+from forge_async.run_record import RunRecord
+from forge_async.tracing import TRACER
+from forge_async.weights.delivery import WeightDelivery
+
+LANE = "evaluation"  # the controller's lane for evaluations (tracing.py)
+
+
+class EvaluationSchedule:
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        every_steps: int,
+        generators: GeneratorPool,
+        delivery: WeightDelivery,
+        record: RunRecord,
+        metrics: MetricsLog,
+    ):
+        self.evaluator = evaluator
+        self.every_steps = every_steps
+        self.generators = generators
+        self.delivery = delivery
+        self.record = record
+        self.metrics = metrics
+        self._in_flight: asyncio.Task | None = None  # async mode
+
+    def due(self) -> bool:
+        """At every eval.every_steps steps (the caller checks that steps are left)."""
+        return self.record.step % self.every_steps == 0
+
+    def start_beside(self) -> None:
+        """Async mode: evaluate the newest version the generators hold, beside training."""
+        if self._in_flight is not None:
+            if not self._in_flight.done():
+                print(f"evaluation at step {self.record.step} skipped: the previous one still runs", flush=True)
+                return
+            self._in_flight.result()  # its error, if it failed
+        self._in_flight = asyncio.create_task(self.evaluate())
+
+    async def evaluate(self) -> None:
+        """One evaluation on the next generator in turn, its weights pinned meanwhile."""
+        index = self.record.evaluations % self.generators.count
+        self.record.evaluations += 1
+        with TRACER.span("evaluate", LANE):
+            row = await self.evaluator.evaluate(GeneratorCalls(self.generators, index), self.delivery.pinned(index))
+        row["time/wall_s"] = self.record.wall_s()
+        self.record.eval_first = self.record.eval_first or row
+        self.record.eval_last = row
+        self.metrics.log_eval(self.record.step, row)
+
+    async def final(self, interrupted: bool) -> None:
+        """After the last step: the evaluation in flight, then one of the final policy (unless the
+        run was interrupted, or that version was just evaluated)."""
+        if self._in_flight is not None:
+            await self._in_flight
+        last = self.record.eval_last
+        if interrupted or (last is not None and last["eval/version"] == self.record.version):
+            return
+        await self.delivery.wait_until_loaded(self.record.version)
+        await self.evaluate()
+
+    def cancel(self) -> None:
+        """A failure ends the run: the evaluation in flight, if any, is abandoned."""
+        if self._in_flight is not None:
+            self._in_flight.cancel()

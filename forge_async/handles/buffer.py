@@ -1,0 +1,93 @@
+"""The replay buffer actor, respawned empty if its proc dies.
+
+The handle keeps its own count of what went in and came out, so that when a
+buffer is lost, the episodes it held are counted (`buffer_lost`) in the new
+buffer's counters and the run's accounting still adds up.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from forge_async.data.episode import Episode
+from forge_async.handles.procs_file import ProcsFile, located
+from forge_async.handles.supervision import stop_quietly, supervised
+from forge_async.launch.roles import REPLAY_BUFFER
+from forge_async.launch.spawner import RoleSpawner
+
+
+class BufferHandle:
+    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
+        self.spawner = spawner
+        self.procs_file = procs_file
+        self.procs = None  # until start()
+        self._counters = {"added": 0, "sampled": 0, "dropped": {}, "kept_zero_variance": 0}
+        self._replacing = asyncio.Lock()
+
+    async def start(self) -> None:
+        self.procs, self.actor = await self.spawner.replay_buffer()
+        self.procs_file.record(REPLAY_BUFFER, await self.actor.where.call_one())
+
+    async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
+        """Episodes into the buffer, with the samples lost on their way to it, by reason."""
+        await self._call(lambda: self.actor.add.call_one(episodes, dropped))
+        self._counters["added"] += len(episodes) + sum((dropped or {}).values())
+
+    async def sample(
+        self, batch_size: int, trainer_version: int, wait_s: float = 0.0
+    ) -> tuple[list[Episode] | None, dict]:
+        """A batch (None: not enough fresh episodes yet, after waiting up to `wait_s` for the next
+        add) and the buffer's stats after taking it."""
+        batch, stats = await self._call(lambda: self.actor.sample_with_stats.call_one(batch_size, trainer_version, wait_s))
+        if batch is not None:
+            self._counters["sampled"] += len(batch)
+        return batch, self._noted(stats)
+
+    async def stats(self) -> dict:
+        return self._noted(await self._call(lambda: self.actor.stats.call_one()))
+
+    def _noted(self, stats: dict) -> dict:
+        self._counters["dropped"] = dict(stats["dropped_by_reason"])
+        self._counters["kept_zero_variance"] = stats["kept_zero_variance"]
+        return stats
+
+    async def state_dict(self) -> dict:
+        return await self._call(lambda: self.actor.state_dict.call_one())
+
+    async def load_state_dict(self, state: dict) -> None:
+        await self._call(lambda: self.actor.load_state_dict.call_one(state))
+        self._counters = {k: state[k] for k in ("added", "sampled", "dropped")}
+        self._counters["kept_zero_variance"] = state.get("kept_zero_variance", 0)
+
+    async def trace_spans(self) -> list:
+        return await self.actor.trace_spans.call_one()
+
+    async def stop(self) -> None:
+        if self.procs_file.reachable(REPLAY_BUFFER):
+            await stop_quietly(self.procs)
+
+    async def _call(self, call: Callable[[], Awaitable]):
+        actor = self.actor
+
+        async def failed(err: Exception) -> None:
+            nonlocal actor
+            async with self._replacing:  # once per failure, however many callers saw it
+                if self.actor is actor:
+                    await self._replace()
+            actor = self.actor
+
+        return await supervised(call, failed)
+
+    async def _replace(self) -> None:
+        c = self._counters
+        held = c["added"] - c["sampled"] - sum(c["dropped"].values())
+        dropped = dict(c["dropped"])
+        dropped["buffer_lost"] = dropped.get("buffer_lost", 0) + held
+        print(
+            f"replay buffer ({located(self.procs_file.where[str(REPLAY_BUFFER)])}) failed; respawning it, "
+            f"{held} episodes it held are lost (counted as buffer_lost)",
+            flush=True,
+        )
+        await stop_quietly(self.procs)
+        await self.start()
+        self._counters = {**c, "dropped": dropped}
+        await self.actor.load_state_dict.call_one({"episodes": [], **self._counters})

@@ -1,0 +1,102 @@
+"""The trainer mesh: trainer.procs ranks per trainer host, one FSDP2 model among them.
+
+Every call runs on every rank (a collective) and answers with rank 0's result. A
+rank whose proc dies ends the run: TrainerFailed names the rank, its host and pid
+(the run can be resumed from its last checkpoint).
+"""
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from forge_async.data.episode import Episode
+from forge_async.errors import TrainerFailed
+from forge_async.handles.procs_file import ProcsFile, Where, located
+from forge_async.handles.supervision import failure_cause, stop_quietly, supervised
+from forge_async.launch.roles import TRAINER
+from forge_async.launch.spawner import RoleSpawner
+
+_POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1/2, 'procs': 0/1}
+_COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
+# A proc Monarch stopped hearing from is named by its row-major rank: trainer-1<uid>.
+_TRAINER_PROC = re.compile(r"\btrainer-(\d+)<")
+
+
+@dataclass
+class StepResult:
+    """What one train_and_push call did: the new version, the step's figures, the publish."""
+
+    version: int
+    metrics: dict[str, float]
+    push_ms: float
+    weight_bytes: int
+
+
+class TrainerHandle:
+    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
+        self.spawner = spawner
+        self.procs_file = procs_file
+        self.procs = None  # until start()
+
+    async def start(self) -> None:
+        self.procs, self.actor = await self.spawner.trainer()
+        self.where: list[Where] = list((await self.actor.where.call()).values())
+        self.procs_file.record(TRAINER, self.where)
+
+    async def train_and_push(self, batch: list[Episode], targets: tuple[str, ...]) -> StepResult:
+        """One optimizer step on `batch`, then the new weights published to `targets`."""
+        result = await self._call(lambda: self.actor.train_and_push.call(batch, targets))
+        version, push_ms, weight_bytes = result.pop("version"), result.pop("push_ms"), result.pop("weight_bytes")
+        return StepResult(version, result, push_ms, weight_bytes)
+
+    async def push_weights(self, targets: tuple[str, ...]) -> dict:
+        return await self._call(lambda: self.actor.push_weights.call(targets))
+
+    async def save_state(self, directory: str) -> dict:
+        """Each rank's model and optimizer shard into `directory` (DCP)."""
+        return await self._call(lambda: self.actor.save_state.call(directory))
+
+    async def load_state(self, directory: str) -> int:
+        """What save_state wrote; returns the version restored."""
+        return await self._call(lambda: self.actor.load_state.call(directory))
+
+    async def save_hf(self, model_dir: str, adapter_dir: str) -> str:
+        """The policy as a Hugging Face checkpoint (with LoRA: merged, and the adapter beside)."""
+        return await self._call(lambda: self.actor.save_hf.call(model_dir, adapter_dir))
+
+    async def trace_spans(self) -> dict[str, list]:
+        """Each rank's spans since the last call, by track."""
+        spans = await self.actor.trace_spans.call()
+        return {f"trainer rank {rank}": s for rank, s in enumerate(spans.values())}
+
+    async def stop(self) -> None:
+        if self.procs_file.reachable(TRAINER):
+            await stop_quietly(self.procs)
+
+    async def _call(self, call: Callable[[], Awaitable]):
+        return (await supervised(call, self._failed)).get(0)
+
+    async def _failed(self, err: Exception) -> None:
+        raise TrainerFailed(self._name_failure(err)) from None
+
+    def _name_failure(self, err: Exception) -> str:
+        rank = failed_rank(str(err))
+        if rank is None or rank >= len(self.where):
+            return f"a trainer proc failed: {err}"
+        return f"trainer rank {rank} ({located(self.where[rank])}) failed: {failure_cause(err)}"
+
+
+def failed_rank(message: str) -> int | None:
+    """The row-major rank of the failed trainer proc, from Monarch's error text.
+
+    A proc that exited is reported by its mesh point ({'hosts': 1/2, 'procs': 0/1});
+    one whose agent stopped answering (seen on loaded machines) by its proc name.
+    """
+    point = _POINT.search(message)
+    if point is not None:
+        rank = 0
+        for _, index, size in _COORD.findall(point.group(1)):
+            rank = rank * int(size) + int(index)
+        return rank
+    proc = _TRAINER_PROC.search(message)
+    return None if proc is None else int(proc.group(1))

@@ -1,0 +1,48 @@
+"""The roles of a run's procs: what each proc mesh is for, and its name.
+
+A role is a kind and, for kinds that come several to a run, an index: the
+generator's position, the model scorer's position in `scorers`, the environment
+proc's position, or the node a weight relay serves. Its name (`generator3`,
+`weight_relay1`) names the proc mesh, its log file and its entry in procs.json.
+"""
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Kind(str, Enum):
+    TRAINER = "trainer"
+    GENERATOR = "generator"
+    REPLAY_BUFFER = "replay_buffer"
+    WEIGHT_RELAY = "weight_relay"
+    SCORER = "scorer"
+    ENVIRONMENT = "environment"
+
+
+@dataclass(frozen=True)
+class Role:
+    kind: Kind
+    index: int | None = None
+
+    def __str__(self) -> str:
+        return self.kind.value if self.index is None else f"{self.kind.value}{self.index}"
+
+
+TRAINER = Role(Kind.TRAINER)
+REPLAY_BUFFER = Role(Kind.REPLAY_BUFFER)
+
+
+def generator(index: int) -> Role:
+    return Role(Kind.GENERATOR, index)
+
+
+def weight_relay(node: int) -> Role:
+    return Role(Kind.WEIGHT_RELAY, node)
+
+
+def scorer(index: int) -> Role:
+    return Role(Kind.SCORER, index)
+
+
+def environment(index: int) -> Role:
+    return Role(Kind.ENVIRONMENT, index)

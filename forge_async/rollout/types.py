@@ -1,0 +1,22 @@
+"""The seams of rollouts: what generating, producing and the worker's shape are."""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from forge_async.actors.generator_config import SamplingConfig
+from forge_async.data.episode import Completion, Episode
+
+# (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
+Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list[Completion]]]]
+Dropped = dict[str, int]  # samples lost before the buffer, by reason
+# num_prompts -> their scored episodes and the samples lost on the way
+Produce = Callable[[int], Awaitable[tuple[list[Episode], Dropped]]]
+
+
+@dataclass(frozen=True)
+class WorkerShape:
+    """How a rollout worker spends its admissions."""
+
+    prompts_per_call: int  # prompts one produce call takes (at most, with partial_calls)
+    calls_in_flight: int  # produce calls the worker keeps going at once
+    partial_calls: bool = False  # a call takes as many prompts as admission has room for, at least one

@@ -1,0 +1,84 @@
+"""The rollout worker: one generator kept busy into the replay buffer, within max_policy_age.
+
+Every call is admitted on its own (admission.py): only as many samples go out as
+can still be trained on in time, given the version the generator samples with.
+A worker keeps `shape.calls_in_flight` calls going at once: single-turn, one call
+of `prompts_per_rollout` prompts; multi-turn, that many groups, each buffered the
+moment its last episode ends (a slow group holds up nothing but itself).
+"""
+
+import asyncio
+from collections.abc import Callable
+
+from forge_async.admission import AdmissionControl
+from forge_async.handles.buffer import BufferHandle
+from forge_async.rollout.types import Produce, WorkerShape
+from forge_async.trace import HELD_BACK
+from forge_async.tracing import TRACER
+
+
+async def run_worker(
+    produce: Produce,
+    shape: WorkerShape,
+    group_size: int,
+    generator_version: Callable[[], int],
+    buffer: BufferHandle,
+    admission: AdmissionControl,
+    stop: asyncio.Event,
+    lane: str = "rollout worker",
+) -> None:
+    """Produce into `buffer` until `stop` is set, then finish the calls in flight.
+
+    `generator_version()`: the oldest version the worker's generator can sample with from
+    now on. A call's error (a generator lost for good, a scorer's) ends the worker."""
+    size = shape.prompts_per_call * group_size
+    unit = group_size if shape.partial_calls else None
+    pending: set[asyncio.Task] = set()
+    try:
+        while not stop.is_set():
+            if len(pending) >= shape.calls_in_flight:
+                await _settle(pending)
+                continue
+            with TRACER.span(HELD_BACK, lane):
+                admitted = await _admit(admission, size, generator_version, unit, pending)
+            if not admitted:
+                break
+            call = _call_into_buffer(produce, admitted, group_size, buffer, admission, lane)
+            pending.add(asyncio.create_task(call))
+        while pending:
+            await _settle(pending)
+    finally:
+        for task in pending:
+            task.cancel()
+
+
+async def _call_into_buffer(
+    produce: Produce, admitted: int, group_size: int, buffer: BufferHandle, admission: AdmissionControl, lane: str
+) -> None:
+    with TRACER.span("generate + score", lane):
+        episodes, dropped = await produce(admitted // group_size)
+    with TRACER.span("buffer add", lane):
+        await buffer.add(episodes, dropped)
+    await admission.generated(admitted)
+
+
+async def _admit(
+    admission: AdmissionControl, size: int, generator_version, unit: int | None, pending: set[asyncio.Task]
+) -> int:
+    """Admission for one call, raising meanwhile the error of any call in flight that fails."""
+    admit = asyncio.ensure_future(admission.admit(size, generator_version, unit))
+    try:
+        while not admit.done():
+            await _settle(pending, admit)
+        return admit.result()
+    finally:
+        admit.cancel()
+
+
+async def _settle(pending: set[asyncio.Task], admit: asyncio.Future | None = None) -> None:
+    """Wait until a call in `pending` finishes (or `admit` does); remove it, raising its error."""
+    waiting = pending | ({admit} if admit is not None else set())
+    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    for task in done - {admit}:
+        pending.discard(task)
+        task.result()

@@ -1,0 +1,56 @@
+"""The loop's own figures of one training step, each declared with its metrics.jsonl key.
+
+What the batch says (reward/, policy/, completion/) comes from metrics.batch_metrics,
+what the trainer measured from the trainer, what the scorers and multi-turn
+rollouts measured from them; these are the figures of the pipeline around them.
+"""
+
+import time
+from collections import deque
+from dataclasses import dataclass, field, fields
+
+# Drop reasons logged every step (besides stale and the dropped_other total), 0 until one happens.
+SHOWN_DROPS = ("zero_variance", "scorer_error", "env_error", "env_timeout")
+
+
+def _key(name: str):
+    return field(metadata={"key": name})
+
+
+@dataclass
+class PipelineFigures:
+    version: int = _key("policy/version")
+    trained: int = _key("samples/trained")
+    dropped_stale: int = _key("samples/dropped_stale")
+    dropped_other: int = _key("samples/dropped_other")
+    kept_zero_variance: int = _key("samples/kept_zero_variance")
+    buffered: int = _key("samples/buffered")
+    in_flight: int = _key("samples/in_flight")
+    generator_paused_s: float = _key("generator/paused_s")
+    generator_tokens_per_s: float = _key("generator/tokens_per_s")
+    generator_idle_frac: float = _key("generator/idle_frac")  # no generate call in flight, this segment
+    generator_restarts: int = _key("generator/restarts")
+    trainer_idle_frac: float = _key("train/idle_frac")
+    push_ms: float = _key("weights/push_ms")
+    sync_ms: float = _key("weights/sync_ms")  # push + the last receiver's load
+    weight_bytes: int = _key("weights/bytes")
+    wall_s: float = _key("time/wall_s")
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)  # samples/dropped_<reason>, SHOWN_DROPS
+
+    def row(self) -> dict[str, float]:
+        row = {f.metadata["key"]: getattr(self, f.name) for f in fields(self) if "key" in f.metadata}
+        row.update({f"samples/dropped_{reason}": self.dropped_by_reason.get(reason, 0) for reason in SHOWN_DROPS})
+        return row
+
+
+class TokenRate:
+    """Completion tokens per second over the last `window` steps."""
+
+    def __init__(self, tokens: int, window: int = 10):
+        self._marks = deque([(time.perf_counter(), tokens)], maxlen=window + 1)
+
+    def mark(self, tokens: int) -> float:
+        """The rate up to now, `tokens` being the total produced so far."""
+        self._marks.append((time.perf_counter(), tokens))
+        (t0, tokens0), (t1, tokens1) = self._marks[0], self._marks[-1]
+        return (tokens1 - tokens0) / max(t1 - t0, 1e-9)
