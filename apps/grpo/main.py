@@ -36,7 +36,7 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
 async def run(config: GRPOConfig, run_dir: Path) -> dict:
     """Spawn the run's procs first (they start importing vLLM and TorchTitan at once), then
-    import the training half, which needs torch (its ~5 s of imports overlap theirs)."""
+    import the training half, which needs torch (its imports overlap theirs)."""
     print(f"run dir: {run_dir}", flush=True)
     config.check_paths()
     hosts = Hosts.from_env()
@@ -64,9 +64,14 @@ def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:
         if reached
         else f"target {summary['target_reward']} not reached"
     )
+    rewards = (
+        f"reward {summary['reward_first']:.2f} -> {summary['reward_last']:.2f} ({target})"
+        if summary["steps"]
+        else "no step trained"
+    )
     print(
         f"\n== {summary['mode']} {what}: {summary['steps']} steps in {summary['wall_s']:.0f}s ==\n"
-        f"reward {summary['reward_first']:.2f} -> {summary['reward_last']:.2f} ({target})\n"
+        f"{rewards}\n"
         f"samples: generated {summary['generated']} = trained {summary['trained']}"
         f" + dropped stale {summary['dropped_stale']} + dropped other {summary['dropped_other']}"
         f" + left in buffer {summary['left_in_buffer']} + in flight {summary['in_flight']}"

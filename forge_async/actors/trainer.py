@@ -5,9 +5,9 @@ Every rank receives the same list of episodes and trains on its own contiguous
 slice of the rows; gradients are summed across ranks, so N ranks compute the
 same update as one. The version counts optimizer steps (initial weights = 0).
 After a step, `push_weights` publishes the weights in Hugging Face names under
-that version (`train_and_push` does both in one call): into a shared-memory file
-that every rank writes its own shard of (same host), or into torchstore as one
-DTensor shard per rank. With LoRA (model.lora.rank set) the base weights are
+that version (`train_and_push` does both in one call) through weights/publisher.py:
+into a shared-memory file that every rank writes its own shard of (same host), or
+into torchstore as one DTensor shard per rank. With LoRA (model.lora.rank set) the base weights are
 frozen, only the adapters are in the optimizer, and only the adapters are
 published, in PEFT names (models/lora.py).
 
@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
-from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
@@ -57,7 +55,7 @@ from forge_async.models.parallelize import parallelize, unsharded
 from forge_async.models.peft import save_adapter
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
-from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
+from forge_async.weights.publisher import WeightPublisher
 
 if TYPE_CHECKING:
     from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
@@ -89,8 +87,7 @@ class Trainer(ProcActor):
         # (scorers[i].runs_on=trainer); None: the episodes bring them from the scorer tier.
         self.reference_path = reference_path
         self.pad_id = pad_id
-        self.weights = weights
-        self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
+        self.publisher = WeightPublisher(weights)
         self.version = 0
 
     @endpoint
@@ -278,7 +275,7 @@ class Trainer(ProcActor):
     async def _push_weights(self, transports: tuple[str, ...] | None) -> dict[str, float]:
         start = time.perf_counter()
         with TRACER.span("publish weights"):
-            weight_bytes = await self._push(transports or (self.weights.transport,))
+            weight_bytes = await self.publisher.publish(self.version, self._published_state_dict(), transports)
         return {"version": self.version, "push_ms": (time.perf_counter() - start) * 1e3, "weight_bytes": weight_bytes}
 
     def _published_state_dict(self) -> dict[str, torch.Tensor]:
@@ -291,34 +288,6 @@ class Trainer(ProcActor):
         else:
             published = self.adapter.to_hf(state_dict)
         return {name: t.to(dtype) for name, t in published.items()}
-
-    async def _push(self, transports: tuple[str, ...]) -> int:
-        hf_state_dict = self._published_state_dict()
-        for transport in transports:
-            if transport == "shm":
-                if self.channel is None:
-                    raise ValueError("push_weights to 'shm' needs weights.channel_dir")
-                self._write_shared_memory(hf_state_dict)
-            else:
-                from forge_async.weights import store  # torchstore is heavy to import: only for its transport
-
-                await store.put_policy(hf_state_dict, self.version)
-        return sum(t.numel() * t.element_size() for t in hf_state_dict.values())
-
-    def _write_shared_memory(self, hf_state_dict: dict) -> None:
-        """Every rank copies its local shard into the version's slot at the shard's global offset."""
-        header, _, size = plan_layout({name: (tuple(t.shape), t.dtype) for name, t in hf_state_dict.items()})
-        if self.rank == 0:
-            self.channel.begin_write(self.version, header, size)  # waits for readers of the slot
-        dist.barrier()
-        views = self.channel.tensor_views(self.version, header)
-        for name, tensor in hf_state_dict.items():
-            local, offset = _local_shard(tensor)
-            full = views[name]
-            full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))].copy_(local)
-        dist.barrier()
-        if self.rank == 0:
-            self.channel.publish(self.version)
 
     @endpoint
     async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
@@ -428,12 +397,3 @@ def _all_reduce_sum(*scalars: torch.Tensor) -> list[float]:
     dist.all_reduce(totals)
     return totals.tolist()
 
-
-def _local_shard(tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
-    """This rank's piece of a (possibly DTensor) tensor and its offset in the full tensor."""
-    if not isinstance(tensor, DTensor):
-        return tensor.detach(), (0,) * tensor.dim()
-    _, offset = compute_local_shape_and_global_offset(
-        tensor.shape, tensor.device_mesh, tensor.placements
-    )
-    return tensor.to_local().detach(), tuple(offset)

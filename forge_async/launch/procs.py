@@ -1,7 +1,7 @@
 """The run's procs: where each role runs, and the first set spawned before anything heavy.
 
-A proc spends most of its start-up importing: vLLM ~8 s, TorchTitan ~5 s on a
-2-core box. Spawned first thing, with those imports in the proc's bootstrap, the
+A proc spends most of its start-up importing vLLM or TorchTitan (figures:
+docs/benchmarks.md, start-up). Spawned first thing, with those imports in the proc's bootstrap, the
 procs import while the controller imports its own (torch, TorchTitan,
 transformers) and builds the tiny checkpoint; the actors spawned on them later
 find their modules loaded. This module therefore imports nothing heavy itself.
@@ -67,7 +67,7 @@ def import_at_niceness(nice: int) -> None:
 
     Linux keeps a niceness per thread: the threads Monarch runs the actor on were started
     before the bootstrap and keep theirs, so the proc's work after start-up is not affected.
-    On the 2-core box the first step came 0.65-1.25 s sooner (docs/benchmarks.md, start-up).
+    The effect on the first step is measured in docs/benchmarks.md, start-up.
     """
     os.nice(nice)
 
