@@ -19,7 +19,8 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
-from forge_async.data.tasks import DigitTask, Prompt
+from forge_async.tasks.digits import DigitTask
+from forge_async.tasks.task import Prompt
 
 try:
     from trl import GRPOConfig, GRPOTrainer

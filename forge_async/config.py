@@ -18,7 +18,8 @@ from forge_async.data.filters import FilterConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.metric_sinks import LoggingConfig
 from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.data.tasks import MULTI_TURN_TASKS, TaskConfig, load_callable
+from forge_async.callables import load_callable
+from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.envs.environment import EnvConfig
 from forge_async.evaluation.config import EvalConfig
 from forge_async.models.config import ModelConfig

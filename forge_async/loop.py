@@ -38,6 +38,7 @@ from pathlib import Path
 from forge_async.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.config import GRPOConfig
+from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.evaluation.schedule import EvaluationSchedule
@@ -165,7 +166,7 @@ class GRPOLoop:
             lane=f"rollout worker {index}",
         )
 
-    async def _next_batch(self, workers: list[asyncio.Task]) -> tuple[list[Episode], dict]:
+    async def _next_batch(self, workers: list[asyncio.Task]) -> tuple[list[Episode], BufferStats]:
         """Sample a batch, returned with the buffer's stats. A call that finds none waits in the
         buffer for the rollout workers' next add (rather than polling), so the batch leaves the
         moment it is complete; between calls, the workers and weight receivers are checked."""
@@ -199,7 +200,7 @@ class GRPOLoop:
             if self._due_for_checkpoint():
                 await self._checkpoint()
 
-    async def _generate_batch(self) -> tuple[list[Episode], dict]:
+    async def _generate_batch(self) -> tuple[list[Episode], BufferStats]:
         """One batch, generated in calls of prompts_per_rollout prompts over the generators;
         returned with the buffer's stats.
 
@@ -210,9 +211,9 @@ class GRPOLoop:
             batch, buffer = await self._generate_prompts(missing)
             if batch is not None:
                 return batch, buffer
-            missing = (self.config.batch_size - buffer["size"]) // self.config.group_size
+            missing = (self.config.batch_size - buffer.size) // self.config.group_size
 
-    async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, dict]:
+    async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, BufferStats]:
         """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""
         per_call, count = self.config.prompts_per_rollout, self.handles.generators.count
         calls = [
@@ -225,7 +226,7 @@ class GRPOLoop:
 
     # One step, for both loops
 
-    async def _train(self, batch: list[Episode], buffer: dict) -> None:
+    async def _train(self, batch: list[Episode], buffer: BufferStats) -> None:
         """One step on `batch`; `buffer`: the replay buffer's stats as the batch left it."""
         row = {"step": self.record.step + 1, **batch_metrics(batch, self.record.version)}
         await self._note_drops(buffer)
@@ -241,20 +242,20 @@ class GRPOLoop:
         row.update(result.metrics, **self.rollouts.scoring.metrics(), **self.rollouts.metrics())
         row.update(self._figures(result, buffer).row())
         self.metrics.log(row)
-        self._warn_once_over_oversampling_cap(buffer["kept_zero_variance"])
+        self._warn_once_over_oversampling_cap(buffer.kept_zero_variance)
         if record.target_reached is None and self.metrics.reward_smoothed >= self.config.target_reward:
             record.target_reached = {"step": record.step, "wall_s": row["time/wall_s"]}
 
-    def _figures(self, result: StepResult, buffer: dict) -> PipelineFigures:
+    def _figures(self, result: StepResult, buffer: BufferStats) -> PipelineFigures:
         generators = self.handles.generators
         busy_s = sum(clock.busy_s for clock in generators.generating)
         return PipelineFigures(
             version=self.record.version,
             trained=self.record.trained,
-            dropped_stale=buffer["dropped_stale"],
-            dropped_other=buffer["dropped_other"],
-            kept_zero_variance=buffer["kept_zero_variance"],
-            buffered=buffer["size"],
+            dropped_stale=buffer.dropped_stale,
+            dropped_other=buffer.dropped_other,
+            kept_zero_variance=buffer.kept_zero_variance,
+            buffered=buffer.size,
             in_flight=self.admission.in_flight,
             generator_paused_s=self.admission.paused_s,
             generator_tokens_per_s=self._token_rate.mark(self.rollouts.tokens),
@@ -265,7 +266,7 @@ class GRPOLoop:
             sync_ms=result.push_ms + self.delivery.last_load_ms,
             weight_bytes=result.weight_bytes,
             wall_s=self.record.wall_s(),
-            dropped_by_reason=buffer["dropped_by_reason"],
+            dropped_by_reason=buffer.dropped_by_reason,
         )
 
     # Around the steps
@@ -276,8 +277,8 @@ class GRPOLoop:
         self.rollouts.load_state_dict(state["rollouts"])
         self.metrics.load_state_dict(state["metrics"])
         buffer = await self.handles.buffer.stats()
-        self._dropped_seen = buffer["dropped_stale"] + buffer["dropped_other"]
-        self.admission.restore(self.record.version, queued=buffer["size"])
+        self._dropped_seen = buffer.dropped_stale + buffer.dropped_other
+        self.admission.restore(self.record.version, queued=buffer.size)
         print(f"resumed from {path} at step {self.record.step} (version {self.record.version})", flush=True)
 
     async def _bring_generators_to_version(self) -> None:
@@ -314,9 +315,9 @@ class GRPOLoop:
         """Every eval.every_steps steps; the run's last version is evaluated after the loop."""
         return self.evaluations is not None and self.evaluations.due() and self._steps_left()
 
-    async def _note_drops(self, buffer: dict) -> None:
+    async def _note_drops(self, buffer: BufferStats) -> None:
         """Tell admission control about samples the buffer dropped since last told (`buffer`: its stats)."""
-        dropped = buffer["dropped_stale"] + buffer["dropped_other"]
+        dropped = buffer.dropped_stale + buffer.dropped_other
         await self.admission.dropped(dropped - self._dropped_seen)
         self._dropped_seen = dropped
 

@@ -44,20 +44,20 @@ async def write_summary(
         "interrupted": record.stop_reason is not None,
         "stop_reason": record.stop_reason,
         "failure": record.failure,
-        "generated": buffer["added"],
+        "generated": buffer.added,
         "trained": record.trained,
-        "dropped_stale": buffer["dropped_stale"],
-        "dropped_other": buffer["dropped_other"],
-        "dropped_by_reason": buffer["dropped_by_reason"],
-        "dropped_zero_variance": buffer["dropped_by_reason"].get("zero_variance", 0),  # part of dropped_other
+        "dropped_stale": buffer.dropped_stale,
+        "dropped_other": buffer.dropped_other,
+        "dropped_by_reason": buffer.dropped_by_reason,
+        "dropped_zero_variance": buffer.dropped_by_reason.get("zero_variance", 0),  # part of dropped_other
         # episodes of groups with equal rewards trained on: over filter.max_oversampling
-        "kept_zero_variance": buffer["kept_zero_variance"],
+        "kept_zero_variance": buffer.kept_zero_variance,
         # per completion-length quartile, and the longest's drop rate over the shortest's (docs/staleness.md)
-        "dropped_stale_by_len": buffer["dropped_stale_by_len"],
-        "left_in_buffer": buffer["size"],
+        "dropped_stale_by_len": buffer.dropped_stale_by_len,
+        "left_in_buffer": buffer.size,
         "in_flight": 0,  # workers are drained into the buffer before this point
         # taken for a step that a failed trainer never finished
-        "lost_in_failed_step": buffer["sampled"] - record.trained,
+        "lost_in_failed_step": buffer.sampled - record.trained,
         "reward_first": statistics.fmean(rewards[:window]) if rewards else None,
         "reward_last": statistics.fmean(rewards[-window:]) if rewards else None,
         # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from forge_async.data.tasks import TaskConfig, build_task
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.registry import build_task
 from forge_async.losses.grpo import token_logprobs
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.titan import build_titan_model, state_dict_adapter

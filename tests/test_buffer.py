@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from forge_async.data.buffer import EpisodeBuffer, length_quartiles, stale_drops_by_length
+from forge_async.data.buffer import BufferStats, EpisodeBuffer, length_quartiles, stale_drops_by_length
 from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
 
@@ -34,12 +34,12 @@ def test_groups_with_equal_rewards_are_dropped_and_counted_when_asked():
     buffer = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True)
     buffer.add(groups)
     stats = buffer.stats()
-    assert stats["size"] == 2 and stats["dropped_by_reason"] == {"zero_variance": 4}
-    assert stats["added"] == stats["size"] + stats["dropped_other"]  # every episode accounted for
+    assert stats.size == 2 and stats.dropped_by_reason == {"zero_variance": 4}
+    assert stats.added == stats.size + stats.dropped_other  # every episode accounted for
     assert [e.group_id for e in buffer.sample(2, trainer_version=0)] == [1, 1]
     plain = EpisodeBuffer(max_policy_age=2, capacity=100)
     plain.add(groups)
-    assert len(plain) == 6 and plain.stats()["dropped_other"] == 0
+    assert len(plain) == 6 and plain.stats().dropped_other == 0
 
 
 def test_the_oversampling_cap_keeps_no_signal_groups_beyond_it_until_the_next_batch():
@@ -48,12 +48,12 @@ def test_the_oversampling_cap_keeps_no_signal_groups_beyond_it_until_the_next_ba
     buffer.add([scored(0, 1.0), scored(0, 1.0), scored(1, 0.0), scored(1, 0.0), scored(2, 0.0), scored(2, 1.0)])
     buffer.add([scored(3, 0.0), scored(3, 0.0), scored(4, 1.0), scored(4, 1.0)])
     stats = buffer.stats()
-    assert stats["dropped_by_reason"] == {"zero_variance": 4} and stats["kept_zero_variance"] == 4
+    assert stats.dropped_by_reason == {"zero_variance": 4} and stats.kept_zero_variance == 4
     assert [e.group_id for e in buffer.sample(6, trainer_version=0)] == [2, 2, 3, 3, 4, 4]
     buffer.add([scored(5, 0.0), scored(5, 0.0), scored(6, 0.0), scored(6, 0.0), scored(7, 1.0), scored(7, 1.0)])
     stats = buffer.stats()  # a batch was taken: the cap starts over
-    assert stats["dropped_by_reason"]["zero_variance"] == 8 and stats["kept_zero_variance"] == 6  # group 7 over the cap
-    assert stats["added"] == stats["sampled"] + stats["dropped_other"] + stats["size"]
+    assert stats.dropped_by_reason["zero_variance"] == 8 and stats.kept_zero_variance == 6  # group 7 over the cap
+    assert stats.added == stats.sampled + stats.dropped_other + stats.size
     restored = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True, max_zero_variance_drops=4)
     restored.load_state_dict(buffer.state_dict())
     assert restored.stats() == stats
@@ -65,14 +65,14 @@ def test_age_equal_to_max_is_kept_and_one_more_is_dropped():
     # trainer at version 5: ages 2, 3, 1
     batch = buffer.sample(batch_size=2, trainer_version=5)
     assert [e.oldest_version for e in batch] == [3, 4]
-    assert buffer.stats()["dropped_stale"] == 1
+    assert buffer.stats().dropped_stale == 1
 
 
 def test_age_is_taken_from_the_oldest_token():
     buffer = EpisodeBuffer(max_policy_age=1, capacity=100)
     buffer.add([episode([1, 2, 3])])  # spread 2; oldest token is version 1
     assert buffer.sample(batch_size=1, trainer_version=3) is None
-    assert buffer.stats()["dropped_stale"] == 1
+    assert buffer.stats().dropped_stale == 1
 
 
 def test_max_policy_age_zero_keeps_only_current_version():
@@ -80,19 +80,19 @@ def test_max_policy_age_zero_keeps_only_current_version():
     buffer.add([episode([4]), episode([5]), episode([5])])
     batch = buffer.sample(batch_size=2, trainer_version=5)
     assert [e.oldest_version for e in batch] == [5, 5]
-    assert buffer.stats() == {
-        "size": 0,
-        "added": 3,
-        "sampled": 2,
-        "dropped_stale": 1,
-        "dropped_other": 0,
-        "dropped_by_reason": {"stale": 1},
-        "kept_zero_variance": 0,
-        "dropped_stale_by_len": {
+    assert buffer.stats() == BufferStats(
+        size=0,
+        added=3,
+        sampled=2,
+        dropped_stale=1,
+        dropped_other=0,
+        dropped_by_reason={"stale": 1},
+        kept_zero_variance=0,
+        dropped_stale_by_len={
             "quartiles": [{"lengths": [1, 1], "added": 3, "dropped_stale": 1, "drop_rate": 1 / 3}],
             "longest_to_shortest": None,  # one quartile: nothing to compare
         },
-    }
+    )
 
 
 def test_empty_and_short_buffer_return_none_without_losing_episodes():
@@ -108,8 +108,8 @@ def test_capacity_evicts_oldest_and_counts_it():
     buffer = EpisodeBuffer(max_policy_age=10, capacity=2)
     buffer.add([episode([0]), episode([1]), episode([2])])
     assert [e.oldest_version for e in buffer.sample(2, trainer_version=2)] == [1, 2]
-    assert buffer.stats()["dropped_other"] == 1
-    assert buffer.stats()["dropped_by_reason"] == {"overflow": 1, "stale": 0}
+    assert buffer.stats().dropped_other == 1
+    assert buffer.stats().dropped_by_reason == {"overflow": 1, "stale": 0}
 
 
 def test_accounting_adds_up():
@@ -117,7 +117,7 @@ def test_accounting_adds_up():
     buffer.add([episode([v]) for v in range(8)])
     buffer.sample(batch_size=2, trainer_version=6)
     s = buffer.stats()
-    assert s["added"] == s["sampled"] + s["dropped_stale"] + s["dropped_other"] + s["size"]
+    assert s.added == s.sampled + s.dropped_stale + s.dropped_other + s.size
 
 
 def test_state_dict_round_trip_keeps_episodes_and_counters():
@@ -128,7 +128,7 @@ def test_state_dict_round_trip_keeps_episodes_and_counters():
     restored.load_state_dict(buffer.state_dict())
     assert restored.stats() == buffer.stats()
     assert [e.oldest_version for e in restored.sample(1, 7)] == [7]
-    assert restored.stats()["sampled"] == 3
+    assert restored.stats().sampled == 3
 
 
 def test_lengths_of_added_and_stale_episodes_are_counted_and_kept_in_the_state():
@@ -141,7 +141,7 @@ def test_lengths_of_added_and_stale_episodes_are_counted_and_kept_in_the_state()
     assert restored.stats() == buffer.stats()
     old_checkpoint = {k: v for k, v in buffer.state_dict().items() if not k.endswith("_by_len")}
     restored.load_state_dict(old_checkpoint)  # written before lengths were counted
-    assert restored.stats()["dropped_stale_by_len"] == {"quartiles": [], "longest_to_shortest": None}
+    assert restored.stats().dropped_stale_by_len == {"quartiles": [], "longest_to_shortest": None}
 
 
 def test_length_quartiles_split_by_rank_and_keep_one_length_together():
@@ -180,11 +180,11 @@ def test_replay_buffer_actor_drops_stale_across_procs():
         buffer.add.call_one([episode([0]), episode([1]), episode([2])]).get()
         batch = buffer.sample.call_one(2, 2).get()
         assert [e.oldest_version for e in batch] == [1, 2]
-        assert buffer.stats.call_one().get()["dropped_stale"] == 1
+        assert buffer.stats.call_one().get().dropped_stale == 1
         buffer.add.call_one([episode([2]), episode([3])]).get()
         batch, stats = buffer.sample_with_stats.call_one(1, 4).get()  # the version-2 one is stale now
         assert [e.oldest_version for e in batch] == [3]
-        assert (stats["dropped_stale"], stats["sampled"], stats["size"]) == (2, 3, 0)
+        assert (stats.dropped_stale, stats.sampled, stats.size) == (2, 3, 0)
         assert_a_waiting_sample_takes_the_next_add(buffer)
     finally:
         asyncio.run(meshes.stop_all(procs))
@@ -202,9 +202,9 @@ def assert_a_waiting_sample_takes_the_next_add(buffer) -> None:
         return await waiting
 
     batch, stats = asyncio.run(sample_while_adding())
-    assert [e.oldest_version for e in batch] == [4, 4] and stats["size"] == 0
+    assert [e.oldest_version for e in batch] == [4, 4] and stats.size == 0
     buffer.add.call_one([episode([1])]).get()
     asked = time.monotonic()
     batch, stats = buffer.sample_with_stats.call_one(2, 4, 30.0).get()  # drops the version-1 one
-    assert batch is None and stats["dropped_stale"] == 3
+    assert batch is None and stats.dropped_stale == 3
     assert time.monotonic() - asked < 20  # it did not wait out its 30 s

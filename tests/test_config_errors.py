@@ -12,7 +12,7 @@ from forge_async.launch import roles
 from forge_async.checkpoint.resume import resumed_config
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.config import GRPOConfig
-from forge_async.data.tasks import TaskError
+from forge_async.callables import CallableError
 from forge_async.errors import ConfigError
 
 
@@ -162,14 +162,14 @@ def test_the_app_exits_2_naming_the_key_before_any_proc_starts(tmp_path):
 
 
 def test_an_environment_that_cannot_be_imported_fails_before_any_proc_starts():
-    with pytest.raises(TaskError, match=r"^env.name 'no_such_module:Env' cannot be imported"):
+    with pytest.raises(CallableError, match=r"^env.name 'no_such_module:Env' cannot be imported"):
         app_config("env.name=no_such_module:Env").check_paths()
     config = app_config(config_name="tool_lookup")
     assert config.multi_turn and config.loss.max_tokens == config.sampling.max_tokens * config.env.max_turns
 
 
 def test_bad_scorer_inputs_fail_before_any_proc_starts(tmp_path):
-    with pytest.raises(TaskError, match=r"^scorers\[1\].fn 'no_such_module:score' cannot be imported"):
+    with pytest.raises(CallableError, match=r"^scorers\[1\].fn 'no_such_module:score' cannot be imported"):
         app_config('scorers=[{kind:reward},{kind:reward,fn:"no_such_module:score"}]').check_paths()
     with pytest.raises(ConfigError, match=r"^scorers\[1\].path: checkpoint directory not found"):
         app_config(f"scorers=[{{kind:reward}},{{kind:teacher,path:{tmp_path / 'none'}}}]").check_paths()

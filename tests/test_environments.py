@@ -12,7 +12,7 @@ from apps.grpo.subprocess_run import run_app, run_app_acting_at
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.batch import pack_episodes
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.losses.config import ImportanceConfig

@@ -12,7 +12,9 @@ from safetensors.torch import load_file
 from conftest import spawn_generator
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import TaskConfig, TaskError, build_task
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.registry import build_task
+from forge_async.tasks.task import TaskError
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator, check_pinned, held_out_prompts
 from forge_async.launch import meshes

@@ -238,7 +238,7 @@ def test_dataset_prompts_with_custom_reward(tmp_path):
         "steps=2",
         "task.name=dataset",
         f"task.dataset={data}",
-        "task.reward_fn=forge_async.data.tasks:exact_match",
+        "task.reward_fn=forge_async.tasks.rewards:exact_match",
         "task.skip_bad_rows=true",
         "eval.prompts=10",  # held out of the 100 rows (the default 64 would be more than half)
     )

@@ -15,7 +15,7 @@ from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.buffer import EpisodeBuffer
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.launch import meshes
 from forge_async.losses.advantages import group_advantages
 from forge_async.losses.grpo import policy_gradient_loss, reference_kl, token_scale
@@ -108,8 +108,8 @@ def test_dropped_completions_are_counted_and_the_rest_of_the_group_is_scored():
     buffer = EpisodeBuffer(max_policy_age=1, capacity=16)
     buffer.add(episodes, {"scorer_error": unscored})
     stats = buffer.stats()
-    assert stats["dropped_by_reason"] == {"scorer_error": 1}
-    assert stats["added"] == 5 == stats["size"] + stats["dropped_other"]
+    assert stats.dropped_by_reason == {"scorer_error": 1}
+    assert stats.added == 5 == stats.size + stats.dropped_other
 
 
 def test_a_reward_that_is_not_a_number_is_a_scorer_error():

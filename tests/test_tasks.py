@@ -11,7 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import TaskConfig, TaskError, build_task
+from forge_async.callables import CallableError
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.registry import build_task
+from forge_async.tasks.task import TaskError
 from forge_async.errors import ConfigError
 from forge_async.losses.advantages import group_advantages
 from forge_async.models.tokenizer import build_digit_tokenizer
@@ -213,7 +216,7 @@ def test_a_text_file_that_is_not_utf8_names_the_file_and_line(tmp_path, name):
 
 def test_reward_function_that_cannot_be_imported(tmp_path):
     path = write_rows(tmp_path / "p.jsonl", rows())
-    with pytest.raises(TaskError, match="no_such_module:score"):
+    with pytest.raises(CallableError, match="no_such_module:score"):
         dataset_task(path, reward_fn="no_such_module:score")
 
 

@@ -20,7 +20,8 @@ from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
 from forge_async.config import GRPOConfig
 from forge_async.console import since_launch
-from forge_async.data.tasks import Task, build_task
+from forge_async.tasks.registry import build_task
+from forge_async.tasks.task import Task
 from forge_async.envs.runner import EnvRunner, build_env_runner, environment_factory, with_environment
 from forge_async.errors import TrainerFailed
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts

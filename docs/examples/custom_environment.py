@@ -10,7 +10,7 @@ reward goes from 0.21 to 0.44 in 30 steps (30 s on a 2-core CPU box).
 
 import asyncio
 
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation
 
 

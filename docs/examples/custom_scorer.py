@@ -10,7 +10,7 @@ versions), and returns a number; each is logged as reward/<name>.
 import asyncio
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 
 
 def brevity(prompt: Prompt, completion: Completion) -> float:

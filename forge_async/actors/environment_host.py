@@ -17,7 +17,7 @@ from collections.abc import Callable
 from monarch.actor import concurrent_endpoint
 
 from forge_async.actors.proc_actor import ProcActor
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import Environment, ModelTurn
 
 Outcome = tuple[object, Exception | None]  # (what the method returned, or the error it raised)

@@ -5,7 +5,7 @@ import asyncio
 from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
-from forge_async.data.buffer import EpisodeBuffer
+from forge_async.data.buffer import BufferStats, EpisodeBuffer
 from forge_async.data.episode import Episode
 from forge_async.tracing import TRACER
 
@@ -35,7 +35,7 @@ class ReplayBuffer(ProcActor):
     @concurrent_endpoint  # while it waits, the actor takes the adds it waits for
     async def sample_with_stats(
         self, batch_size: int, trainer_version: int, wait_s: float = 0.0
-    ) -> tuple[list[Episode] | None, dict]:
+    ) -> tuple[list[Episode] | None, BufferStats]:
         """`sample`, then `stats`, in one call: the training loop's, one round trip per step.
 
         With `wait_s`, a call that finds no batch, and dropped nothing the caller should hear
@@ -58,7 +58,7 @@ class ReplayBuffer(ProcActor):
             return self.buffer.sample(batch_size, trainer_version)
 
     @endpoint
-    async def stats(self) -> dict:
+    async def stats(self) -> BufferStats:
         return self.buffer.stats()
 
     @endpoint

@@ -1,9 +1,24 @@
 """The replay buffer's policy: bounded FIFO of episodes with a hard policy-age limit."""
 
 from collections import Counter, deque
+from dataclasses import dataclass
 
 from forge_async.data.episode import Episode
 from forge_async.data.filters import split_zero_variance_groups, whole_groups_within
+
+
+@dataclass(frozen=True)
+class BufferStats:
+    """The buffer's counters at one moment: what it holds, and what came in and went out."""
+
+    size: int  # episodes held
+    added: int  # episodes that reached it, dropped ones included (its `generated`)
+    sampled: int  # taken for training
+    dropped_stale: int
+    dropped_other: int  # every other reason (zero_variance, overflow, buffer_lost, ...)
+    dropped_by_reason: dict[str, int]
+    kept_zero_variance: int  # groups with equal rewards trained on: over filter.max_oversampling
+    dropped_stale_by_len: dict  # per completion-length quartile (docs/staleness.md)
 
 
 class EpisodeBuffer:
@@ -95,17 +110,17 @@ class EpisodeBuffer:
         self._zero_variance_since_sample = 0
         return batch
 
-    def stats(self) -> dict:
-        return {
-            "size": len(self._episodes),
-            "added": self.added,
-            "sampled": self.sampled,
-            "dropped_stale": self.dropped["stale"],
-            "dropped_other": sum(n for reason, n in self.dropped.items() if reason != "stale"),
-            "dropped_by_reason": dict(self.dropped),
-            "kept_zero_variance": self.kept_zero_variance,
-            "dropped_stale_by_len": stale_drops_by_length(self.added_by_len, self.stale_by_len),
-        }
+    def stats(self) -> BufferStats:
+        return BufferStats(
+            size=len(self._episodes),
+            added=self.added,
+            sampled=self.sampled,
+            dropped_stale=self.dropped["stale"],
+            dropped_other=sum(n for reason, n in self.dropped.items() if reason != "stale"),
+            dropped_by_reason=dict(self.dropped),
+            kept_zero_variance=self.kept_zero_variance,
+            dropped_stale_by_len=stale_drops_by_length(self.added_by_len, self.stale_by_len),
+        )
 
     def state_dict(self) -> dict:
         """Held episodes and counters, taken together (for whole-run checkpoints)."""

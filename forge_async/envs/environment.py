@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 
 Observation = str | list[int]
 

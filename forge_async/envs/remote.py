@@ -9,7 +9,7 @@ A host that cannot be reached at all is an EnvironmentFailed: the run ends clean
 
 import itertools
 
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation
 from forge_async.handles.supervision import failure_cause
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
-from forge_async.data.tasks import Prompt, Task, load_callable, prompt_token_ids
+from forge_async.callables import load_callable
+from forge_async.tasks.task import Prompt, Task, prompt_token_ids
 from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.templating import observation_ids

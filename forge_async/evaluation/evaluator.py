@@ -22,7 +22,8 @@ from dataclasses import replace
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.data.tasks import Prompt, Task, TaskConfig
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.evaluation.config import EvalConfig
 from forge_async.rollout.episodes import TurnBatcher
@@ -122,7 +123,7 @@ def held_out_prompts(
     task's own prompts (then never sampled for training). Call before training samples a prompt."""
     if config.dataset is None:
         return task.hold_out(config.prompts)
-    from forge_async.data.dataset import DatasetTask  # `datasets` takes seconds to import
+    from forge_async.tasks.dataset import DatasetTask  # `datasets` takes seconds to import
 
     held = DatasetTask(replace(task_config, dataset=config.dataset), tokenizer, max_prompt_tokens, "eval.dataset")
     return held.prompts[: config.prompts]

@@ -8,6 +8,7 @@ buffer's counters and the run's accounting still adds up.
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
 from forge_async.handles.procs_file import ProcsFile, located
 from forge_async.handles.supervision import stop_quietly, supervised
@@ -34,7 +35,7 @@ class BufferHandle:
 
     async def sample(
         self, batch_size: int, trainer_version: int, wait_s: float = 0.0
-    ) -> tuple[list[Episode] | None, dict]:
+    ) -> tuple[list[Episode] | None, BufferStats]:
         """A batch (None: not enough fresh episodes yet, after waiting up to `wait_s` for the next
         add) and the buffer's stats after taking it."""
         batch, stats = await self._call(lambda: self.actor.sample_with_stats.call_one(batch_size, trainer_version, wait_s))
@@ -42,12 +43,12 @@ class BufferHandle:
             self._counters["sampled"] += len(batch)
         return batch, self._noted(stats)
 
-    async def stats(self) -> dict:
+    async def stats(self) -> BufferStats:
         return self._noted(await self._call(lambda: self.actor.stats.call_one()))
 
-    def _noted(self, stats: dict) -> dict:
-        self._counters["dropped"] = dict(stats["dropped_by_reason"])
-        self._counters["kept_zero_variance"] = stats["kept_zero_variance"]
+    def _noted(self, stats: BufferStats) -> BufferStats:
+        self._counters["dropped"] = dict(stats.dropped_by_reason)
+        self._counters["kept_zero_variance"] = stats.kept_zero_variance
         return stats
 
     async def state_dict(self) -> dict:

@@ -12,7 +12,7 @@ from functools import partial
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.data.tasks import Prompt, Task
+from forge_async.tasks.task import Prompt, Task
 from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
 from forge_async.scoring.tier import ScoringTier
 

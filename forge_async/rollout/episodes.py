@@ -19,7 +19,7 @@ from functools import partial
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.data.tasks import Prompt, Task
+from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.rollout.calls import Rollouts
 from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape

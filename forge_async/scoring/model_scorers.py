@@ -14,7 +14,7 @@ import statistics
 from typing import Protocol
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, ScorerFailed, flatten, regroup
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import Prompt
+from forge_async.tasks.task import Prompt
 from forge_async.errors import UserError
 
 

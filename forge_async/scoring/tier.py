@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 
 from forge_async.data.episode import Completion, Episode
-from forge_async.data.tasks import Prompt, Task
+from forge_async.tasks.task import Prompt, Task
 from forge_async.losses.advantages import group_advantages
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.model_scorers import ModelScorer, ScorerModel

@@ -20,15 +20,9 @@ from typing import Iterator
 import datasets
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import (
-    HELD_OUT_SEED,
-    ChatMessages,
-    Prompt,
-    TaskConfig,
-    TaskError,
-    load_callable,
-    prompt_token_ids,
-)
+from forge_async.callables import load_callable
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.task import HELD_OUT_SEED, ChatMessages, Prompt, TaskError, prompt_token_ids
 
 # The `datasets` builder for each file suffix; a directory is read with load_from_disk.
 BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}

@@ -26,7 +26,8 @@ import random
 from functools import partial
 
 from forge_async.data.episode import Completion
-from forge_async.data.tasks import HeldOutSplit, Prompt, TaskError, prompt_token_ids, single_digit_reward
+from forge_async.tasks.digits import single_digit_reward
+from forge_async.tasks.task import HeldOutSplit, Prompt, TaskError, prompt_token_ids
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation
 
 CALL_FORMAT_REWARD = 0.1

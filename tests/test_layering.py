@@ -1,0 +1,96 @@
+"""The package's shape: no import circles, compute rooms below the controller side, apps above all.
+
+Read from the source (every import, at any depth of a module), so a circle that a
+deferred import hides at run time still counts.
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPUTE = {"data", "losses", "models", "weights.shared_memory", "weights.store", "weights.config", "weights.publisher"}
+CONTROLLER = {"actors", "handles", "launch", "loop", "rollout", "evaluation"}
+
+
+def module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def imports() -> dict[str, set[str]]:
+    """forge_async module -> the forge_async modules it imports."""
+    modules = {module_name(p): p for p in (ROOT / "forge_async").rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{a.name}" for a in node.names)
+        graph[name] = {t for t in targets if t in modules and t != name} | {
+            t for t in targets if t.startswith("apps")
+        }
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def room(module: str) -> str:
+    """`forge_async.weights.store` -> `weights.store`; `forge_async.loop` -> `loop`."""
+    return module.removeprefix("forge_async.")
+
+
+def in_rooms(module: str, rooms: set[str]) -> bool:
+    name = room(module)
+    return any(name == r or name.startswith(r + ".") for r in rooms)
+
+
+def test_no_import_circles():
+    assert cycles(imports()) == []
+
+
+def test_compute_rooms_never_import_the_controller_side_and_nothing_imports_apps():
+    graph = imports()
+    upward = sorted((m, t) for m, ts in graph.items() if in_rooms(m, COMPUTE) for t in ts if in_rooms(t, CONTROLLER))
+    assert upward == []
+    assert sorted((m, t) for m, ts in graph.items() for t in ts if t.startswith("apps")) == []
+
+
+def test_the_checks_can_fail():
+    """A made-up graph with a circle and an upward arrow is caught by both."""
+    graph = {"forge_async.data.a": {"forge_async.loop"}, "forge_async.loop": {"forge_async.data.a"}}
+    assert cycles(graph) == [["forge_async.data.a", "forge_async.loop"]]
+    assert in_rooms("forge_async.data.a", COMPUTE) and in_rooms("forge_async.loop", CONTROLLER)
