@@ -44,7 +44,10 @@ async def run_worker(
             if not admitted:
                 break
             call = _call_into_buffer(produce, admitted, group_size, buffer, admission, lane)
-            pending.add(asyncio.create_task(call))
+            if shape.calls_in_flight == 1:
+                await call  # the request goes out now, not after a pass of the event loop
+            else:
+                pending.add(asyncio.create_task(call))
         while pending:
             await _settle(pending)
     finally:
@@ -66,6 +69,8 @@ async def _admit(
     admission: AdmissionControl, size: int, generator_version, unit: int | None, pending: set[asyncio.Task]
 ) -> int:
     """Admission for one call, raising meanwhile the error of any call in flight that fails."""
+    if not pending:  # nothing to watch: admitted at once where there is room, without a pass of the loop
+        return await admission.admit(size, generator_version, unit)
     admit = asyncio.ensure_future(admission.admit(size, generator_version, unit))
     try:
         while not admit.done():
