@@ -143,14 +143,10 @@ async def train_on(
 
 def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunner | None) -> Rollouts:
     """Single-turn rollouts, or multi-turn episodes played by `env_runner`."""
+    common = (task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed)
     if env_runner is not None:
-        return EpisodeRollouts(
-            task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed, env_runner
-        )
-    return Rollouts(
-        task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed,
-        partial_calls=config.filter.zero_variance_groups,
-    )
+        return EpisodeRollouts(env_runner, *common)
+    return Rollouts(*common, partial_calls=config.filter.zero_variance_groups)
 
 
 async def save_final_policy(handles: RunHandles, run_dir: Path) -> str:

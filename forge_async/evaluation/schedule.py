@@ -8,6 +8,7 @@ runs is skipped, and said; in sync mode it runs between steps.
 """
 
 import asyncio
+from dataclasses import dataclass, field
 
 from forge_async.evaluation.evaluator import Evaluator
 from forge_async.handles.generators import GeneratorCalls, GeneratorPool
@@ -19,23 +20,15 @@ from forge_async.weights.delivery import WeightDelivery
 LANE = "evaluation"  # the controller's lane for evaluations (tracing.py)
 
 
+@dataclass
 class EvaluationSchedule:
-    def __init__(
-        self,
-        evaluator: Evaluator,
-        every_steps: int,
-        generators: GeneratorPool,
-        delivery: WeightDelivery,
-        record: RunRecord,
-        metrics: MetricsLog,
-    ):
-        self.evaluator = evaluator
-        self.every_steps = every_steps
-        self.generators = generators
-        self.delivery = delivery
-        self.record = record
-        self.metrics = metrics
-        self._in_flight: asyncio.Task | None = None  # async mode
+    evaluator: Evaluator
+    every_steps: int  # eval.every_steps
+    generators: GeneratorPool
+    delivery: WeightDelivery
+    record: RunRecord  # where evaluations are counted, and their first and last rows kept
+    metrics: MetricsLog
+    _in_flight: asyncio.Task | None = field(default=None, init=False)  # async mode
 
     def due(self) -> bool:
         """At every eval.every_steps steps (the caller checks that steps are left)."""

@@ -19,11 +19,10 @@ from functools import partial
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.tasks.task import Prompt, Task
+from forge_async.tasks.task import Prompt
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.rollout.calls import Rollouts
 from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
-from forge_async.scoring.tier import ScoringTier
 
 
 class TurnBatcher:
@@ -65,20 +64,12 @@ class TurnBatcher:
 
 
 class EpisodeRollouts(Rollouts):
-    def __init__(
-        self,
-        task: Task,
-        scoring: ScoringTier,
-        sampling: SamplingConfig,
-        group_size: int,
-        prompts_per_rollout: int,
-        seed: int,
-        runner: EnvRunner,
-    ):
-        """`prompts_per_rollout`: the groups a rollout worker keeps in flight, each on its own
+    def __init__(self, runner: EnvRunner, *args, **kwargs):
+        """`runner` plays each episode; the rest as Rollouts' arguments, where
+        `prompts_per_rollout` is the groups a rollout worker keeps in flight, each on its own
         (and the groups of one sync-mode call)."""
-        super().__init__(task, scoring, sampling, group_size, prompts_per_rollout, seed)
-        self.shape = WorkerShape(prompts_per_call=1, calls_in_flight=prompts_per_rollout)
+        super().__init__(*args, **kwargs)
+        self.shape = WorkerShape(prompts_per_call=1, calls_in_flight=self.prompts_per_rollout)
         self.runner = runner
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
