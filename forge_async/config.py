@@ -139,6 +139,10 @@ class GRPOConfig:
                 load_callable(scorer.fn, f"scorers[{index}].fn")
         if self.env.name is not None:
             load_callable(self.env.name, "env.name")
+        if self.task.name == "reasoning_gym":
+            from forge_async.tasks.reasoning_gym import check_config  # reasoning-gym: only for this task
+
+            check_config(self.task.reasoning_gym)
 
     @property
     def multi_turn(self) -> bool:

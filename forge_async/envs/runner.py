@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
 from forge_async.callables import load_callable
-from forge_async.tasks.task import Prompt, Task, prompt_token_ids
+from forge_async.tasks.task import Prompt, Task, TaskError, prompt_token_ids
 from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.templating import observation_ids
@@ -198,6 +198,9 @@ class EnvironmentTask:
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         return completion.env_reward
+
+    def demonstration(self, prompt: Prompt) -> str:
+        raise TaskError(f"env.name plays {self.name}'s prompts as episodes: there is no single completion to imitate")
 
 
 def with_environment(config: EnvConfig, task: Task) -> Task:

@@ -62,7 +62,7 @@ class Evaluator:
         check_pinned(episodes, version)
         return {
             "eval/version": version,
-            **self._figures(episodes),
+            **self._figures(episodes, [p for p, _ in sampled]),
             "eval/prompts": len(self.prompts),
             "eval/samples_per_prompt": self.config.samples_per_prompt,
             "eval/dropped": failed + unscored,
@@ -84,19 +84,31 @@ class Evaluator:
         groups = [[c for c in played[i * k : (i + 1) * k] if c is not None] for i in range(len(self.prompts))]
         return groups, played.count(None)
 
-    def _figures(self, episodes: list[Episode]) -> dict[str, float]:
-        """mean@k, pass@k (over every held-out prompt: one with no scored sample did not pass), length."""
+    def _figures(self, episodes: list[Episode], scored: list[Prompt]) -> dict[str, float]:
+        """mean@k, pass@k (over every held-out prompt: one with no scored sample did not pass), length;
+        and, for prompts that name their source (a reasoning-gym mix), mean@k per source.
+        `scored[g]`: the prompt of the episodes of group g."""
         best: dict[int, float] = defaultdict(lambda: float("-inf"))
         for episode in episodes:
             best[episode.group_id] = max(best[episode.group_id], episode.reward)
         passed = sum(reward >= self.config.pass_reward for reward in best.values())
-        return {
-            "eval/reward_mean": statistics.fmean(e.reward for e in episodes) if episodes else 0.0,
+        figures = {
+            "eval/reward_mean": _mean(e.reward for e in episodes),
             "eval/pass@k": passed / len(self.prompts),
-            "eval/len_mean": (
-                statistics.fmean(e.completion.model_tokens for e in episodes) if episodes else 0.0
-            ),
+            "eval/len_mean": _mean(e.completion.model_tokens for e in episodes),
         }
+        by_source: dict[str, list[float]] = defaultdict(list)
+        for episode in episodes:
+            source = scored[episode.group_id].meta.get("source")
+            if source is not None:
+                by_source[source].append(episode.reward)
+        figures.update({f"eval/reward_mean/{source}": _mean(r) for source, r in sorted(by_source.items())})
+        return figures
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return statistics.fmean(values) if values else 0.0
 
 
 def eval_temperature(config: EvalConfig, sampling: SamplingConfig) -> float:

@@ -7,11 +7,23 @@ from forge_async.errors import ConfigError
 from forge_async.models.shape import MODEL_FAMILIES
 
 
+# model.tiny.tokenizer: the tiny model's tokenizer (models/tokenizer.py), and the context
+# (max_seq_len) each gets when model.tiny.max_seq_len is null.
+TINY_TOKENIZERS = ("digits", "bytes")
+TINY_CONTEXT = {
+    "digits": 64,  # digit prompts: <bos> digits <sep>
+    "bytes": 512,  # text prompts of a few hundred UTF-8 bytes, chat markers and a short answer
+}
+
+
 @dataclass
 class TinyModelConfig:
     """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...).
 
     family: "qwen3" (Qwen3ForCausalLM) or "llama" (LlamaForCausalLM, Llama 3.1 RoPE scaling).
+    tokenizer: "digits" (14 tokens: the digit tasks) or "bytes" (any text, one token per UTF-8
+    byte, with chat role markers); the vocabulary follows it.
+    max_seq_len: the context; null (None) = the tokenizer's (TINY_CONTEXT), set in __post_init__.
     """
 
     family: str = "qwen3"
@@ -20,11 +32,15 @@ class TinyModelConfig:
     n_heads: int = 2
     head_dim: int = 32
     ffn_dim: int = 256
-    max_seq_len: int = 64
+    max_seq_len: int | None = None
     seed: int = 0
+    tokenizer: str = "digits"
 
     def __post_init__(self) -> None:
         check_choice("model.tiny.family", self.family, MODEL_FAMILIES)
+        check_choice("model.tiny.tokenizer", self.tokenizer, TINY_TOKENIZERS)
+        if self.max_seq_len is None:
+            self.max_seq_len = TINY_CONTEXT[self.tokenizer]
         for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len"):
             check_range(f"model.tiny.{name}", getattr(self, name), AT_LEAST_1)
         if self.head_dim % 2:

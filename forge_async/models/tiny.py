@@ -2,7 +2,8 @@
 
 No model hub: the weights come from TorchTitan's own initialisation (seeded),
 converted to Hugging Face names with TorchTitan's state-dict adapter, and saved
-beside a config.json and the digit tokenizer. vLLM, transformers and the
+beside a config.json and the tokenizer `model.tiny.tokenizer` names (digits or bytes,
+models/tokenizer.py; the vocabulary is the tokenizer's). vLLM, transformers and the
 trainer all load the result like any downloaded checkpoint.
 
 It is written in two parts: `write_tiny_config` (config.json and tokenizer: transformers)
@@ -62,12 +63,12 @@ def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
 
 
 def write_tiny_config(directory: str | Path, cfg: TinyModelConfig) -> dict:
-    """config.json and the digit tokenizer of the tiny model into `directory`; returns the config."""
-    from forge_async.models.tokenizer import build_digit_tokenizer
+    """config.json and the tokenizer (cfg.tokenizer) of the tiny model into `directory`; returns the config."""
+    from forge_async.models.tokenizer import build_tiny_tokenizer
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_digit_tokenizer()
+    tokenizer = build_tiny_tokenizer(cfg.tokenizer)
     hf_config = _hf_config(cfg, len(tokenizer), tokenizer)
     save_config(directory, hf_config)
     tokenizer.save_pretrained(str(directory))
@@ -84,7 +85,7 @@ def write_tiny_weights(directory: str | Path, hf_config: dict, seed: int) -> Pat
 
 
 def create_tiny_checkpoint(directory: str | Path, cfg: TinyModelConfig | None = None) -> Path:
-    """Write a tiny random-init checkpoint of `cfg.family` with the digit tokenizer into `directory`."""
+    """Write a tiny random-init checkpoint of `cfg.family` with `cfg.tokenizer`'s tokenizer into `directory`."""
     cfg = cfg or TinyModelConfig()
     write_tiny_weights(directory, write_tiny_config(directory, cfg), cfg.seed)
     return Path(directory)

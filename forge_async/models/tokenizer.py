@@ -1,15 +1,27 @@
-"""A character-level tokenizer over digits, saved in Hugging Face format.
+"""The tiny model's tokenizers, saved in Hugging Face format: digits (the default) or bytes.
 
-The built-in tasks speak a 14-token language: the digits 0-9 plus four special
+Both write tokenizer.json, tokenizer_config.json (with a chat template) and
+special_tokens_map.json, which load with `AutoTokenizer.from_pretrained`: how vLLM,
+transformers and this library all read tokenizers. `model.tiny.tokenizer` picks one.
+
+digits: the built-in tasks speak a 14-token language: the digits 0-9 plus four special
 tokens. Each character of a text is one token, so "<bos>372<sep>" encodes to
-[BOS, 3, 7, 2, SEP]. The files it writes (tokenizer.json, tokenizer_config.json,
-special_tokens_map.json) load with `AutoTokenizer.from_pretrained`, which is how
-vLLM, transformers and this library all read tokenizers.
+[BOS, 3, 7, 2, SEP]. A text with any other character cannot be encoded.
+
+bytes: any text, as its UTF-8 bytes, one token per byte (GPT-2's byte-level scheme: a BPE
+model without merges over the 256 byte symbols), so token id b is byte b; then the special
+tokens <pad>, <bos>, <eos> and one marker per chat role (263 tokens). "What is 4 + 3?" is
+14 tokens; "é" 2, "中" 3, an emoji 4. Its chat template renders
+
+    <bos><|system|>SYSTEM<|user|>QUESTION<|assistant|>
+
+for a system and a user message with the generation prompt: a role marker before each
+message, nothing after it but EOS after an assistant's (the model ends its turn with EOS).
 """
 
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 DIGITS = [str(d) for d in range(10)]
@@ -44,3 +56,67 @@ def build_digit_tokenizer() -> PreTrainedTokenizerFast:
 
 def save_digit_tokenizer(directory: Path) -> None:
     build_digit_tokenizer().save_pretrained(str(directory))
+
+
+# The byte tokenizer's chat roles, each with its marker token: <|system|>, <|user|>, ...
+# ("tool": an environment's reply in a multi-turn episode, envs/templating.py).
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+ROLE_MARKERS = [f"<|{role}|>" for role in CHAT_ROLES]
+BYTE_SPECIALS = [PAD, BOS, EOS, *ROLE_MARKERS]  # ids 256, 257, ...
+
+BYTE_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['" + "', '".join(CHAT_ROLES) + "'] %}"
+    "{{ raise_exception('unknown chat role ' ~ message['role'] ~ '; the byte tokenizer knows "
+    + ", ".join(CHAT_ROLES) + "') }}"
+    "{% endif %}"
+    "{{ '<|' ~ message['role'] ~ '|>' ~ (message['content'] or '') }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's printable stand-in for each byte 0..255 (what the ByteLevel pre-tokenizer emits):
+    printable Latin-1 bytes stand for themselves, the others for chr(256 + n) in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols, shifted = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            symbols[byte] = chr(byte)
+        else:
+            symbols[byte] = chr(256 + shifted)
+            shifted += 1
+    return [symbols[byte] for byte in range(256)]
+
+
+def build_byte_tokenizer() -> PreTrainedTokenizerFast:
+    """Any text as its UTF-8 bytes (token id = byte value), plus BYTE_SPECIALS; chat template included."""
+    vocab = {symbol: byte for byte, symbol in enumerate(_byte_symbols())}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    # No regex split: with no merges, words need no boundaries; bytes map to their symbols.
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    # Special tokens are matched whole in any text before the byte split, in this order: 256, 257, ...
+    core.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in BYTE_SPECIALS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        additional_special_tokens=ROLE_MARKERS,
+        clean_up_tokenization_spaces=False,  # decode gives back the text exactly ("a ." stays "a .")
+    )
+    tokenizer.chat_template = BYTE_CHAT_TEMPLATE
+    return tokenizer
+
+
+# model.tiny.tokenizer -> its builder (the names: models/config.py TINY_TOKENIZERS).
+TINY_TOKENIZER_BUILDERS = {"digits": build_digit_tokenizer, "bytes": build_byte_tokenizer}
+
+
+def build_tiny_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The tiny model's tokenizer named by model.tiny.tokenizer ("digits" or "bytes")."""
+    return TINY_TOKENIZER_BUILDERS[name]()

@@ -74,6 +74,10 @@ class DatasetTask:
         self.prompts = kept
         return evaluated
 
+    def demonstration(self, prompt: Prompt) -> str:
+        """The row's answer, as written (task.answer_column)."""
+        return prompt.answer
+
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         try:
             return float(self.score(prompt.answer, completion.text))

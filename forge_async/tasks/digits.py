@@ -95,3 +95,6 @@ class DigitTask:
         if self.name == "copy_digits":
             return copied_fraction(prompt.answer, completion, self.tokenizer.eos_token_id)
         return single_digit_reward(prompt.answer, completion, self.tokenizer.eos_token_id)
+
+    def demonstration(self, prompt: Prompt) -> str:
+        return prompt.answer

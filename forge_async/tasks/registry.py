@@ -27,10 +27,17 @@ def _dataset(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
     return task
 
 
+def _reasoning_gym(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
+    from forge_async.tasks.reasoning_gym import ReasoningGymTask  # reasoning-gym: only for this task
+
+    return ReasoningGymTask(config.reasoning_gym, tokenizer, max_prompt_tokens)
+
+
 TASKS: dict[str, Callable[[TaskConfig, object, int], Task]] = {
     **dict.fromkeys(DIGIT_RULES, _digits),
     "tool_lookup": _tool_lookup,
     "dataset": _dataset,
+    "reasoning_gym": _reasoning_gym,
 }
 
 

@@ -30,6 +30,11 @@ class Task(Protocol):
 
     def reward(self, prompt: Prompt, completion: Completion) -> float: ...
 
+    def demonstration(self, prompt: Prompt) -> str:
+        """The completion text supervised fine-tuning imitates for `prompt` (apps/sft; the
+        tokenizer's EOS follows it); a TaskError for a task with no single completion to imitate."""
+        ...
+
 
 class TaskError(UserError):
     """A task that cannot be built: unknown name, missing or malformed dataset, bad reward fn."""
@@ -47,11 +52,22 @@ def prompt_token_ids(tokenizer, prompt: str | ChatMessages) -> list[int]:
     if not tokenizer.chat_template:
         if not isinstance(prompt, str):
             raise TaskError("chat-message prompts need a tokenizer with a chat template")
-        return tokenizer.encode(prompt)
+        return _known(tokenizer, tokenizer.encode(prompt), prompt)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     # A list or a BatchEncoding, depending on the tokenizer.
-    return list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+    return _known(tokenizer, list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded), prompt)
+
+
+def _known(tokenizer, ids: list[int], prompt: str | ChatMessages) -> list[int]:
+    """`ids`, unless the tokenizer had no token for part of the prompt (the tiny model's digit
+    tokenizer reads digits only): the model would see unknown-token placeholders, not the text."""
+    if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids:
+        raise TaskError(
+            f"the tokenizer has no tokens for part of the prompt {str(prompt)[:80]!r} "
+            "(the tiny model's model.tiny.tokenizer=bytes reads any text)"
+        )
+    return ids
 
 
 class Sampled(Protocol):

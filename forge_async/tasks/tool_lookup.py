@@ -94,3 +94,6 @@ class ToolLookupTask:
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         """The environment's: the episode's step rewards, summed."""
         return completion.env_reward
+
+    def demonstration(self, prompt: Prompt) -> str:
+        raise TaskError("tool_lookup plays two turns with its environment: there is no single completion to imitate")
