@@ -248,3 +248,20 @@ def test_dataset_prompts_with_custom_reward(tmp_path):
     assert "dataset: kept 100 of 101 rows (skipped: too_long 1)" in run.output
     assert run.summary["skipped_rows"]["too_long"] == 1
     assert [(e["eval/version"], e["eval/prompts"]) for e in run.evaluations] == [(0, 10), (2, 10)]
+
+
+def test_a_reward_function_failing_on_the_first_batch_ends_the_run_with_one_line(tmp_path):
+    """math:sqrt takes one argument, a reward function two: every score raises, and with the default
+    scoring.on_error=fail the run stops before its first step, saying why in one line."""
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"{a}{b}", "answer": str(a)}) for a in range(10) for b in range(10)))
+    run = run_app(
+        tmp_path / "run", "steps=3", "task.name=dataset", f"task.dataset={data}", "task.reward_fn=math:sqrt",
+        "eval.prompts=10", timeout=120,
+    )
+    assert run.returncode == 1, run.output
+    assert "Traceback" not in run.output and "TypeError: unsupported format" not in run.output, run.output
+    assert "no step trained" in run.output
+    stopped = [line for line in run.output.splitlines() if line.startswith("stopped early:")]
+    assert len(stopped) == 1 and "math:sqrt" in stopped[0], run.output
+    assert run.summary["steps"] == 0 and "math:sqrt" in run.summary["failure"]
