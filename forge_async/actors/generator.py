@@ -260,7 +260,7 @@ class Generator(ProcActor):
             with self.channel.reading(version) as (version, state_dict):
                 self._swap(state_dict, version)
             return {"version": version, "load_ms": (time.perf_counter() - start) * 1e3}
-        from forge_async.weights import store  # torchstore: ~1 s to import, only for its transport
+        from forge_async.weights import store  # heavy to import: only for its transport
 
         state_dict = await store.get_policy(version)
         fetched = time.perf_counter()
