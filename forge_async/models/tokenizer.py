@@ -1,8 +1,8 @@
 """The tiny model's tokenizers, saved in Hugging Face format: digits (the default) or bytes.
 
-Both write tokenizer.json, tokenizer_config.json (with a chat template) and
-special_tokens_map.json, which load with `AutoTokenizer.from_pretrained`: how vLLM,
-transformers and this library all read tokenizers. `model.tiny.tokenizer` picks one.
+Both write tokenizer.json, tokenizer_config.json and chat_template.jinja (transformers 5),
+which load with `AutoTokenizer.from_pretrained`: how vLLM, transformers and this library
+all read tokenizers. `model.tiny.tokenizer` picks one (models/config.py).
 
 digits: the built-in tasks speak a 14-token language: the digits 0-9 plus four special
 tokens. Each character of a text is one token, so "<bos>372<sep>" encodes to
