@@ -6,8 +6,8 @@
     lora.py        LoRA adapters on the TorchTitan model, and their PEFT names
     peft.py        LoRA adapter directories in PEFT's layout (no TorchTitan)
     tiny.py        a tiny random checkpoint, created locally
-    tokenizer.py   the digit tokenizer of the tiny model
+    tokenizer.py   the tiny model's tokenizers: digits, or bytes for any text
 
-Import from the module itself: importing TorchTitan costs seconds, and processes that
+Import from the module itself: TorchTitan is heavy to import, and processes that
 only read checkpoints (generators, the controller) should not pay for it.
 """
