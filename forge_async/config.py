@@ -86,6 +86,11 @@ class GRPOConfig:
                 f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
                 f"prompts_per_step={self.prompts_per_step}"
             )
+        if self.loss.objective != "grpo":
+            raise ConfigError(
+                f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
+                "supervised fine-tuning on demonstrations is python -m apps.sft"
+            )
         if self.loss.clipped and self.importance.corrects:
             raise ConfigError(
                 f"loss.clip_low/clip_high are set and importance corrects too (importance.mode="

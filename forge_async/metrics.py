@@ -135,13 +135,18 @@ class MetricsLog:
     def log(self, record: dict) -> None:
         self._recent.append(record["reward/mean"])
         record["reward/smoothed"] = self.reward_smoothed
+        self.write(record)
+        print(self._console_line(record), flush=True)
+        self._warn_on_entropy_collapse(record)
+
+    def write(self, record: dict) -> None:
+        """A training step's row into metrics.jsonl and the sinks (`log` adds GRPO's figures and
+        console line; apps.sft its own)."""
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         scalars = {k: v for k, v in record.items() if k != "step"}
         for sink in self.sinks:
             sink.write(record["step"], scalars)
-        print(self._console_line(record), flush=True)
-        self._warn_on_entropy_collapse(record)
 
     def log_eval(self, step: int, row: dict) -> None:
         """An evaluation's row, logged at `step` (the last step trained when it finished)."""

@@ -108,7 +108,23 @@ PANELS = (
         (Line("eval/len_mean", "mean", **EVAL),),
     ),
 )
-ROWS, COLUMNS = 5, 2  # the grid PANELS fill
+# Supervised fine-tuning (apps.sft): its rows have train/loss and no reward.
+SFT_PANELS = (
+    Panel("Training loss", "NLL (nats per demonstration token)", (Line("train/loss", "loss"),)),
+    Panel("Learning rate", "lr", (Line("train/lr", "lr"),)),
+    Panel("Training throughput", "throughput (tokens/s)", (Line("train/tokens_per_s", "demonstration tokens/s"),)),
+    Panel("Policy entropy", "entropy (nats/token)", (Line("train/entropy", "entropy"),)),
+    PANELS[-2],  # evaluation on held-out prompts: as a GRPO run measures it
+    PANELS[-1],
+)
+COLUMNS = 2  # panels per row of the grid
+
+
+def panels_for(rows: list[dict]) -> tuple[Panel, ...]:
+    """SFT's panels for a run whose steps have a loss and no reward, else GRPO's."""
+    steps = [row for row in rows if EVAL_X not in row]
+    sft = steps and all("train/loss" in row and "reward/mean" not in row for row in steps)
+    return SFT_PANELS if sft else PANELS
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -181,10 +197,12 @@ def draw_plots(run_dir: Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     target = target_reward(run_dir)
-    figure = Figure(figsize=(14, 12.5), dpi=100)
+    panels = panels_for(rows)
+    grid_rows = -(-len(panels) // COLUMNS)
+    figure = Figure(figsize=(14, 2.5 * grid_rows), dpi=100)
     FigureCanvasAgg(figure)
-    axes = figure.subplots(ROWS, COLUMNS, sharex=True).flatten()
-    for ax, panel in zip(axes, PANELS, strict=True):
+    axes = figure.subplots(grid_rows, COLUMNS, sharex=True).flatten()
+    for ax, panel in zip(axes, panels, strict=True):
         draw_panel(ax, panel, rows, target)
     axes[0].set_xlim(left=0)  # shared by all panels
     for ax in axes[-COLUMNS:]:

@@ -9,8 +9,10 @@ Every key of configs/grpo.yaml can be overridden; see docs/configuration.md.
 import asyncio
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -37,6 +39,17 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 async def run(config: GRPOConfig, run_dir: Path) -> dict:
     """Spawn the run's procs first (they start importing vLLM and TorchTitan at once), then
     import the training half, which needs torch (its imports overlap theirs)."""
+    async with spawned_procs(config, run_dir) as procs:
+        import_frozen("apps.grpo.training")
+        from apps.grpo.training import train
+
+        return await train(config, run_dir, procs)
+
+
+@asynccontextmanager
+async def spawned_procs(config: GRPOConfig, run_dir: Path) -> AsyncIterator[RunProcs]:
+    """The run's procs, spawned first thing (every app's start); those no actor took are
+    stopped when the block ends."""
     print(f"run dir: {run_dir}", flush=True)
     config.check_paths()
     hosts = Hosts.from_env()
@@ -49,10 +62,7 @@ async def run(config: GRPOConfig, run_dir: Path) -> dict:
     procs.spawn_all()
     print(f"{since_launch()} spawning {spawned_meshes(config)} ...", flush=True)
     try:
-        import_frozen("apps.grpo.training")
-        from apps.grpo.training import train
-
-        return await train(config, run_dir, procs)
+        yield procs
     finally:
         await procs.stop_unused()
 
@@ -82,13 +92,7 @@ def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:
         f"run dir: {summary['run_dir']} (metrics.jsonl, plots.png, trace.json, summary.json, config.yaml, final_model/,"
         " checkpoints/, logs/)"
     )
-    if summary["eval_last"]:
-        first, last = summary["eval_first"], summary["eval_last"]
-        print(
-            f"eval on {last['eval/prompts']} held-out prompts: reward {first['eval/reward_mean']:.2f} "
-            f"(v{first['eval/version']}) -> {last['eval/reward_mean']:.2f} (v{last['eval/version']}), "
-            f"pass@{last['eval/samples_per_prompt']} {first['eval/pass@k']:.2f} -> {last['eval/pass@k']:.2f}"
-        )
+    report_evaluations(summary)
     if summary["dropped_other"]:
         print(f"dropped by reason: {summary['dropped_by_reason']}")
     if summary["generator_restarts"]:
@@ -96,6 +100,22 @@ def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:
             f"generator restarts: {summary['generator_restarts']} "
             f"({summary['lost_requests']} lost requests issued again)"
         )
+    report_early_end(summary, app)
+
+
+def report_evaluations(summary: dict) -> None:
+    """The first and the last evaluation on held-out prompts, if there were any."""
+    if summary["eval_last"]:
+        first, last = summary["eval_first"], summary["eval_last"]
+        print(
+            f"eval on {last['eval/prompts']} held-out prompts: reward {first['eval/reward_mean']:.2f} "
+            f"(v{first['eval/version']}) -> {last['eval/reward_mean']:.2f} (v{last['eval/version']}), "
+            f"pass@{last['eval/samples_per_prompt']} {first['eval/pass@k']:.2f} -> {last['eval/pass@k']:.2f}"
+        )
+
+
+def report_early_end(summary: dict, app: str) -> None:
+    """What stopped a run before its last step, and the command that continues it."""
     if summary["failure"]:
         print(f"stopped early: {summary['failure']}")
     if summary["stop_reason"]:
@@ -122,12 +142,18 @@ def load_config(cfg: DictConfig, schema: type = GRPOConfig) -> GRPOConfig:
 
 
 def launch(
-    prepare: Callable[[Path], GRPOConfig], app: str, what: str, after: Callable[[dict], None] = lambda _: None
+    prepare: Callable[[Path], Any],
+    app: str,
+    what: str,
+    after: Callable[[dict], None] = lambda _: None,
+    run: Callable[[Any, Path], Awaitable[dict]] = run,
+    report: Callable[[dict, str, str], None] = report,
 ) -> None:
     """An app's life under Hydra: its config (`prepare(run_dir)`), the run, the report, the exit status.
 
     Bad input is one line and status 2; a trainer failure, status 1 with the resume command;
-    `after(summary)` adds the app's own lines to the report."""
+    `after(summary)` adds the app's own lines to the report. `run(config, run_dir)` and
+    `report(summary, app, what)`: GRPO's unless the app brings its own (apps.sft)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         config = prepare(run_dir)

@@ -48,6 +48,7 @@ from forge_async.losses.grpo import (
     token_entropy,
     token_scale,
 )
+from forge_async.losses.sft import demonstration_nll
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
@@ -202,9 +203,11 @@ class Trainer(ProcActor):
             self.lr_scheduler.step()
             self.version += 1
             global_loss, global_entropy = _all_reduce_sum(loss, entropy)
-            off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
-            if not self.kl_coef:
-                del off_policy_metrics["kl/reference"]  # no reference: no KL to report
+            off_policy_metrics = {}
+            if self.loss.objective == "grpo":  # demonstrations (sft) were sampled by no policy
+                off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
+                if not self.kl_coef:
+                    del off_policy_metrics["kl/reference"]  # no reference: no KL to report
         return {
             **off_policy_metrics,
             "train/loss": global_loss,
@@ -244,9 +247,13 @@ class Trainer(ProcActor):
         self, logprobs: torch.Tensor, entropy: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int
     ):
         """This micro-batch's share of the loss (loss.*, the KL penalty, the entropy bonus; see
-        losses/grpo.py) and its off-policy sums."""
+        losses/grpo.py) and its off-policy sums; with loss.objective=sft, the demonstrations'
+        NLL (losses/sft.py) and no off-policy sums."""
         c = self.loss
         scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
+        if c.objective == "sft":
+            loss = demonstration_nll(logprobs, local, scale)
+            return (loss + entropy_bonus(entropy, scale, c.entropy_coef) if c.entropy_coef else loss), None
         if not c.clipped:
             weights, off_policy = importance_weights(logprobs, local, self.importance)
             loss = policy_gradient_loss(logprobs, local, scale, weights)

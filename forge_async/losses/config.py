@@ -6,10 +6,14 @@ from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice,
 from forge_async.errors import ConfigError
 
 AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+# grpo: the policy-gradient loss on sampled, scored episodes (losses/grpo.py; apps.grpo, apps.distill);
+# sft: the negative log-likelihood of demonstrations (losses/sft.py; apps.sft sets it).
+OBJECTIVES = ("grpo", "sft")
 
 
 @dataclass
 class LossConfig:
+    objective: str = "grpo"
     # token_mean: over every response token of the batch (DAPO); sequence_mean: over each
     # sequence's tokens, then over sequences (GRPO); constant: sum / (sequences * max_tokens) (Dr.GRPO).
     aggregation: str = "token_mean"
@@ -25,6 +29,7 @@ class LossConfig:
     entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
+        check_choice("loss.objective", self.objective, OBJECTIVES)
         check_choice("loss.aggregation", self.aggregation, AGGREGATIONS)
         check_range("loss.clip_low", self.clip_low, Range(0, 1, low_open=True, high_open=True), nullable=True)
         check_range("loss.clip_high", self.clip_high, POSITIVE, nullable=True)
@@ -34,6 +39,10 @@ class LossConfig:
             )
         check_range("loss.max_tokens", self.max_tokens, AT_LEAST_1, nullable=True, note="null = sampling.max_tokens")
         check_range("loss.entropy_coef", self.entropy_coef, Range(0), note="0 = off")
+        if self.objective == "sft" and self.clipped:
+            raise ConfigError(
+                "loss.clip_low/clip_high: the sft objective has no behaviour policy to clip against; set neither"
+            )
 
     @property
     def clipped(self) -> bool:

@@ -1,0 +1,1 @@
+"""Supervised fine-tuning on (prompt, answer) pairs: `python -m apps.sft [hydra overrides]`."""
