@@ -31,10 +31,47 @@ MODES = ("async", "sync")
 
 
 @dataclass
-class GRPOConfig:
+class RunConfig:
+    """The sections every app's run has (apps.grpo, apps.sft): the model, where prompts come from,
+    sampling, the generator and trainer, evaluation, weights, checkpoints, placement, logging."""
+
+    seed: int = 0
+    # A run directory to continue from its newest complete checkpoint, with its saved config.
+    resume: str | None = None
+    # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
+    verbose: bool = False
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Evaluation on held-out prompts during training: docs/evaluation.md.
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+
+    def resolve_trainer(self, steps: int) -> None:
+        """generator.dtype: the trainer's unless set; the LR schedule spans `steps` unless told
+        otherwise, and a decay shorter than the run is refused (TorchTitan's would go on below
+        min_lr_factor: negative, for linear)."""
+        if self.generator.dtype is None:
+            self.generator.dtype = self.trainer.dtype
+        if self.trainer.lr_total_steps is None:
+            self.trainer.lr_total_steps = steps
+        if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < steps:
+            raise ConfigError(
+                f"trainer.lr_total_steps={self.trainer.lr_total_steps} is less than steps={steps}: "
+                f"the {self.trainer.lr_schedule} decay must span the run"
+            )
+
+
+@dataclass
+class GRPOConfig(RunConfig):
     mode: str = "async"  # async: generation and training overlap; sync: strictly alternate
     steps: int = 400  # optimizer steps
-    seed: int = 0
     max_policy_age: int = 1  # samples older than this many trainer versions are dropped
     # Admit generation only when it can be trained within max_policy_age (see admission.py).
     admission_control: bool = True
@@ -44,30 +81,14 @@ class GRPOConfig:
     prompts_per_rollout: int = 16  # prompts per generate call
     buffer_capacity: int = 4096  # episodes; beyond it the oldest are evicted (counted)
     target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
-    # A run directory to continue from its newest complete checkpoint, with its saved config.
-    resume: str | None = None
-    # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
-    verbose: bool = False
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
     # Multi-turn episodes: the environment and its limits (docs/environments.md).
     env: EnvConfig = field(default_factory=EnvConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     importance: ImportanceConfig = field(default_factory=ImportanceConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
-    # Evaluation on held-out prompts during training: docs/evaluation.md.
-    eval: EvalConfig = field(default_factory=EvalConfig)
     # What scores each completion (rewards, reference KL, teacher): docs/scoring.md.
     scorers: list[ScorerConfig] = field(default_factory=default_scorers)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    weights: WeightsConfig = field(default_factory=WeightsConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    placement: PlacementConfig = field(default_factory=PlacementConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    trace: TraceConfig = field(default_factory=TraceConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -111,16 +132,7 @@ class GRPOConfig:
             )
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
-        if self.generator.dtype is None:
-            self.generator.dtype = self.trainer.dtype
-        if self.trainer.lr_total_steps is None:
-            self.trainer.lr_total_steps = self.steps
-        if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < self.steps:
-            # TorchTitan's decay would go on below min_lr_factor (negative, for linear).
-            raise ConfigError(
-                f"trainer.lr_total_steps={self.trainer.lr_total_steps} is less than steps={self.steps}: "
-                f"the {self.trainer.lr_schedule} decay must span the run"
-            )
+        self.resolve_trainer(self.steps)
         if self.buffer_capacity < self.batch_size:
             raise ConfigError(
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "

@@ -26,41 +26,36 @@ sync: generate a batch, train on it, publish, wait for every generator to hold t
 weights, repeat: the baseline async is measured against.
 
 A run ends after `steps`, or early when `request_stop` is called (Ctrl-C): either way the
-step in flight finishes, generation drains into the buffer, and the run checkpoints.
-`run` returns the RunRecord that summary.json is written from.
+step in flight finishes, generation drains into the buffer, and the run checkpoints
+(training_loop.py: what GRPO and SFT runs share). `run` returns the RunRecord that
+summary.json is written from.
 """
 
 import asyncio
 import time
 from functools import partial
-from pathlib import Path
 
 from forge_async.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.config import GRPOConfig
 from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
-from forge_async.envs.remote import EnvironmentFailed
 from forge_async.evaluation.schedule import EvaluationSchedule
-from forge_async.handles.generators import GeneratorCalls, GeneratorFailed
+from forge_async.handles.generators import GeneratorCalls
 from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
 from forge_async.metrics import MetricsLog, batch_metrics
 from forge_async.rollout.calls import Rollouts
 from forge_async.rollout.worker import run_worker
 from forge_async.run_record import RunRecord
-from forge_async.scoring.scorer import ScorerError, ScorerFailed
 from forge_async.step_metrics import PipelineFigures, TokenRate
 from forge_async.tracing import TRACER
+from forge_async.training_loop import TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
 LANE = "trainer loop"  # the controller's lane for the trainer's side (tracing.py)
-# Failures after which the trainer is fine: the run ends early but checkpoints and reports.
-RUN_ENDING = (GeneratorFailed, ScorerFailed, ScorerError, EnvironmentFailed)
-
-
-class GRPOLoop:
+class GRPOLoop(TrainingLoop):
     def __init__(
         self,
         config: GRPOConfig,
@@ -76,55 +71,21 @@ class GRPOLoop:
         """`rollouts`: single-turn, or multi-turn episodes (rollout/episodes.py). `evaluations`:
         None, never evaluate. `record` is updated as the run goes (a resumed run's is restored
         by `run`)."""
+        super().__init__(
+            config.steps, config.checkpoint.every_steps, handles, delivery, metrics, record, checkpointer, evaluations
+        )
         self.config = config
-        self.handles = handles
         self.rollouts = rollouts
         self.admission = admission
-        self.delivery = delivery
-        self.metrics = metrics
-        self.record = record
-        self.checkpointer = checkpointer
-        self.evaluations = evaluations
-        self._stop = asyncio.Event()
         self._dropped_seen = 0  # drops admission control has been told of
         self._warned_oversampling = False
 
-    def request_stop(self, reason: str) -> None:
-        """End the run after the step in flight (the run still checkpoints and reports)."""
-        self.record.stop_reason = reason
-        self._stop.set()
-
-    async def run(self, resume_from: Path | None = None) -> RunRecord:
-        """Train to `config.steps` (from a checkpoint, if given), checkpoint, return the record."""
-        try:
-            if resume_from is not None:
-                await self._restore(resume_from)
-            await self._bring_generators_to_version()
-        except BaseException:
-            await self._close()  # a trainer that fails while restoring: nothing to save
-            raise
-        self.record.start_segment()
+    async def _steps(self) -> None:
         self._token_rate = TokenRate(self.rollouts.tokens)
-        try:
-            if self.config.mode == "async":
-                await self._run_async()
-            else:
-                await self._run_sync()
-            if self.evaluations is not None:
-                await self.evaluations.final(interrupted=self._stop.is_set())
-        except RUN_ENDING as err:
-            self.record.failure = str(err)
-        finally:
-            await self._close()
-        if self.checkpointer is not None:
-            await self._checkpoint()
-        return self.record
-
-    async def _close(self) -> None:
-        if self.evaluations is not None:
-            self.evaluations.cancel()  # a no-op unless a failure ended the run while it ran
-        await self.delivery.close()
-        self.metrics.close()
+        if self.config.mode == "async":
+            await self._run_async()
+        else:
+            await self._run_sync()
 
     # The asynchronous loop
 
@@ -271,49 +232,14 @@ class GRPOLoop:
 
     # Around the steps
 
-    async def _restore(self, path: Path) -> None:
-        state = await Checkpointer.restore(path, self.handles)
-        self.record.load_state_dict(state)
+    def _state(self) -> dict:
+        return {"rollouts": self.rollouts.state_dict()}
+
+    async def _load_state(self, state: dict) -> None:
         self.rollouts.load_state_dict(state["rollouts"])
-        self.metrics.load_state_dict(state["metrics"])
         buffer = await self.handles.buffer.stats()
         self._dropped_seen = buffer.dropped_stale + buffer.dropped_other
         self.admission.restore(self.record.version, queued=buffer.size)
-        print(f"resumed from {path} at step {self.record.step} (version {self.record.version})", flush=True)
-
-    async def _bring_generators_to_version(self) -> None:
-        """A resumed run's generators start from the initial weights: publish the restored version."""
-        if self.record.version > 0:
-            await self.handles.trainer.push_weights(self.delivery.push_targets)
-            self.delivery.publish(self.record.version)
-
-    def state_dict(self) -> dict:
-        return {
-            **self.record.state_dict(),
-            "rollouts": self.rollouts.state_dict(),
-            "metrics": self.metrics.state_dict(),
-        }
-
-    async def _checkpoint(self) -> None:
-        saved = await self.checkpointer.save(self.record.step, self.state_dict(), self.handles)
-        self.record.checkpoint_s += saved["seconds"]
-        print(
-            f"checkpoint step {self.record.step}: {saved['seconds']:.2f}s, "
-            f"{saved['bytes'] / 2**20:.1f} MiB -> {saved['path']}",
-            flush=True,
-        )
-
-    def _steps_left(self) -> bool:
-        return self.record.step < self.config.steps and not self._stop.is_set()
-
-    def _due_for_checkpoint(self) -> bool:
-        """Every checkpoint.every_steps steps; the run's last step is saved after the loop."""
-        every = self.config.checkpoint.every_steps
-        return self.checkpointer is not None and every > 0 and self.record.step % every == 0 and self._steps_left()
-
-    def _due_for_evaluation(self) -> bool:
-        """Every eval.every_steps steps; the run's last version is evaluated after the loop."""
-        return self.evaluations is not None and self.evaluations.due() and self._steps_left()
 
     async def _note_drops(self, buffer: BufferStats) -> None:
         """Tell admission control about samples the buffer dropped since last told (`buffer`: its stats)."""

@@ -10,6 +10,8 @@ policy, the timeline and summary.json.
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,6 +45,7 @@ from forge_async.run_record import RunRecord
 from forge_async.scoring.tier import build_tier
 from forge_async.summary import write_summary
 from forge_async.tracing import trace_events
+from forge_async.training_loop import TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
 from forge_async.weights.shared_memory import SharedMemoryChannel
@@ -71,18 +74,26 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
 
+    async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
+        env_runner = await start_environments(config, handles, task, tokenizer, context)
+        return await train_on(config, run_dir, handles, task, env_runner, eval_prompts)
+
+
+@asynccontextmanager
+async def run_meshes(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_dir: Path) -> AsyncIterator[RunHandles]:
+    """`spawn_run`'s handles, said when they are up; after the block, the plots drawn while the
+    procs stop, and the run's shared-memory weight channel removed."""
     plots = None
     try:
         async with spawn_run(procs, checkpoint, pad_id, run_dir) as handles:
             starts = ", ".join(f"{s:.1f}s" for s in handles.engine_start_s)
             print(f"{since_launch()} meshes up (engine start {starts}); procs: {handles.procs_file.path}", flush=True)
-            env_runner = await start_environments(config, handles, task, tokenizer, context)
             try:
-                return await train_on(config, run_dir, handles, task, env_runner, eval_prompts)
+                yield handles
             finally:
                 plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
     finally:
-        SharedMemoryChannel(config.weights.channel_dir).remove()
+        SharedMemoryChannel(procs.config.weights.channel_dir).remove()
         if plots is not None:
             await plots
 
@@ -128,15 +139,28 @@ async def train_on(
             run_dir, config, record, handles, admission.paused_s, task.skipped_rows, final_model
         )
 
+    return await run_to_the_end(loop, resume_from, handles, run_dir, config.trace.enabled, summarise)
+
+
+async def run_to_the_end(
+    loop: TrainingLoop,
+    resume_from: Path | None,
+    handles: RunHandles,
+    run_dir: Path,
+    trace: bool,
+    summarise: Callable[[str | None], Awaitable[dict]],
+) -> dict:
+    """`loop` run (Ctrl-C asks it to stop), then the final policy, the timeline and the summary
+    (`summarise(final_model)`); a trainer failure is summarised, then raised."""
     with stop_on_signals(loop.request_stop):
         try:
             await loop.run(resume_from)
         except TrainerFailed as err:
-            record.failure = str(err)
+            loop.record.failure = str(err)
             await summarise(None)
             raise
     final_model = await save_final_policy(handles, run_dir)
-    if config.trace.enabled:
+    if trace:
         await write_trace(handles, run_dir)
     return await summarise(final_model)
 

@@ -9,46 +9,22 @@ delivery) reads it: a GRPOConfig with these sections.
 
 from dataclasses import dataclass, field
 
-from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
-from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.checkpoint.config import CheckpointConfig
-from forge_async.config import GRPOConfig
+from forge_async.config import GRPOConfig, RunConfig
 from forge_async.config_checks import AT_LEAST_1, check_range
 from forge_async.errors import ConfigError
-from forge_async.evaluation.config import EvalConfig
-from forge_async.launch.placement import PlacementConfig
 from forge_async.losses.config import LossConfig
-from forge_async.metric_sinks import LoggingConfig
-from forge_async.models.config import ModelConfig
 from forge_async.scoring.config import ScorerConfig
-from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
-from forge_async.tracing import TraceConfig
-from forge_async.weights.config import WeightsConfig
+from forge_async.tasks.config import MULTI_TURN_TASKS
 
 
 @dataclass
-class SFTConfig:
+class SFTConfig(RunConfig):
     steps: int = 200  # optimizer steps
-    seed: int = 0  # the demonstrations' draw
     prompts_per_step: int = 32  # the batch: demonstrations (prompt + answer) per optimizer step
-    # A run directory to continue from its newest complete checkpoint, with its saved config.
-    resume: str | None = None
-    # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
-    verbose: bool = False
-    model: ModelConfig = field(default_factory=ModelConfig)
-    task: TaskConfig = field(default_factory=TaskConfig)
-    # max_tokens: the completion budget (evaluations generate up to it; a longer demonstration
-    # fails the run, or is skipped with task.skip_bad_rows); the rest, evaluations' sampling.
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    generator: GeneratorConfig = field(default_factory=GeneratorConfig)  # evaluations' generator(s)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # seed: the demonstrations' draw. sampling.max_tokens: the completion budget (evaluations
+    # generate up to it; a longer demonstration fails the run, or is skipped with
+    # task.skip_bad_rows); the rest of sampling, evaluations'. generator: evaluations' generator(s).
     loss: LossConfig = field(default_factory=lambda: LossConfig(objective="sft"))
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    weights: WeightsConfig = field(default_factory=WeightsConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    placement: PlacementConfig = field(default_factory=PlacementConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    trace: TraceConfig = field(default_factory=TraceConfig)
 
     def __post_init__(self) -> None:
         check_range("steps", self.steps, AT_LEAST_1)
@@ -65,15 +41,7 @@ class SFTConfig:
             )
         if self.loss.max_tokens is None:  # constant aggregation: the completion budget
             self.loss.max_tokens = self.sampling.max_tokens
-        if self.generator.dtype is None:
-            self.generator.dtype = self.trainer.dtype
-        if self.trainer.lr_total_steps is None:
-            self.trainer.lr_total_steps = self.steps
-        if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < self.steps:
-            raise ConfigError(
-                f"trainer.lr_total_steps={self.trainer.lr_total_steps} is less than steps={self.steps}: "
-                f"the {self.trainer.lr_schedule} decay must span the run"
-            )
+        self.resolve_trainer(self.steps)
         self.run_config()  # what spans sections (GPUs, eval.dataset) is checked where GRPO checks it
 
     def run_config(self) -> GRPOConfig:

@@ -11,7 +11,6 @@ objective, and the new weights published (train_and_push), so that the generator
 what the trainer has and an evaluation measures it (forge_async/evaluation/).
 """
 
-import asyncio
 import json
 import shlex
 import statistics
@@ -21,22 +20,18 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from apps.grpo.training import draw_plots_if_any, prepare_checkpoint, save_final_policy, write_trace
+from apps.grpo.training import prepare_checkpoint, run_meshes, run_to_the_end
 from apps.sft.config import SFTConfig
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
 from forge_async.config import GRPOConfig
 from forge_async.console import since_launch
 from forge_async.data.demonstrations import Demonstrations
-from forge_async.errors import TrainerFailed
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.evaluation.schedule import EvaluationSchedule
-from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.run import RunHandles
-from forge_async.interrupt import stop_on_signals
 from forge_async.launch.procs import RunProcs
-from forge_async.launch.run import spawn_run
 from forge_async.metric_sinks import MetricSink, build_sinks
 from forge_async.metrics import MetricsLog
 from forge_async.run_record import RunRecord
@@ -44,9 +39,9 @@ from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
 from forge_async.tracing import TRACER
+from forge_async.training_loop import TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
-from forge_async.weights.shared_memory import SharedMemoryChannel
 
 LANE = "trainer loop"  # the controller's lane for the steps (tracing.py)
 WINDOW = 10  # steps averaged for the loss's first and last figures (summary.json, the report)
@@ -66,19 +61,8 @@ async def train(config: SFTConfig, run_dir: Path, procs: RunProcs) -> dict:
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | supervised fine-tuning", flush=True)
 
-    plots = None
-    try:
-        async with spawn_run(procs, checkpoint, pad_id, run_dir) as handles:
-            starts = ", ".join(f"{s:.1f}s" for s in handles.engine_start_s)
-            print(f"{since_launch()} meshes up (engine start {starts}); procs: {handles.procs_file.path}", flush=True)
-            try:
-                return await train_on(config, view, run_dir, handles, task, demonstrations, eval_prompts)
-            finally:
-                plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
-    finally:
-        SharedMemoryChannel(view.weights.channel_dir).remove()
-        if plots is not None:
-            await plots
+    async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
+        return await train_on(config, view, run_dir, handles, task, demonstrations, eval_prompts)
 
 
 async def train_on(
@@ -109,17 +93,7 @@ async def train_on(
     async def summarise(final_model: str | None) -> dict:
         return write_summary(run_dir, config, loop, handles, task.skipped_rows, final_model)
 
-    with stop_on_signals(loop.request_stop):
-        try:
-            await loop.run(resume_from)
-        except TrainerFailed as err:
-            record.failure = str(err)
-            await summarise(None)
-            raise
-    final_model = await save_final_policy(handles, run_dir)
-    if config.trace.enabled:
-        await write_trace(handles, run_dir)
-    return await summarise(final_model)
+    return await run_to_the_end(loop, resume_from, handles, run_dir, config.trace.enabled, summarise)
 
 
 class SFTMetricsLog(MetricsLog):
@@ -148,12 +122,10 @@ class SFTMetricsLog(MetricsLog):
         )
 
 
-class SFTLoop:
+class SFTLoop(TrainingLoop):
     """Steps on demonstrations over a run's ready handles; evaluations beside them (one at a
-    time, on a generator pinned to one version), checkpoints every checkpoint.every_steps.
-
-    A run ends after `steps`, or early when `request_stop` is called (Ctrl-C): either way the
-    step in flight finishes and the run checkpoints. `run` returns the RunRecord."""
+    time, on a generator pinned to one version), checkpoints every checkpoint.every_steps
+    (forge_async/training_loop.py: what it shares with GRPO's loop)."""
 
     def __init__(
         self,
@@ -166,57 +138,28 @@ class SFTLoop:
         checkpointer: Checkpointer | None = None,
         evaluations: EvaluationSchedule | None = None,
     ):
-        self.config = config
-        self.handles = handles
+        super().__init__(
+            config.steps, config.checkpoint.every_steps, handles, delivery, metrics, record, checkpointer, evaluations
+        )
+        self.prompts_per_step = config.prompts_per_step
         self.demonstrations = demonstrations
-        self.delivery = delivery
-        self.metrics = metrics
-        self.record = record
-        self.checkpointer = checkpointer
-        self.evaluations = evaluations
         self.losses: list[float] = []  # each step's train/loss, over every segment of the run
-        self._stop = asyncio.Event()
 
-    def request_stop(self, reason: str) -> None:
-        """End the run after the step in flight (the run still checkpoints and reports)."""
-        self.record.stop_reason = reason
-        self._stop.set()
-
-    async def run(self, resume_from: Path | None = None) -> RunRecord:
-        try:
-            if resume_from is not None:
-                await self._restore(resume_from)
-            if self.record.version > 0:  # a resumed run's generators start from the initial weights
-                await self.handles.trainer.push_weights(self.delivery.push_targets)
-                self.delivery.publish(self.record.version)
-        except BaseException:
-            await self._close()
-            raise
-        self.record.start_segment()
-        try:
-            await self.delivery.wait_until_loaded(self.record.version)
-            if self.record.step == 0 and self.evaluations is not None:
+    async def _steps(self) -> None:
+        await self.delivery.wait_until_loaded(self.record.version)
+        if self.record.step == 0 and self.evaluations is not None:
+            self.evaluations.start_beside()
+        while self._steps_left():
+            await self._step()
+            if self._due_for_evaluation():
                 self.evaluations.start_beside()
-            while self._steps_left():
-                await self._step()
-                if self.evaluations is not None and self.evaluations.due() and self._steps_left():
-                    self.evaluations.start_beside()
-                if self._due_for_checkpoint():
-                    await self._checkpoint()
-            if self.evaluations is not None:
-                await self.evaluations.final(interrupted=self._stop.is_set())
-        except GeneratorFailed as err:  # evaluations stop; the trainer is fine: the run saves
-            self.record.failure = str(err)
-        finally:
-            await self._close()
-        if self.checkpointer is not None:
-            await self._checkpoint()
-        return self.record
+            if self._due_for_checkpoint():
+                await self._checkpoint()
 
     async def _step(self) -> None:
         record = self.record
         with TRACER.span("step", LANE):
-            batch = self.demonstrations.batch(self.config.prompts_per_step, record.version)
+            batch = self.demonstrations.batch(self.prompts_per_step, record.version)
             started = time.perf_counter()
             with TRACER.span("train_and_push call", LANE):
                 result = await self.handles.trainer.train_and_push(batch, self.delivery.push_targets)
@@ -240,44 +183,12 @@ class SFTLoop:
             "time/wall_s": record.wall_s(),
         })
 
-    async def _close(self) -> None:
-        if self.evaluations is not None:
-            self.evaluations.cancel()  # a no-op unless a failure ended the run while it ran
-        await self.delivery.close()
-        self.metrics.close()
+    def _state(self) -> dict:
+        return {"demonstrations": self.demonstrations.state_dict(), "losses": list(self.losses)}
 
-    def _steps_left(self) -> bool:
-        return self.record.step < self.config.steps and not self._stop.is_set()
-
-    def _due_for_checkpoint(self) -> bool:
-        """Every checkpoint.every_steps steps; the run's last step is saved after the loop."""
-        every = self.config.checkpoint.every_steps
-        return self.checkpointer is not None and every > 0 and self.record.step % every == 0 and self._steps_left()
-
-    def state_dict(self) -> dict:
-        return {
-            **self.record.state_dict(),
-            "demonstrations": self.demonstrations.state_dict(),
-            "losses": list(self.losses),
-            "metrics": self.metrics.state_dict(),
-        }
-
-    async def _checkpoint(self) -> None:
-        saved = await self.checkpointer.save(self.record.step, self.state_dict(), self.handles)
-        self.record.checkpoint_s += saved["seconds"]
-        print(
-            f"checkpoint step {self.record.step}: {saved['seconds']:.2f}s, "
-            f"{saved['bytes'] / 2**20:.1f} MiB -> {saved['path']}",
-            flush=True,
-        )
-
-    async def _restore(self, path: Path) -> None:
-        state = await Checkpointer.restore(path, self.handles)
-        self.record.load_state_dict(state)
+    async def _load_state(self, state: dict) -> None:
         self.demonstrations.load_state_dict(state["demonstrations"])
         self.losses = list(state["losses"])
-        self.metrics.load_state_dict(state["metrics"])
-        print(f"resumed from {path} at step {self.record.step} (version {self.record.version})", flush=True)
 
 
 def write_summary(

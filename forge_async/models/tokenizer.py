@@ -42,15 +42,13 @@ def build_digit_tokenizer() -> PreTrainedTokenizerFast:
     # Special tokens are matched whole before splitting; everything else splits per character.
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        unk_token=PAD,
-        additional_special_tokens=[SEP],
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    return _hf_tokenizer(core, CHAT_TEMPLATE, unk_token=PAD, additional_special_tokens=[SEP])
+
+
+def _hf_tokenizer(core: Tokenizer, chat_template: str, **specials) -> PreTrainedTokenizerFast:
+    """`core` as a transformers tokenizer with <bos>, <eos>, <pad>, `specials` and `chat_template`."""
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, **specials)
+    tokenizer.chat_template = chat_template
     return tokenizer
 
 
@@ -101,16 +99,10 @@ def build_byte_tokenizer() -> PreTrainedTokenizerFast:
     core.decoder = decoders.ByteLevel()
     # Special tokens are matched whole in any text before the byte split, in this order: 256, 257, ...
     core.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in BYTE_SPECIALS])
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token=BOS,
-        eos_token=EOS,
-        pad_token=PAD,
-        additional_special_tokens=ROLE_MARKERS,
-        clean_up_tokenization_spaces=False,  # decode gives back the text exactly ("a ." stays "a .")
+    # clean_up_tokenization_spaces off: decode gives back the text exactly ("a ." stays "a .")
+    return _hf_tokenizer(
+        core, BYTE_CHAT_TEMPLATE, additional_special_tokens=ROLE_MARKERS, clean_up_tokenization_spaces=False
     )
-    tokenizer.chat_template = BYTE_CHAT_TEMPLATE
-    return tokenizer
 
 
 # model.tiny.tokenizer -> its builder (the names: models/config.py TINY_TOKENIZERS).
