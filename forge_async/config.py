@@ -156,6 +156,8 @@ class GRPOConfig(RunConfig):
                 load_callable(scorer.fn, f"scorers[{index}].fn")
         if self.env.name is not None:
             load_callable(self.env.name, "env.name")
+        if self.task.name == "dataset":
+            load_callable(self.task.reward_fn, "task.reward_fn")
         if self.task.name == "reasoning_gym":
             from forge_async.tasks.reasoning_gym import check_config  # reasoning-gym: only for this task
 

@@ -168,6 +168,13 @@ def test_an_environment_that_cannot_be_imported_fails_before_any_proc_starts():
     assert config.multi_turn and config.loss.max_tokens == config.sampling.max_tokens * config.env.max_turns
 
 
+def test_a_dataset_reward_module_that_is_not_installed_fails_before_any_proc_starts(tmp_path):
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "12", "answer": "2"}')
+    with pytest.raises(CallableError, match=r"^task.reward_fn 'not_installed_pkg:reward' cannot be imported"):
+        app_config("task.name=dataset", f"task.dataset={data}", "task.reward_fn=not_installed_pkg:reward").check_paths()
+
+
 def test_bad_scorer_inputs_fail_before_any_proc_starts(tmp_path):
     with pytest.raises(CallableError, match=r"^scorers\[1\].fn 'no_such_module:score' cannot be imported"):
         app_config('scorers=[{kind:reward},{kind:reward,fn:"no_such_module:score"}]').check_paths()
