@@ -19,7 +19,7 @@ from forge_async.tasks.config import MULTI_TURN_TASKS
 
 @dataclass
 class SFTConfig(RunConfig):
-    steps: int = 200  # optimizer steps
+    steps: int = 100  # optimizer steps
     prompts_per_step: int = 32  # the batch: demonstrations (prompt + answer) per optimizer step
     # seed: the demonstrations' draw. sampling.max_tokens: the completion budget (evaluations
     # generate up to it; a longer demonstration fails the run, or is skipped with

@@ -1,6 +1,6 @@
 """Supervised fine-tuning on Monarch actor meshes: configure, build the meshes, train, report.
 
-    python -m apps.sft                                       # CPU default: tiny model, first_digit
+    python -m apps.sft                                       # CPU default: tiny model, max_digit
     python -m apps.sft task.name=dataset task.dataset=pairs.jsonl model.path=/models/Qwen3-0.6B
     python -m apps.grpo model.path=RUN_DIR/final_model ...   # then GRPO from the result
 
