@@ -32,6 +32,17 @@ temperature 0.7 (closer to the greedy answers evaluated).
 Overrides after `--` go to every run (keep task.*, eval.*, model.tiny.* and sampling.max_tokens
 there, so that the four evaluations see the same prompts and budget); one prefixed `sft:` goes to
 the SFT runs only, `grpo:` to the GRPO runs only (`grpo:sampling.temperature=0.7`).
+
+Scarce demonstrations (--demos K): the SFT runs (2 and 4) train on a fixed file of K
+demonstrations instead of the whole training split: `task.name=dataset` on a jsonl of the first K
+distinct questions of the GRPO run's training split (its `task.reasoning_gym` mix and `seed`, none
+of them held out), each prompt the chat messages the reasoning_gym task renders (system prompt,
+question) and each answer the gold answer in the answer tag. Their held-out prompts are
+`eval.dataset`, a jsonl of the reasoning_gym task's held-out split (the same `eval.prompts`
+entries of `eval_seed`), scored by `reasoning_gym_reward` (the answer tag's last block, then
+chain_sum's `score_answer`: reasoning-gym's decimal reward against the gold answer), so that
+the four evaluations still see the same prompts and reward (the GRPO run's v0 evaluation is
+checked against the SFT run's last). GRPO (3) still draws every training question.
 """
 
 import argparse
@@ -43,6 +54,63 @@ from pathlib import Path
 from apps.grpo.subprocess_run import AppRun, run_app
 
 EVAL_EVERY = 25
+
+
+def reasoning_gym_reward(answer: str, completion_text: str) -> float:
+    """task.reward_fn for --demos: what the reasoning_gym task gives a chain_sum (or other decimal-answer)
+    completion: the text of its last <answer> block, scored by reasoning-gym's decimal reward."""
+    from reasoning_gym.utils import compute_decimal_reward, extract_answer
+
+    return float(compute_decimal_reward(extract_answer(completion_text, tag_name="answer"), oracle_answer=answer,
+                                        strip_commas=True))
+
+
+def write_demos(args: argparse.Namespace, grpo_overrides: list[str], workdir: Path) -> list[str]:
+    """The K-demonstration and held-out jsonl files of --demos, and the SFT overrides that use them."""
+    import json
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    from forge_async.config import GRPOConfig
+    from forge_async.tasks.config import ReasoningGymConfig
+    from forge_async.tasks.reasoning_gym import create_mix
+
+    ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)  # what configs/grpo.yaml's defaults name
+    with initialize_config_dir(config_dir=str(Path(__file__).resolve().parents[1] / "configs"), version_base=None):
+        cfg = compose(config_name=args.grpo_config, overrides=[o for o in grpo_overrides if o.startswith("task.")])
+    rg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ReasoningGymConfig), cfg.task.reasoning_gym))
+    if rg.answer_tag != "answer":
+        raise SystemExit("--demos: reasoning_gym_reward reads the <answer> tag; keep task.reasoning_gym.answer_tag")
+
+    def row(entry: dict) -> dict:
+        messages = [{"role": "user", "content": entry["question"]}]
+        if rg.system_prompt:
+            messages.insert(0, {"role": "system", "content": rg.system_prompt})
+        return {"prompt": messages, "answer": entry["answer"]}
+
+    held_mix = create_mix(rg, rg.eval_seed, args.eval_prompts)
+    held = [held_mix[i] for i in range(args.eval_prompts)]
+    held_questions = {e["question"] for e in held}
+    train = create_mix(rg, rg.seed, rg.size)
+    demos, seen = [], set()
+    for i in range(len(train)):
+        entry = train[i]
+        if entry["question"] in held_questions or entry["question"] in seen:
+            continue
+        seen.add(entry["question"])
+        demos.append({**row(entry), "answer": f"<answer>{entry['answer']}</answer>"})
+        if len(demos) == args.demos:
+            break
+    workdir.mkdir(parents=True, exist_ok=True)
+    demos_file, held_file = workdir / f"demos_{args.demos}.jsonl", workdir / "held_out.jsonl"
+    demos_file.write_text("".join(json.dumps(d) + "\n" for d in demos))
+    held_file.write_text("".join(json.dumps(row(e)) + "\n" for e in held))
+    print(f"--demos: {len(demos)} demonstrations -> {demos_file}; {len(held)} held-out prompts -> {held_file}",
+          flush=True)
+    return ["task.name=dataset", f"task.dataset={demos_file}", f"eval.dataset={held_file}",
+            "task.reward_fn=benchmarks.sft_then_grpo:reasoning_gym_reward"]
 
 
 def run_or_fail(run_dir: Path, app: str, overrides: list[str]) -> AppRun:
@@ -95,10 +163,11 @@ def one_seed(seed: int, args: argparse.Namespace, overrides: dict[str, list[str]
         "grpo_samples_per_s": grpo.summary["samples_per_s"],
         "grpo_reward": (grpo.summary["reward_first"], grpo.summary["reward_last"]),
         "sft_run": sft.run_dir,
+        "grpo_run": grpo.run_dir,
     }
 
 
-def held_out_tokens(sft_run: Path) -> tuple[float, int, object]:
+def held_out_tokens(sft_run: Path, config_class=None) -> tuple[float, int, object]:
     """Mean length in tokens of the run's held-out prompts, their count, and the task, rebuilt as the run built them."""
     from omegaconf import OmegaConf
     from transformers import AutoConfig, AutoTokenizer
@@ -108,7 +177,7 @@ def held_out_tokens(sft_run: Path) -> tuple[float, int, object]:
     from forge_async.tasks.registry import build_task
 
     saved = OmegaConf.load(sft_run / "config.yaml")
-    config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SFTConfig), saved))
+    config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_class or SFTConfig), saved))
     model = str(sft_run / "final_model")
     tokenizer = AutoTokenizer.from_pretrained(model)
     context = config.generator.max_model_len or AutoConfig.from_pretrained(model).max_position_embeddings
@@ -149,6 +218,7 @@ def main() -> None:
     parser.add_argument("--sft-config", default="sft_reasoning_gym")
     parser.add_argument("--grpo-config", default="reasoning_gym")
     parser.add_argument("--entries", type=int, default=3000, help="entries timed for reasoning-gym's speed")
+    parser.add_argument("--demos", type=int, help="K: SFT on a fixed file of K demonstrations (docstring)")
     parser.add_argument("--keep", help="keep the run directories under this folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run; sft:KEY=V, grpo:KEY=V for one app")
     args = parser.parse_args()
@@ -156,6 +226,9 @@ def main() -> None:
     for key, value in (("trainer.lr", args.grpo_lr), ("sampling.temperature", args.grpo_temperature)):
         if not any(o.startswith(f"{key}=") for o in overrides["grpo"]):
             overrides["grpo"].insert(0, f"{key}={value}")
+    if args.demos:  # the files outlive the runs' temporary folder only with --keep
+        demo_dir = Path(args.keep or tempfile.mkdtemp(prefix="sft_then_grpo_demos_"))
+        overrides["sft"] = [*write_demos(args, overrides["grpo"], demo_dir), *overrides["sft"]]
     print(f"SFT {args.sft_steps} steps, then GRPO {args.grpo_steps} steps; SFT alone for the same time. "
           f"Overrides: sft {overrides['sft']}, grpo {overrides['grpo']}", flush=True)
     results = []
@@ -165,7 +238,12 @@ def main() -> None:
             started = time.perf_counter()
             results.append(one_seed(seed, args, overrides, workdir))
             print(f"  seed {seed}: {time.perf_counter() - started:.0f}s for its three runs, launch to exit", flush=True)
-        prompt_tokens, prompts, task = held_out_tokens(results[0]["sft_run"])
+        if args.demos:  # the SFT runs' task is the demonstrations file: reasoning-gym's is the GRPO run's
+            from forge_async.config import GRPOConfig
+
+            prompt_tokens, prompts, task = held_out_tokens(results[0]["grpo_run"], GRPOConfig)
+        else:
+            prompt_tokens, prompts, task = held_out_tokens(results[0]["sft_run"])
         speed = entries_per_s(task, args.entries)
 
     print(f"\nheld-out reward ({prompts} prompts, greedy); seconds: training time of the run (metrics.jsonl)")
