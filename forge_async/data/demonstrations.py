@@ -16,7 +16,7 @@ import random
 
 from forge_async.data.episode import Completion, Episode
 from forge_async.errors import UserError
-from forge_async.tasks.task import Prompt, Task
+from forge_async.tasks.task import Prompt, Task, known_tokens
 
 
 class DemonstrationError(UserError):
@@ -25,13 +25,8 @@ class DemonstrationError(UserError):
 
 def demonstration_ids(text: str, tokenizer) -> list[int]:
     """The completion SFT imitates: `text`'s tokens (no special tokens added), then EOS."""
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
-    if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids:
-        raise DemonstrationError(
-            f"the tokenizer has no tokens for part of the demonstration {text[:80]!r} "
-            "(the tiny model's model.tiny.tokenizer=bytes reads any text)"
-        )
-    return ids + [tokenizer.eos_token_id]
+    encoded = list(tokenizer.encode(text, add_special_tokens=False))
+    return known_tokens(tokenizer, encoded, text, "demonstration", DemonstrationError) + [tokenizer.eos_token_id]
 
 
 def demonstration_episode(

@@ -52,19 +52,22 @@ def prompt_token_ids(tokenizer, prompt: str | ChatMessages) -> list[int]:
     if not tokenizer.chat_template:
         if not isinstance(prompt, str):
             raise TaskError("chat-message prompts need a tokenizer with a chat template")
-        return _known(tokenizer, tokenizer.encode(prompt), prompt)
+        return known_tokens(tokenizer, tokenizer.encode(prompt), prompt)
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
     encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     # A list or a BatchEncoding, depending on the tokenizer.
-    return _known(tokenizer, list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded), prompt)
+    return known_tokens(tokenizer, list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded), prompt)
 
 
-def _known(tokenizer, ids: list[int], prompt: str | ChatMessages) -> list[int]:
-    """`ids`, unless the tokenizer had no token for part of the prompt (the tiny model's digit
-    tokenizer reads digits only): the model would see unknown-token placeholders, not the text."""
+def known_tokens(
+    tokenizer, ids: list[int], text: str | ChatMessages, what: str = "prompt", error: type[UserError] = TaskError
+) -> list[int]:
+    """`ids`, unless the tokenizer had no token for part of `text` (the tiny model's digit
+    tokenizer reads digits only): the model would see unknown-token placeholders, not the text.
+    `what` names the text in the `error` raised."""
     if tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids:
-        raise TaskError(
-            f"the tokenizer has no tokens for part of the prompt {str(prompt)[:80]!r} "
+        raise error(
+            f"the tokenizer has no tokens for part of the {what} {str(text)[:80]!r} "
             "(the tiny model's model.tiny.tokenizer=bytes reads any text)"
         )
     return ids
