@@ -59,24 +59,26 @@ class GeneratorPool:
     ) -> list[list[Completion]]:
         """`n` completions of each prompt from generator `index`."""
         with self.generating[index]:
-            return await self._call(index, "generate", prompt_ids, sampling, n, requests=len(prompt_ids) * n)
+            requests = len(prompt_ids) * n
+            return await self._call(index, lambda g: g.generate.call_one(prompt_ids, sampling, n), requests)
 
     async def version(self, index: int) -> int:
         """The policy version generator `index` samples with now."""
-        return await self._call(index, "get_version")
+        return await self._call(index, lambda g: g.get_version.call_one())
 
     async def hold_weights(self, index: int, hold: bool) -> int:
         """Keep (True) or release (False) generator `index`'s weights; returns their version."""
-        return await self._call(index, "hold_weights", hold)
+        return await self._call(index, lambda g: g.hold_weights.call_one(hold))
 
     async def load_version(self, index: int, version: int) -> dict:
         """Generator `index` loads `version` from torchstore."""
-        return await self._call(index, "load_version", version)
+        return await self._call(index, lambda g: g.load_version.call_one(version))
 
     async def set_rng_state(self, index: int, state) -> None:
-        await self._call(index, "set_rng_state", state)
+        await self._call(index, lambda g: g.set_rng_state.call_one(state))
 
-    async def _call(self, index: int, endpoint: str, *args, requests: int = 0):
+    async def _call(self, index: int, call: Callable[[object], Awaitable], requests: int = 0):
+        """`call(generator index)`; `requests`: the completions it asks for (counted as lost if it dies)."""
         actor = self._actors[index]
 
         async def failed(err: Exception) -> None:
@@ -85,21 +87,21 @@ class GeneratorPool:
             await self._restart(index, actor, err)
             actor = self._actors[index]
 
-        return await supervised(lambda: getattr(actor, endpoint).call_one(*args), failed)
+        return await supervised(lambda: call(actor), failed)
 
     # Questions to each generator as it is (None from one that has failed; no respawn)
 
     async def stats(self) -> list[dict | None]:
-        return await self._ask_each("stats")
+        return await self._ask_each(lambda g: g.stats.call_one())
 
     async def rng_states(self) -> list:
-        return await self._ask_each("rng_state")
+        return await self._ask_each(lambda g: g.rng_state.call_one())
 
-    async def _ask_each(self, endpoint: str) -> list:
+    async def _ask_each(self, call: Callable[[object], Awaitable]) -> list:
         answers = []
         for actor in self._actors:
             try:
-                answers.append(await getattr(actor, endpoint).call_one())
+                answers.append(await call(actor))
             except Exception as err:
                 if not is_proc_failure(err):
                     raise
