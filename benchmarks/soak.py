@@ -1,0 +1,146 @@
+"""Resident memory of every proc over a long run of the default app, and how the run directory grows.
+
+    .venv/bin/python -m benchmarks.soak [--steps 20000] [--every 5] [--warmup 0.1] [-- overrides ...]
+
+Runs `python -m apps.grpo steps=N` (extra Hydra overrides passed through) and, every
+`--every` seconds, reads each role's resident set (VmRSS in /proc/PID/status; pids from
+RUN_DIR/procs.json) and the step the console last printed. Prints per role: the resident set
+when the warm-up ends (the first `--warmup` of the steps) and at the end, and the slope after
+the warm-up (least squares of resident set against step) in KB per step and MB per hour at the
+measured pace; then every file of the run directory with its growth per 1,000 steps, and the
+run's reward and sample accounting (summary.json).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from apps.grpo.subprocess_run import REPO, hydra_command_line
+from benchmarks.proc_cpu import local_pids
+from benchmarks.startup import STEP_LINE
+
+
+@dataclass
+class Sample:
+    seconds: float  # since launch
+    step: int
+    rss_kb: dict[str, int]  # role -> VmRSS
+
+
+def rss_kb(pid: int) -> int | None:
+    """VmRSS of `pid` in KB, None if it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    line = next((line for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return int(line.split()[1]) if line else None
+
+
+class ConsoleStep:
+    """The app's console, echoed to a log file; `step` is the last step line's step."""
+
+    def __init__(self, proc: subprocess.Popen, log: Path):
+        self.step = 0
+        self.tail: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc, log), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen, log: Path) -> None:
+        with log.open("w") as out:
+            for line in proc.stdout:
+                out.write(line)
+                self.tail = (self.tail + [line])[-40:]
+                if match := STEP_LINE.match(line):
+                    self.step = int(match.group(1))
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+def soak(run_dir: Path, steps: int, every_s: float, overrides: list[str]) -> list[Sample]:
+    """Run the app to its end, sampling every role's resident set every `every_s` seconds."""
+    command = [sys.executable, "-m", "apps.grpo", *hydra_command_line(run_dir, (f"steps={steps}", *overrides))]
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    console = ConsoleStep(proc, run_dir.parent / f"{run_dir.name}.console.log")
+    samples = []
+    while proc.poll() is None:
+        time.sleep(every_s)
+        procs_file = run_dir / "procs.json"
+        if console.step == 0 or not procs_file.exists():
+            continue
+        rss = {role: rss_kb(pid) for role, pid in local_pids(procs_file).items()}
+        samples.append(Sample(time.perf_counter() - start, console.step, {r: kb for r, kb in rss.items() if kb}))
+    console.join()
+    if proc.returncode != 0:
+        raise SystemExit("the app failed:\n" + "".join(console.tail))
+    return samples
+
+
+def print_memory(samples: list[Sample], warmup_steps: int) -> None:
+    after = [s for s in samples if s.step >= warmup_steps and s.step < samples[-1].step]
+    if len(after) < 3:
+        raise SystemExit(f"only {len(after)} samples after the warm-up: run more steps or sample more often")
+    first, last = after[0], after[-1]
+    steps_per_hour = (last.step - first.step) / (last.seconds - first.seconds) * 3600
+    print(f"\nresident set per role, after the warm-up (steps {first.step}-{last.step}, "
+          f"{len(after)} samples, {steps_per_hour:,.0f} steps/h)")
+    print(f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7}")
+    for role in sorted(last.rss_kb):
+        points = [(s.step, s.rss_kb[role]) for s in after if role in s.rss_kb]
+        slope = statistics.linear_regression(*zip(*points)).slope  # KB per step
+        print(f"{role:<18} {points[0][1] / 1024:>14.0f} {points[-1][1] / 1024:>8.0f} "
+              f"{slope:>8.2f} {slope * steps_per_hour / 1024:>7.1f}")
+
+
+def print_run_dir(run_dir: Path, steps: int) -> None:
+    print(f"\nrun directory {run_dir} after {steps} steps")
+    print(f"{'path':<36} {'MB':>8} {'KB per 1,000 steps':>19}  (directories: size only)")
+    for path in sorted(run_dir.iterdir()):
+        if path.is_file():
+            print_size(path.name, path.stat().st_size, steps)
+        elif path.name == "logs":
+            for log in sorted(path.iterdir()):
+                print_size(f"logs/{log.name}", log.stat().st_size, steps)
+        else:
+            print(f"{path.name + '/':<36} {sum(f.stat().st_size for f in path.rglob('*') if f.is_file()) / 2**20:>8.2f}")
+
+
+def print_size(label: str, size: int, steps: int) -> None:
+    print(f"{label:<36} {size / 2**20:>8.2f} {size / 1024 / steps * 1000:>19.1f}")
+
+
+def print_summary(run_dir: Path) -> None:
+    s = json.loads((run_dir / "summary.json").read_text())
+    print(f"\nreward {s['reward_first']:.2f} -> {s['reward_last']:.2f} in {s['wall_s']:.0f} s; "
+          f"generated {s['generated']:,} = trained {s['trained']:,} + dropped stale {s['dropped_stale']:,} "
+          f"+ dropped other {s['dropped_other']:,} + left in buffer {s['left_in_buffer']:,} "
+          f"+ in flight {s['in_flight']:,} (accounting {'ok' if s['accounting_ok'] else 'does NOT add up'})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument("--warmup", type=float, default=0.1, help="share of the steps left out of the slope")
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/soak_<time>")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args()
+    run_dir = (args.run_dir or REPO / "runs" / time.strftime("soak_%Y-%m-%d_%H-%M-%S")).resolve()
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    print(f"soak: {args.steps} steps -> {run_dir} (console: {run_dir.name}.console.log beside it)", flush=True)
+    samples = soak(run_dir, args.steps, args.every, args.overrides)
+    print_memory(samples, int(args.steps * args.warmup))
+    print_run_dir(run_dir, args.steps)
+    print_summary(run_dir)
+
+
+if __name__ == "__main__":
+    main()
