@@ -58,6 +58,7 @@ def test_two_hosts_trainer_on_node0_generator_on_node1_learns(tmp_path):
         codes = wait_all(procs, timeout=400)
         assert codes == [0, 0], output(run_dir, 0)[-3000:] + output(run_dir, 1)[-2000:]
         assert cluster.pids(0) == [] and cluster.pids(1) == []  # nothing left behind
+        assert [cluster.run(node, ["ls", "-A", "/dev/shm"]).stdout for node in (0, 1)] == ["", ""]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["placement"] == {"trainer": [0], "generators": [1]}
     assert summary["accounting_ok"] and summary["steps"] == 40

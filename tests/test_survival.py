@@ -10,12 +10,15 @@ import os
 import signal
 import statistics
 import threading
+import tempfile
 import time
+from pathlib import Path
 
 from safetensors.torch import load_file
 
 from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
 from forge_async.handles.trainer import failed_rank
+from forge_async.weights.config import default_root
 from test_grpo_app import assert_accounting
 
 SYNC = ("mode=sync", "steps=12", "checkpoint.every_steps=3")
@@ -192,6 +195,35 @@ def test_trainer_killed_during_resume_ends_with_the_one_line_failure_and_the_res
     assert "at step 2 " in resumed.output
     assert_each_step_once(resumed, 4)
     assert_accounting(resumed.summary)
+
+
+def run_leftovers() -> set[str]:
+    """What runs keep on this host outside their run directory: scratch directories (in memory)
+    and temporary files (vLLM's rendezvous file once went to /tmp)."""
+    return {str(p) for p in default_root().iterdir()} | {str(p) for p in Path(tempfile.gettempdir()).glob("vllm_dist_*")}
+
+
+def kill_controller(proc) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_a_sigkilled_controllers_scratch_is_reclaimed_by_the_next_run_and_nothing_is_left(tmp_path):
+    before = run_leftovers()
+    killed = run_app_acting_at(tmp_path / "killed", {3: kill_controller}, "steps=200", "checkpoint.every_steps=0")
+    assert killed.returncode == -signal.SIGKILL, killed.output
+    procs = killed.procs
+    deadline = time.monotonic() + 60  # Monarch stops a dead controller's procs
+    while any(alive(p["pid"]) for p in [*procs["trainer"], procs["generator0"]]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = run_leftovers() - before
+    assert [Path(p).name.startswith("forge_async-") for p in left] == [True], left  # its scratch, nothing else
+    orphan = Path(left.pop())
+    assert json.loads((orphan / "owner.json").read_text())["pid"] == procs["controller"]["pid"]
+
+    following = run_app(tmp_path / "following", "steps=2", "eval.every_steps=0")
+    assert following.returncode == 0, following.output
+    assert f"removed {orphan}: its run ended without removing it" in following.output
+    assert run_leftovers() == before
 
 
 def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):

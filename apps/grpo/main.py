@@ -29,6 +29,7 @@ from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import import_frozen
 from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults
 from forge_async.tracing import TRACER
+from forge_async.weights import scratch
 
 ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
@@ -57,6 +58,7 @@ async def spawned_procs(config: GRPOConfig, run_dir: Path) -> AsyncIterator[RunP
     config.weights = config.weights.resolved()
     keep_controller_alive_on_faults()
     TRACER.enabled = config.trace.enabled
+    scratch_dir = claim_scratch(Path(config.weights.channel_dir))
     await hosts.start()
     procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs")
     procs.spawn_all()
@@ -65,6 +67,17 @@ async def spawned_procs(config: GRPOConfig, run_dir: Path) -> AsyncIterator[RunP
         yield procs
     finally:
         await procs.stop_unused()
+        scratch.remove(scratch_dir)
+        scratch.reclaim(scratch_dir.parent)
+
+
+def claim_scratch(directory: Path) -> Path:
+    """This host's scratch directory of the run (weights/scratch.py), owned by this process,
+    after removing those of runs on this host that died without removing theirs."""
+    scratch.name_this_process_owner()
+    for stale in scratch.reclaim(directory.parent):
+        print(f"removed {stale}: its run ended without removing it", flush=True)
+    return scratch.claim(directory)
 
 
 def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:

@@ -48,7 +48,6 @@ from forge_async.tracing import trace_events
 from forge_async.training_loop import TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
-from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
 async def prepare_checkpoint(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> Checkpoint:
@@ -82,7 +81,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
 @asynccontextmanager
 async def run_meshes(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_dir: Path) -> AsyncIterator[RunHandles]:
     """`spawn_run`'s handles, said when they are up; after the block, the plots drawn while the
-    procs stop, and the run's shared-memory weight channel removed."""
+    procs stop."""
     plots = None
     try:
         async with spawn_run(procs, checkpoint, pad_id, run_dir) as handles:
@@ -93,7 +92,6 @@ async def run_meshes(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_d
             finally:
                 plots = asyncio.create_task(asyncio.to_thread(draw_plots_if_any, run_dir))
     finally:
-        SharedMemoryChannel(procs.config.weights.channel_dir).remove()
         if plots is not None:
             await plots
 

@@ -15,6 +15,7 @@ version carries the adapter alone (generation/adapter_slot.py).
 import asyncio
 import logging
 import os
+import tempfile
 import time
 
 from monarch.actor import endpoint
@@ -29,6 +30,7 @@ from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.weights.config import WeightsConfig
 from forge_async.tracing import TRACER
+from forge_async.weights.scratch import temporary_files
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -74,6 +76,7 @@ class Generator(ProcActor):
         self.channel = (
             SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
         )
+        self.scratch_dir = weights.channel_dir
         self._work = asyncio.Event()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
         self._decoding_since: int | None = None  # start (ns) of the current run of engine steps
@@ -84,6 +87,10 @@ class Generator(ProcActor):
     @endpoint
     async def setup(self) -> dict[str, float]:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", self.config.cpu_threads_bind)
+        if self.scratch_dir is not None:
+            # The engine's temporary files (vLLM's rendezvous file) and the LoRA adapter's
+            # directory go with the run's scratch directory, which is removed however the run ends.
+            tempfile.tempdir = str(temporary_files(self.scratch_dir))
         platform = prepare_process(self.config)
         from vllm import LLM  # heavy import, kept inside the generator's proc
 

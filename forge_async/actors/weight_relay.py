@@ -11,12 +11,13 @@ import time
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
+from forge_async.weights import scratch
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
 class WeightRelay(ProcActor):
     def __init__(self, channel_dir: str):
-        self.channel = SharedMemoryChannel(channel_dir)
+        self.channel = SharedMemoryChannel(scratch.claim(channel_dir))
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:

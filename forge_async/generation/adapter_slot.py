@@ -18,7 +18,6 @@ import torch
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import save_adapter, write_adapter_weights, zero_adapter
-from forge_async.weights.config import default_root
 
 _ADAPTER_ID = 1
 _NAME = "policy"
@@ -30,8 +29,9 @@ class AdapterSlot:
         from vllm.lora.request import LoRARequest
 
         self.lora = lora
-        # In memory (/dev/shm) where possible; removed by `remove`, or when collected.
-        self._directory = tempfile.TemporaryDirectory(prefix="forge_async-adapter-", dir=default_root())
+        # In the process's temporary directory: a generator's is the run's scratch directory
+        # (weights/scratch.py), in memory. Removed by `remove`, or when collected.
+        self._directory = tempfile.TemporaryDirectory(prefix="forge_async-adapter-")
         self.path = Path(self._directory.name)
         save_adapter(self.path, zero_adapter(checkpoint.weight_shapes(), lora, dtype), lora, str(checkpoint.path))
         self.request = LoRARequest(_NAME, _ADAPTER_ID, str(self.path))

@@ -28,6 +28,8 @@ from forge_async.exit import defer_to_caller, exit_now
 from forge_async.launch.hosts import NODE_ADDR_ENV, NODE_RANK_ENV, WORKERS_ENV, free_port
 from forge_async.launch.nodes import NodeSpec
 from forge_async.launch.rendezvous import Rendezvous, own_address
+from forge_async.weights import scratch
+from forge_async.weights.config import default_root
 
 _WATCH_S = 0.5
 
@@ -53,7 +55,8 @@ def start_worker(node: NodeSpec, rendezvous: Rendezvous) -> subprocess.Popen:
     """This node's Monarch worker, registered with node 0; procs it spawns know their node."""
     address = own_address(node.master_addr) if node.node_rank else node.master_addr
     worker_address = f"tcp://{address}:{free_port(address)}"
-    env = {**os.environ, NODE_RANK_ENV: str(node.node_rank), NODE_ADDR_ENV: address}
+    # This process owns the run's scratch directory on this node (weights/scratch.py).
+    env = {**os.environ, NODE_RANK_ENV: str(node.node_rank), NODE_ADDR_ENV: address, scratch.OWNER_ENV: str(os.getpid())}
     worker = subprocess.Popen(
         [sys.executable, "-m", "forge_async.launch.worker", worker_address], env=env, start_new_session=True
     )
@@ -87,26 +90,32 @@ def _run_app(app: list[str]) -> None:
 
 def serve_worker(node: NodeSpec) -> int:
     """Node r > 0: serve a Monarch worker until node 0 is done (or gone); leave nothing behind."""
+    for stale in scratch.reclaim(default_root()):
+        print(f"node {node.node_rank}: removed {stale}: its run ended without removing it", flush=True)
     rendezvous = Rendezvous(node)
     worker = start_worker(node, rendezvous)
-    while worker.poll() is None and not rendezvous.should_stop():
-        time.sleep(_WATCH_S)
-    if worker.poll() is not None:
-        print(f"node {node.node_rank}: the Monarch worker exited ({worker.returncode})", file=sys.stderr)
-        return 1
-    print(f"node {node.node_rank}: the run is over; stopping", flush=True)
-    _stop(worker, None)
-    return 0
+    try:
+        while worker.poll() is None and not rendezvous.should_stop():
+            time.sleep(_WATCH_S)
+        if worker.poll() is not None:
+            print(f"node {node.node_rank}: the Monarch worker exited ({worker.returncode})", file=sys.stderr)
+            return 1
+        print(f"node {node.node_rank}: the run is over; stopping", flush=True)
+        return 0
+    finally:
+        _stop(worker, None)
+        scratch.reclaim(default_root(), owned_by=scratch.Owner.of(os.getpid()))
 
 
 def _stop(worker: subprocess.Popen, exit_status: int | None) -> None:
-    """Kill the worker and every proc it spawned (they are its descendants)."""
-    for pid in [*_descendants(worker.pid), worker.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    worker.wait()
+    """Kill the worker (if still running) and every proc it spawned (they are its descendants)."""
+    if worker.returncode is None:
+        for pid in [*_descendants(worker.pid), worker.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        worker.wait()
     if exit_status is not None:
         sys.exit(exit_status)
 

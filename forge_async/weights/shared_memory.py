@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from forge_async.weights import scratch
+
 _ALIGN = 64
 _SLOTS = 2
 _LATEST = "LATEST"
@@ -183,9 +185,7 @@ class SharedMemoryChannel:
         return sorted(found)
 
     def remove(self) -> None:
+        """Remove the channel's directory and all in it (the run's scratch: weights/scratch.py)."""
         self._maps.clear()
         self._views.clear()
-        for p in self.directory.glob("*"):
-            p.unlink(missing_ok=True)
-        if self.directory.is_dir():
-            self.directory.rmdir()
+        scratch.remove(self.directory)
