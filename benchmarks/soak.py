@@ -56,6 +56,7 @@ class ConsoleStep:
         with log.open("w") as out:
             for line in proc.stdout:
                 out.write(line)
+                out.flush()
                 self.tail = (self.tail + [line])[-40:]
                 if match := STEP_LINE.match(line):
                     self.step = int(match.group(1))

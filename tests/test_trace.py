@@ -1,6 +1,8 @@
 """The per-step budget (forge_async/trace.py) on hand-made traces: busy, idle and bubble arithmetic."""
 
 import json
+import time
+import tracemalloc
 
 import pytest
 
@@ -62,6 +64,21 @@ def test_tracer_keeps_the_newest_spans_and_can_be_off():
     with tracer.span("d"):
         pass
     assert tracer.take() == []
+
+
+def test_tracer_ring_wraps_oldest_first_and_costs_20_bytes_a_span():
+    tracer = Tracer(max_spans=3)
+    for k in range(8):
+        tracer.add(f"s{k}", k, k + 1, lane=f"lane {k % 2}")
+    assert tracer.take() == [("s5", "lane 1", 5, 6), ("s6", "lane 0", 6, 7), ("s7", "lane 1", 7, 8)]
+    tracemalloc.start()
+    tracer = Tracer(max_spans=10_000)
+    before = tracemalloc.get_traced_memory()[0]
+    for k in range(30_000):
+        tracer.add("decode", time.time_ns(), time.time_ns())
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 10_000 * 25  # a deque of tuples: ~150 bytes a span
 
 
 def test_a_generator_idle_while_a_request_is_held_back_is_what_admission_cost(tmp_path):
