@@ -199,7 +199,7 @@ class GRPOLoop(TrainingLoop):
         self.delivery.publish(record.version)
         await self.admission.step_finished(record.version)
         record.trained += len(batch)
-        record.rewards.append(row["reward/mean"])
+        record.reward_ends.append(row["reward/mean"])
         row.update(result.metrics, **self.rollouts.scoring.metrics(), **self.rollouts.metrics())
         row.update(self._figures(result, buffer).row())
         self.metrics.log(row)
