@@ -16,6 +16,7 @@ from pathlib import Path
 
 from forge_async.data.episode import Episode
 from forge_async.metric_sinks import MetricSink
+from forge_async.side_outputs import write_side_output
 
 # Mean entropy (nats per sampled token) below which the policy has collapsed onto
 # near-deterministic outputs: exploration, and with it GRPO's signal, is gone.
@@ -107,10 +108,10 @@ class MetricsLog:
         self.path = run_dir / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_after_step is None:
-            self._file = self.path.open("w")
+            self._file = self.path.open("wb", buffering=0)
         else:
             self._keep_rows_up_to(resume_after_step)
-            self._file = self.path.open("a")
+            self._file = self.path.open("ab", buffering=0)
         self.total_steps = total_steps
         self.target_reward = target_reward
         self.sinks = list(sinks)
@@ -142,16 +143,14 @@ class MetricsLog:
     def write(self, record: dict) -> None:
         """A training step's row into metrics.jsonl and the sinks (`log` adds GRPO's figures and
         console line; apps.sft its own)."""
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        self._append(record)
         scalars = {k: v for k, v in record.items() if k != "step"}
         for sink in self.sinks:
             sink.write(record["step"], scalars)
 
     def log_eval(self, step: int, row: dict) -> None:
         """An evaluation's row, logged at `step` (the last step trained when it finished)."""
-        self._file.write(json.dumps({"step": step, **row}) + "\n")
-        self._file.flush()
+        self._append({"step": step, **row})
         for sink in self.sinks:
             sink.write(step, row)
         print(
@@ -160,6 +159,23 @@ class MetricsLog:
             f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
             flush=True,
         )
+
+    def _append(self, row: dict) -> None:
+        """One row onto metrics.jsonl, whole or not at all: a row that cannot be written (a full
+        disk) is cut off again, reported once, and the run goes on (side_outputs.py)."""
+        line = (json.dumps(row) + "\n").encode()
+
+        def append() -> None:
+            end = self._file.tell()
+            try:
+                written = 0
+                while written < len(line):
+                    written += self._file.write(line[written:])
+            except OSError:
+                self._file.truncate(end)
+                raise
+
+        write_side_output(self.path.name, append)
 
     def _console_line(self, record: dict) -> str:
         step, wall = record["step"], record["time/wall_s"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from forge_async.config import GRPOConfig
 from forge_async.handles.run import RunHandles
 from forge_async.run_record import RunRecord
+from forge_async.side_outputs import replace_text
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -92,7 +93,7 @@ async def write_summary(
     summary["accounting_ok"] = accounted == summary["generated"]
     summary["final_model"] = final_model
     summary["run_dir"] = str(run_dir)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    replace_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
 
 

@@ -9,7 +9,7 @@ failure the trainer survived. `run` returns the RunRecord that summary.json is w
 import asyncio
 from pathlib import Path
 
-from forge_async.checkpoint.checkpointer import Checkpointer
+from forge_async.checkpoint.checkpointer import CheckpointNotWritten, Checkpointer
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.generators import GeneratorFailed
@@ -102,7 +102,15 @@ class TrainingLoop:
             self.delivery.publish(self.record.version)
 
     async def _checkpoint(self) -> None:
-        saved = await self.checkpointer.save(self.record.step, self.state_dict(), self.handles)
+        """Save the run; one that cannot be saved (a full disk) ends it, as a failure, after
+        this step: no further checkpoint is tried, and the last good one is named for resuming."""
+        try:
+            saved = await self.checkpointer.save(self.record.step, self.state_dict(), self.handles)
+        except CheckpointNotWritten as err:
+            self.record.failure = self.record.failure or str(err)
+            self.checkpointer = None
+            self._stop.set()
+            return
         self.record.checkpoint_s += saved["seconds"]
         print(
             f"checkpoint step {self.record.step}: {saved['seconds']:.2f}s, "

@@ -1,5 +1,6 @@
 """Whole-run checkpoint directories: atomic commit, pruning, validation, resume config."""
 
+import errno
 import json
 
 import pytest
@@ -11,11 +12,11 @@ from forge_async.errors import ConfigError
 
 
 def write_checkpoint(directory: CheckpointDirectory, step: int, payload: bytes = b"weights"):
-    staging = directory.staging(step)
-    (staging / "trainer").mkdir()
-    (staging / "trainer" / "__0_0.distcp").write_bytes(payload)
-    (staging / "controller.pt").write_bytes(b"state")
-    return directory.commit(staging)
+    with directory.writing(step) as staging:
+        (staging / "trainer").mkdir()
+        (staging / "trainer" / "__0_0.distcp").write_bytes(payload)
+        (staging / "controller.pt").write_bytes(b"state")
+        return directory.commit(staging)
 
 
 def test_commit_renames_and_keeps_the_newest(tmp_path):
@@ -33,11 +34,23 @@ def test_half_written_and_corrupt_checkpoints_are_skipped(tmp_path, capsys):
     write_checkpoint(directory, 5)
     newest = write_checkpoint(directory, 10)
     (newest / "trainer" / "__0_0.distcp").write_bytes(b"trunc")  # damaged after the fact
-    half = directory.staging(15)  # a crash while writing step 15: never renamed
+    half = directory.root / "step_000015.tmp"  # a crash while writing step 15: never renamed
+    half.mkdir()
     (half / "controller.pt").write_bytes(b"partial")
     assert step_of(directory.latest_valid()) == 5
     err = capsys.readouterr().err
     assert "skipping checkpoint" in err and "step_000010" in err and "__0_0.distcp" in err
+
+
+def test_a_write_that_fails_leaves_nothing_of_its_step_and_the_last_good_one_intact(tmp_path):
+    directory = CheckpointDirectory(tmp_path, keep=2)
+    good = write_checkpoint(directory, 5)
+    with pytest.raises(OSError, match="No space left"):
+        with directory.writing(10) as staging:
+            (staging / "controller.pt").write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert sorted(p.name for p in directory.root.iterdir()) == ["step_000005"]
+    assert directory.latest_valid() == good
 
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):

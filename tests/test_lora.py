@@ -56,7 +56,8 @@ def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint
             trainer.train_step.call(batch()).get()
         base = rank0(trainer.full_state_dict.call(merged=False))
         adapter = rank0(trainer.adapter_state_dict.call())
-        trainer.save_hf.call(str(tmp_path / "merged"), str(tmp_path / "adapter")).get()
+        saved = rank0(trainer.save_hf.call(str(tmp_path / "merged"), str(tmp_path / "adapter")))
+        assert saved == {"path": str(tmp_path / "merged")}
         policy = rank0(trainer.sequence_logprobs.call(fixed_sequences()))
         pushed = rank0(trainer.push_weights.call())
     finally:

@@ -7,13 +7,16 @@ a proc it finds in procs.json.
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import statistics
 import threading
 import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
@@ -224,6 +227,41 @@ def test_a_sigkilled_controllers_scratch_is_reclaimed_by_the_next_run_and_nothin
     assert following.returncode == 0, following.output
     assert f"removed {orphan}: its run ended without removing it" in following.output
     assert run_leftovers() == before
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB filesystem (tmpfs): room for the tiny model's run files and one checkpoint, not two."""
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root and never skips this)")
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+
+
+def test_a_full_disk_ends_the_run_with_one_line_and_leaves_it_resumable(small_disk, tmp_path):
+    run_dir = small_disk / "run"
+    full = run_app(run_dir, "steps=200", "checkpoint.every_steps=20", "eval.every_steps=0", timeout=300)
+    assert full.returncode == 1, full.output
+    assert "Traceback" not in full.output and "proc failure" not in full.output, full.output
+    failure = [line for line in full.output.splitlines() if line.startswith("stopped early: ")]
+    assert failure == [
+        f"stopped early: checkpoint of step 40 not written to {run_dir / 'checkpoints'}: it needs about "
+        + failure[0].split("it needs about ")[1]
+    ], full.output
+    assert "MiB free); the last good one is step_000020" in failure[0]
+    assert f"resume with: python -m apps.grpo resume={run_dir}" in full.output
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000020"]
+    assert not list(run_dir.glob(".*.tmp"))  # no half-written side output left behind
+
+    moved = tmp_path / "moved"  # the user frees space: here, the run directory moves to a larger disk
+    shutil.copytree(run_dir, moved)
+    resumed = run_app(moved, f"resume={moved}", "steps=22")
+    assert resumed.returncode == 0, resumed.output
+    assert "at step 20 " in resumed.output
+    assert_each_step_once(resumed, 22)
 
 
 def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):

@@ -43,6 +43,7 @@ from forge_async.rollout.calls import Rollouts
 from forge_async.rollout.episodes import EpisodeRollouts
 from forge_async.run_record import RunRecord
 from forge_async.scoring.tier import build_tier
+from forge_async.side_outputs import replace_text, report_side_output_failure, write_side_output
 from forge_async.summary import write_summary
 from forge_async.tracing import trace_events
 from forge_async.training_loop import TrainingLoop
@@ -171,21 +172,22 @@ def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunne
     return Rollouts(*common, partial_calls=config.filter.zero_variance_groups)
 
 
-async def save_final_policy(handles: RunHandles, run_dir: Path) -> str:
+async def save_final_policy(handles: RunHandles, run_dir: Path) -> str | None:
+    """RUN_DIR/final_model (and final_adapter with LoRA); None if it could not be written."""
     print("saving the final policy ...", flush=True)
     started = asyncio.get_running_loop().time()
-    final_model = await handles.trainer.save_hf(str(run_dir / "final_model"), str(run_dir / "final_adapter"))
-    print(f"final policy saved in {asyncio.get_running_loop().time() - started:.1f}s: {final_model}", flush=True)
-    return final_model
+    saved = await handles.trainer.save_hf(str(run_dir / "final_model"), str(run_dir / "final_adapter"))
+    if "error" in saved:
+        report_side_output_failure("final_model/", saved["error"])
+        return None
+    print(f"final policy saved in {asyncio.get_running_loop().time() - started:.1f}s: {saved['path']}", flush=True)
+    return saved["path"]
 
 
 async def write_trace(handles: RunHandles, run_dir: Path) -> None:
     """RUN_DIR/trace.json: every actor's spans as Chrome trace events (one track per actor)."""
     tracks = await handles.trace_spans()
-    path = run_dir / "trace.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(trace_events(tracks)))
-    tmp.replace(path)
+    replace_text(run_dir / "trace.json", json.dumps(trace_events(tracks)))
 
 
 def draw_plots_if_any(run_dir: Path) -> Path | None:
@@ -193,6 +195,6 @@ def draw_plots_if_any(run_dir: Path) -> Path | None:
     from forge_async.plot import PlotError, draw_plots  # matplotlib is slow to import: only at the end
 
     try:
-        return draw_plots(run_dir)
+        return write_side_output("plots.png", lambda: draw_plots(run_dir))
     except PlotError:
         return None

@@ -42,6 +42,7 @@ from forge_async.tracing import TRACER
 from forge_async.training_loop import TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
+from forge_async.side_outputs import replace_text
 
 LANE = "trainer loop"  # the controller's lane for the steps (tracing.py)
 WINDOW = 10  # steps averaged for the loss's first and last figures (summary.json, the report)
@@ -224,7 +225,7 @@ def write_summary(
         "grpo_command": grpo_command(config, final_model),
         "run_dir": str(run_dir),
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    replace_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
 
 

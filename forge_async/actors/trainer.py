@@ -59,6 +59,7 @@ from forge_async.weights.config import WeightsConfig
 from forge_async.weights.publisher import WeightPublisher
 
 if TYPE_CHECKING:
+    from torch.distributed.checkpoint.api import CheckpointException
     from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
 
 
@@ -322,15 +323,28 @@ class Trainer(ProcActor):
         return self.adapter_names.to_peft(self._full_state_dict())
 
     @endpoint
-    async def save_state(self, directory: str) -> dict[str, float]:
-        """Model and optimizer state into `directory`: each rank writes its own shard (DCP)."""
+    async def state_bytes(self) -> int:
+        """Bytes of this rank's model and optimizer state: about what its checkpoint shard weighs."""
+        return _local_bytes(self.model.state_dict()) + _local_bytes(self.optimizer.state_dict()["state"])
+
+    @endpoint
+    async def save_state(self, directory: str) -> dict:
+        """Model and optimizer state into `directory`: each rank writes its own shard (DCP).
+
+        A write that fails (a full disk) comes back as {"error": why} on every rank (DCP
+        gathers each rank's failure): an endpoint that raises ends its actor, and a full disk
+        is no reason to lose the trainer."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         start = time.perf_counter()
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "version": self.version}
-        dcp.save(state, checkpoint_id=directory)
+        try:
+            dcp.save(state, checkpoint_id=directory)
+        except CheckpointException as err:
+            return {"error": _first_failure(err)}
         return {"version": self.version, "save_ms": (time.perf_counter() - start) * 1e3}
 
     @endpoint
@@ -357,11 +371,30 @@ class Trainer(ProcActor):
         full = self._full_state_dict()
         if self.rank == 0:
             hf_state_dict = self.adapter.to_hf(self._merged(full))
-            save_checkpoint(directory, self.checkpoint.hf_config, hf_state_dict, self.checkpoint.path)
-            if self.lora and adapter_directory:
-                peft = self.adapter_names.to_peft(full)
-                save_adapter(adapter_directory, peft, self.lora, str(self.checkpoint.path))
-        return directory
+            try:
+                save_checkpoint(directory, self.checkpoint.hf_config, hf_state_dict, self.checkpoint.path)
+                if self.lora and adapter_directory:
+                    peft = self.adapter_names.to_peft(full)
+                    save_adapter(adapter_directory, peft, self.lora, str(self.checkpoint.path))
+            except OSError as err:  # returned, not raised (see save_state)
+                return {"error": err.strerror or str(err)}
+        return {"path": directory}
+
+
+def _local_bytes(tree) -> int:
+    """Bytes of the tensors in a (nested) state dict, each counted as this rank holds it."""
+    if isinstance(tree, torch.Tensor):
+        local = tree.to_local() if hasattr(tree, "to_local") else tree  # a DTensor: this rank's shard
+        return local.numel() * local.element_size()
+    if isinstance(tree, dict):
+        return sum(_local_bytes(v) for v in tree.values())
+    return 0
+
+
+def _first_failure(err: "CheckpointException") -> str:
+    """What failed first in a DCP save, in a few words (its own message is every rank's traceback)."""
+    failure = next(iter(err.failures.values()))[0]
+    return getattr(failure, "strerror", None) or str(failure)
 
 
 def _lr_scheduler(optimizer: torch.optim.Optimizer, c: TrainerConfig) -> "LRSchedulersContainer":

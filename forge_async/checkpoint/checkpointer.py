@@ -7,27 +7,48 @@ buffer's episodes and counters (taken in one call, so they agree), and each
 generator's sampler RNG state (with those, a sync-mode run resumes bit for bit).
 """
 
+import shutil
 import time
 from pathlib import Path
 
 import torch
 
-from forge_async.checkpoint.directory import CheckpointDirectory
+from forge_async.checkpoint.directory import CheckpointDirectory, size_of
 from forge_async.handles.run import RunHandles
 
 CONTROLLER_FILE = "controller.pt"
 TRAINER_DIR = "trainer"
+_MARGIN = 1.1  # free space asked for, over the estimated size of the next checkpoint
+
+
+class CheckpointNotWritten(RuntimeError):
+    """A checkpoint could not be written (a full disk): the run ends, resumable from the last good one."""
 
 
 class Checkpointer:
     def __init__(self, run_dir: Path, keep: int):
         self.directory = CheckpointDirectory(run_dir, keep)
+        self.needed_bytes = 0  # the free space the checkpoint being written asks for
 
     async def save(self, step: int, loop_state: dict, handles: RunHandles) -> dict:
-        """Write the checkpoint of `step`; returns where it went and how long it took."""
+        """Write the checkpoint of `step`; returns where it went, its size and how long it took.
+
+        Raises CheckpointNotWritten, with nothing of this step's left on disk, if the filesystem
+        has too little room for it or a write fails; earlier checkpoints stay as they were."""
         start = time.perf_counter()
-        staging = self.directory.staging(step)
-        await handles.trainer.save_state(str(staging / TRAINER_DIR))
+        await self._check_room(step, handles)
+        with self.directory.writing(step) as staging:
+            try:
+                await self._write(staging, step, loop_state, handles)
+                path = self.directory.commit(staging)
+            except OSError as err:
+                raise self._not_written(step, err.strerror or str(err)) from None
+        return {"path": str(path), "seconds": time.perf_counter() - start, "bytes": size_of(path)}
+
+    async def _write(self, staging: Path, step: int, loop_state: dict, handles: RunHandles) -> None:
+        saved = await handles.trainer.save_state(str(staging / TRAINER_DIR))
+        if "error" in saved:
+            raise OSError(saved["error"])
         state = {
             "step": step,
             "loop": loop_state,
@@ -35,12 +56,26 @@ class Checkpointer:
             "generator_rng": await handles.generators.rng_states(),
         }
         torch.save(state, staging / CONTROLLER_FILE)
-        path = self.directory.commit(staging)
-        return {
-            "path": str(path),
-            "seconds": time.perf_counter() - start,
-            "bytes": sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
-        }
+
+    async def _check_room(self, step: int, handles: RunHandles) -> None:
+        """Refuse to start a checkpoint that the filesystem has no room for: the trainer's state,
+        plus the controller's part as large as last time, with a margin."""
+        newest = self.directory.complete()
+        controller = newest[0] / CONTROLLER_FILE if newest else None
+        controller_bytes = controller.stat().st_size if controller is not None and controller.is_file() else 0
+        self.needed_bytes = int((await handles.trainer.state_bytes() + controller_bytes) * _MARGIN)
+        self.directory.root.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.directory.root).free
+        if free < self.needed_bytes:
+            raise self._not_written(step, f"{_mib(free)} free")
+
+    def _not_written(self, step: int, why: str) -> CheckpointNotWritten:
+        newest = self.directory.complete()
+        last_good = f"the last good one is {newest[0].name}" if newest else "there is no earlier one"
+        return CheckpointNotWritten(
+            f"checkpoint of step {step} not written to {self.directory.root}: it needs about "
+            f"{_mib(self.needed_bytes)} ({why}); {last_good}"
+        )
 
     @staticmethod
     async def restore(path: Path, handles: RunHandles) -> dict:
@@ -53,3 +88,7 @@ class Checkpointer:
             if rng is not None:  # None: that generator had failed when the checkpoint was taken
                 await handles.generators.set_rng_state(i, rng)
         return state["loop"]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"

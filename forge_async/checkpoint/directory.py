@@ -14,6 +14,8 @@ import json
 import re
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from forge_async.errors import UserError
@@ -31,12 +33,18 @@ class CheckpointDirectory:
         self.root = Path(run_dir) / "checkpoints"
         self.keep = keep
 
-    def staging(self, step: int) -> Path:
-        """A fresh, empty directory to write the checkpoint of `step` into."""
+    @contextmanager
+    def writing(self, step: int) -> Iterator[Path]:
+        """A fresh, empty directory to write the checkpoint of `step` into; removed if the
+        block raises (a half-written checkpoint never stays on disk)."""
         path = self.root / f"step_{step:06d}.tmp"
         shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        return path
+        try:
+            path.mkdir(parents=True)
+            yield path
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
 
     def commit(self, staging: Path) -> Path:
         """Seal a fully written staging directory under its final name; prune old checkpoints."""
@@ -68,6 +76,11 @@ class CheckpointDirectory:
                 return path
             print(f"warning: skipping checkpoint {path}: {problem}", file=sys.stderr, flush=True)
         raise NoCheckpointError(f"no complete checkpoint to resume from under {self.root}")
+
+
+def size_of(checkpoint: Path) -> int:
+    """Bytes of every file of a checkpoint."""
+    return sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
 
 
 def step_of(checkpoint: Path) -> int:

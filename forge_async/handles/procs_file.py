@@ -10,6 +10,7 @@ from pathlib import Path
 from forge_async.actors.located import here
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.roles import Role
+from forge_async.side_outputs import replace_text
 
 Where = dict  # {"node": int, "addr": str, "host": str, "pid": int}: actors/located.py
 
@@ -28,9 +29,7 @@ class ProcsFile:
     def record(self, role: Role, where: Where | list[Where]) -> None:
         """`role` runs at `where` (one entry per proc for a mesh of several)."""
         self.where[str(role)] = where
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.where, indent=2))
-        tmp.replace(self.path)
+        replace_text(self.path, json.dumps(self.where, indent=2))
 
     def reachable(self, role: Role) -> bool:
         """Whether every node `role` runs on still answers (a dead node's procs died with it)."""

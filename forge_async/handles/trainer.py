@@ -52,16 +52,23 @@ class TrainerHandle:
     async def push_weights(self, targets: tuple[str, ...]) -> dict:
         return await self._call(lambda: self.actor.push_weights.call(targets))
 
+    async def state_bytes(self) -> int:
+        """Bytes of the model and optimizer state over all ranks: about what a checkpoint's shards weigh."""
+        per_rank = await supervised(lambda: self.actor.state_bytes.call(), self._failed)
+        return sum(per_rank.values())
+
     async def save_state(self, directory: str) -> dict:
-        """Each rank's model and optimizer shard into `directory` (DCP)."""
+        """Each rank's model and optimizer shard into `directory` (DCP): rank 0's result, which
+        is {"error": why} if the write failed on any rank."""
         return await self._call(lambda: self.actor.save_state.call(directory))
 
     async def load_state(self, directory: str) -> int:
         """What save_state wrote; returns the version restored."""
         return await self._call(lambda: self.actor.load_state.call(directory))
 
-    async def save_hf(self, model_dir: str, adapter_dir: str) -> str:
-        """The policy as a Hugging Face checkpoint (with LoRA: merged, and the adapter beside)."""
+    async def save_hf(self, model_dir: str, adapter_dir: str) -> dict:
+        """The policy as a Hugging Face checkpoint (with LoRA: merged, and the adapter beside):
+        {"path": model_dir}, or {"error": why} if rank 0's write failed."""
         return await self._call(lambda: self.actor.save_hf.call(model_dir, adapter_dir))
 
     async def trace_spans(self) -> dict[str, list]:
