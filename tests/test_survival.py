@@ -9,10 +9,10 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import statistics
-import threading
+import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
 from forge_async.handles.trainer import failed_rank
+from forge_async.weights import scratch
 from forge_async.weights.config import default_root
 from test_grpo_app import assert_accounting
 
@@ -37,6 +38,12 @@ def kill_role(run_dir, role: str, rank: int | None = None):
         os.kill((entry if rank is None else entry[rank])["pid"], signal.SIGKILL)
 
     return action
+
+
+def scratch_left_by(run: AppRun) -> list[Path]:
+    """Scratch directories (weights/scratch.py) that `run`'s controller owns and left behind."""
+    pid = run.procs["controller"]["pid"]
+    return [d for d in default_root().glob("forge_async-*") if getattr(scratch.owner_of(d), "pid", None) == pid]
 
 
 def final_weights(run: AppRun) -> dict:
@@ -75,6 +82,7 @@ def test_interrupted_sync_run_resumes_exactly_even_past_a_corrupt_checkpoint(tmp
     assert 5 <= summary["steps"] < 12 and summary["final_model"]
     assert_accounting(summary)
     assert not any(alive(p["pid"]) for p in [*stopped.procs["trainer"], stopped.procs["generator0"]])
+    assert scratch_left_by(stopped) == []
 
     # The checkpoint written on interrupt is damaged: resume falls back to step 3.
     newest = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
@@ -126,6 +134,7 @@ def test_killed_trainer_rank_stops_the_run_naming_it_and_resume_finishes(tmp_pat
     assert_accounting(summary)
     procs = killed.procs
     assert not any(alive(p["pid"]) for p in [*procs["trainer"], procs["generator0"], procs["replay_buffer"]])
+    assert scratch_left_by(killed) == []
 
     refused = run_app(run_dir, f"resume={run_dir}", "trainer.lr=0.5", timeout=120)
     assert refused.returncode == 2 and "trainer.lr: cannot be changed when resuming" in refused.output
