@@ -18,6 +18,8 @@ from forge_async.errors import ConfigError
 from forge_async.launch.nodes import NodeSpec, first_host
 from forge_async.launch.placement import PlacementConfig
 from forge_async.launch.procs import RunProcs, import_at_niceness, spawn_procs, use_gpus
+from forge_async.launch.torchrun import leave_torchrun_job
+from apps.grpo.subprocess_run import REPO
 from tests.nice_probe import ThreadNiceness, write_niceness
 
 
@@ -206,3 +208,34 @@ def test_start_up_lines_count_from_the_process_launch_to_the_hundredth_of_a_seco
                                                   check=True).stdout.split())
     assert before - 0.05 <= launched <= printed, (launched - before, printed - before)
     assert launched - before < 0.5  # the child's start, not its imports
+
+
+def test_a_one_process_torchrun_job_is_forgotten_and_a_larger_one_refused():
+    own = {"PATH": "/usr/bin", "MASTER_PORT": "1"}
+    assert leave_torchrun_job(dict(own)) is False  # not started by torchrun: nothing touched
+    one = {**own, "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True", "WORLD_SIZE": "1", "RANK": "0"}
+    assert leave_torchrun_job(one) is True and one == {"PATH": "/usr/bin"}
+    with pytest.raises(ConfigError, match=r"one of 2 processes \(WORLD_SIZE=2\).*forge_async.launch"):
+        leave_torchrun_job({**one, "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"})
+
+
+def test_torchrun_with_one_process_runs_the_app(tmp_path):
+    """torchrun's environment once reached the trainer, which then waited for a store nobody served."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "apps.grpo",
+        f"hydra.run.dir={run_dir}", "steps=2", "eval.every_steps=0", "checkpoint.every_steps=0",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "started by torchrun: running as its one process" in done.stdout
+    assert "== async GRPO: 2 steps" in done.stdout
+
+
+def test_the_launchers_help_is_whole_and_a_missing_app_is_a_usage_error():
+    launcher = [sys.executable, "-m", "forge_async.launch"]
+    helped = subprocess.run([*launcher, "--help"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert helped.returncode == 0, helped.stderr
+    assert "--node-rank" in helped.stdout and "srun python -m forge_async.launch" in helped.stdout
+    missing = subprocess.run([*launcher, "--nnodes", "1"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert missing.returncode == 2 and "name the app module after --" in missing.stderr

@@ -28,6 +28,7 @@ from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import import_frozen
 from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults
+from forge_async.launch.torchrun import leave_torchrun_job
 from forge_async.tracing import TRACER
 from forge_async.weights import scratch
 
@@ -53,6 +54,8 @@ async def spawned_procs(config: GRPOConfig, run_dir: Path) -> AsyncIterator[RunP
     stopped when the block ends."""
     print(f"run dir: {run_dir}", flush=True)
     config.check_paths()
+    if leave_torchrun_job():
+        print("started by torchrun: running as its one process; its job's variables stay out of the procs", flush=True)
     hosts = Hosts.from_env()
     config.placement.check(hosts.nnodes)
     config.weights = config.weights.resolved()

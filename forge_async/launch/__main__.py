@@ -4,7 +4,7 @@
     python -m forge_async.launch --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 -- apps.grpo placement.generator_hosts=[1]
     srun python -m forge_async.launch -- apps.grpo ...       # flags from Slurm's environment
 
-Node 0 waits for the others to join (see rendezvous.py), then runs the app
+Node 0 waits for the others to join (forge_async/launch/rendezvous.py), then runs the app
 (the controller) in this process; the app spawns meshes on the other nodes'
 Monarch workers. Nodes 1..N-1 serve a Monarch worker until node 0 says the run
 is over, or stops answering; then they stop their worker and every proc it ran.
@@ -35,19 +35,24 @@ _WATCH_S = 0.5
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    if "--" not in argv:
-        raise SystemExit("usage: python -m forge_async.launch [flags] -- APP_MODULE [overrides ...]")
-    split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m forge_async.launch", description=__doc__.splitlines()[0])
-    parser.add_argument("--nnodes", type=int)
-    parser.add_argument("--node-rank", type=int)
-    parser.add_argument("--master-addr")
-    parser.add_argument("--master-port", type=int)
+    """The launcher's flags (before `--`) and the app's command line (after it)."""
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m forge_async.launch",
+        usage="%(prog)s [flags] -- APP_MODULE [overrides ...]",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Each flag may come from torchrun's or Slurm's environment instead (docs/launch.md).",
+    )
+    parser.add_argument("--nnodes", type=int, help="nodes in the job (env NNODES, SLURM_NNODES; default 1)")
+    parser.add_argument("--node-rank", type=int, help="this node's rank, 0 runs the app (env NODE_RANK, SLURM_NODEID)")
+    parser.add_argument("--master-addr", help="node 0's address on the nodes' network (env MASTER_ADDR)")
+    parser.add_argument("--master-port", type=int, help="node 0's rendezvous port (env MASTER_PORT; default 29500)")
     parser.add_argument("--join-timeout", type=float, help="seconds node 0 waits for the others (default 120)")
     args = parser.parse_args(argv[:split])
     app = argv[split + 1 :]
     if not app:
-        raise SystemExit("name the app module after --, e.g. -- apps.grpo")
+        parser.error("name the app module after --, e.g. -- apps.grpo")
     return args, app
 
 
