@@ -117,11 +117,15 @@ class VersionedEngine:
 
     def _add(self, group: list[Request], prompt_ids: list[int], params: "SamplingParams") -> None:
         """One vLLM request sampling `prompt_ids` len(group) times, sample i for group[i]."""
+        from vllm.inputs import tokens_input  # vLLM stays out of the controller, which imports this module
+
         request_id = str(next(self._ids))
         if len(group) > 1:
             params = params.clone()
             params.n = len(group)
-        self.engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params, lora_request=self.lora_request)
+        # Token ids in, as vLLM's own renderer would hand them over (a raw prompt is deprecated).
+        prompt = tokens_input(prompt_ids)
+        self.engine.add_request(request_id, prompt, params, lora_request=self.lora_request)
         self._running[request_id] = group
 
     def _record(self, output) -> None:
