@@ -67,3 +67,12 @@ def test_claim_records_the_owner_named_in_the_environment_once(tmp_path, monkeyp
     monkeypatch.delenv(scratch.OWNER_ENV)
     unowned = scratch.claim(tmp_path / "forge_async-y")
     assert unowned.is_dir() and scratch.owner_of(unowned) is None  # never reclaimed, only removed at its end
+
+
+def test_a_directory_a_dead_run_left_is_claimed_by_the_next(tmp_path, monkeypatch, dead_pid):
+    dead = dataclasses.replace(scratch.Owner.of(os.getpid()), pid=dead_pid)
+    left = owned(tmp_path, "my-channel", dead)  # weights.channel_dir of your own, reused
+    monkeypatch.setenv(scratch.OWNER_ENV, str(os.getpid()))
+    scratch.claim(left)
+    assert scratch.owner_of(left) == scratch.Owner.of(os.getpid())
+    assert scratch.reclaim(tmp_path) == [] and left.is_dir()

@@ -63,15 +63,15 @@ def name_this_process_owner() -> None:
 
 
 def claim(directory: str | Path) -> Path:
-    """Create `directory` if needed and record its owner (if known and not recorded yet)."""
+    """Create `directory` if needed and record its owner (if known, and none alive is recorded:
+    a directory of your own that a dead run left takes the new run's owner)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    owner = host_owner()
-    record = directory / OWNER_FILE
-    if owner is not None and not record.exists():
+    owner, recorded = host_owner(), owner_of(directory)
+    if owner is not None and (recorded is None or recorded.dead()):
         tmp = directory / f".{OWNER_FILE}.{os.getpid()}"
         tmp.write_text(json.dumps(asdict(owner)))
-        tmp.replace(record)
+        tmp.replace(directory / OWNER_FILE)
     return directory
 
 
