@@ -4,7 +4,7 @@ The loop keeps it up to date, checkpoints save it (`state_dict`), a resumed run
 continues it, and summary.json is written from it, at any point of the run:
 a run that fails while it restores a checkpoint is summarised like any other.
 It does not grow with the run's steps: of the per-step rewards it keeps the two ends
-summary.json reports (RewardEnds).
+summary.json reports (StepEnds).
 """
 
 import time
@@ -12,28 +12,29 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-REWARD_ENDS = 10  # steps at each end of the run that summary.json's reward_first / reward_last average
+STEP_ENDS = 10  # steps at each end of the run that summary.json's first / last figures average
 
 
-class RewardEnds:
-    """Each step's mean reward, kept for the first and the last REWARD_ENDS steps only."""
+class StepEnds:
+    """A per-step figure (a step's mean reward, its loss), kept for the first and the last
+    STEP_ENDS steps only: what a summary reports of it, in memory and checkpoints of a fixed size."""
 
     def __init__(self, rewards: Iterable[float] = ()):
         self.count = 0  # steps seen
         self.first: list[float] = []
-        self.last: deque[float] = deque(maxlen=REWARD_ENDS)
+        self.last: deque[float] = deque(maxlen=STEP_ENDS)
         for reward in rewards:
             self.append(reward)
 
     def append(self, reward: float) -> None:
-        if len(self.first) < REWARD_ENDS:
+        if len(self.first) < STEP_ENDS:
             self.first.append(reward)
         self.last.append(reward)
         self.count += 1
 
     def as_list(self) -> list[float]:
-        """Every step's reward for a run of up to 2 * REWARD_ENDS steps; else the first and the
-        last REWARD_ENDS, in order."""
+        """Every step's reward for a run of up to 2 * STEP_ENDS steps; else the first and the
+        last STEP_ENDS, in order."""
         overlap = max(0, len(self.first) - (self.count - len(self.last)))
         return self.first + list(self.last)[overlap:]
 
@@ -41,12 +42,12 @@ class RewardEnds:
         return {"first": self.first, "last": list(self.last), "count": self.count}
 
     @classmethod
-    def from_state(cls, state: dict | list[float]) -> "RewardEnds":
+    def from_state(cls, state: dict | list[float]) -> "StepEnds":
         """From `state_dict`, or from a checkpoint written when every step's reward was kept (a list)."""
         if isinstance(state, list):
             return cls(state)
         ends = cls()
-        ends.first, ends.last, ends.count = list(state["first"]), deque(state["last"], maxlen=REWARD_ENDS), state["count"]
+        ends.first, ends.last, ends.count = list(state["first"]), deque(state["last"], maxlen=STEP_ENDS), state["count"]
         return ends
 
 
@@ -57,7 +58,7 @@ class RunRecord:
     trained: int = 0  # samples trained on
     trainer_idle_s: float = 0.0  # the trainer's wait for batches (async) or generation (sync)
     checkpoint_s: float = 0.0
-    reward_ends: RewardEnds = field(default_factory=RewardEnds)  # each step's mean reward, at both ends
+    reward_ends: StepEnds = field(default_factory=StepEnds)  # each step's mean reward, at both ends
     target_reached: dict | None = None  # {"step", "wall_s"} when the smoothed reward first reached the target
     evaluations: int = 0  # evaluations started
     eval_first: dict | None = None  # the rows of the first and the latest evaluation
@@ -69,7 +70,7 @@ class RunRecord:
 
     @property
     def rewards(self) -> list[float]:
-        """Each step's mean reward at both ends of the run (RewardEnds.as_list)."""
+        """Each step's mean reward at both ends of the run (StepEnds.as_list)."""
         return self.reward_ends.as_list()
 
     def wall_s(self) -> float:
@@ -100,7 +101,7 @@ class RunRecord:
         self.step, self.version, self.trained = state["step"], state["version"], state["trained"]
         self.trainer_idle_s, self.checkpoint_s = state["trainer_idle_s"], state["checkpoint_s"]
         self.wall_before_s = state["wall_s"]
-        self.reward_ends, self.target_reached = RewardEnds.from_state(state["rewards"]), state["target_reached"]
+        self.reward_ends, self.target_reached = StepEnds.from_state(state["rewards"]), state["target_reached"]
         evaluations = state.get("evaluations", {})  # absent from checkpoints taken without evaluation
         self.evaluations = evaluations.get("count", 0)
         self.eval_first, self.eval_last = evaluations.get("first"), evaluations.get("last")

@@ -2,7 +2,7 @@
 
 import statistics
 
-from forge_async.run_record import REWARD_ENDS, RewardEnds, RunRecord
+from forge_async.run_record import STEP_ENDS, StepEnds, RunRecord
 
 
 def first_and_last(rewards: list[float]) -> tuple[float, float]:
@@ -12,19 +12,19 @@ def first_and_last(rewards: list[float]) -> tuple[float, float]:
 
 
 def test_the_ends_give_the_summary_of_every_step_and_stay_bounded():
-    for steps in [*range(1, 3 * REWARD_ENDS), 30_000]:
+    for steps in [*range(1, 3 * STEP_ENDS), 30_000]:
         rewards = [float(k * k % 7) for k in range(steps)]
         record = RunRecord()
         for reward in rewards:
             record.reward_ends.append(reward)
-        assert len(record.rewards) == min(steps, 2 * REWARD_ENDS)
+        assert len(record.rewards) == min(steps, 2 * STEP_ENDS)
         assert first_and_last(record.rewards) == first_and_last(rewards)
 
 
 def test_the_ends_survive_a_checkpoint_and_old_checkpoints_load():
     rewards = [float(k) for k in range(100)]
-    ends = RewardEnds(rewards)
-    restored = RewardEnds.from_state(ends.state_dict())
+    ends = StepEnds(rewards)
+    restored = StepEnds.from_state(ends.state_dict())
     restored.append(100.0)
     assert restored.as_list() == [*rewards[:10], *rewards[91:], 100.0]
-    assert RewardEnds.from_state(rewards).as_list() == ends.as_list()  # a checkpoint that kept every step's
+    assert StepEnds.from_state(rewards).as_list() == ends.as_list()  # a checkpoint that kept every step's

@@ -34,7 +34,7 @@ from forge_async.handles.run import RunHandles
 from forge_async.launch.procs import RunProcs
 from forge_async.metric_sinks import MetricSink, build_sinks
 from forge_async.metrics import MetricsLog
-from forge_async.run_record import RunRecord
+from forge_async.run_record import STEP_ENDS, RunRecord, StepEnds
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
@@ -45,7 +45,7 @@ from forge_async.weights.route import plan_route
 from forge_async.side_outputs import replace_text
 
 LANE = "trainer loop"  # the controller's lane for the steps (tracing.py)
-WINDOW = 10  # steps averaged for the loss's first and last figures (summary.json, the report)
+WINDOW = STEP_ENDS  # steps averaged for the loss's first and last figures (summary.json, the report)
 
 
 async def train(config: SFTConfig, run_dir: Path, procs: RunProcs) -> dict:
@@ -144,7 +144,7 @@ class SFTLoop(TrainingLoop):
         )
         self.prompts_per_step = config.prompts_per_step
         self.demonstrations = demonstrations
-        self.losses: list[float] = []  # each step's train/loss, over every segment of the run
+        self.loss_ends = StepEnds()  # each step's train/loss, over every segment of the run, at both ends
 
     async def _steps(self) -> None:
         await self.delivery.wait_until_loaded(self.record.version)
@@ -169,7 +169,7 @@ class SFTLoop(TrainingLoop):
         self.delivery.publish(record.version)
         record.trained += len(batch)
         tokens = sum(len(e.completion.token_ids) for e in batch)
-        self.losses.append(result.metrics["train/loss"])
+        self.loss_ends.append(result.metrics["train/loss"])
         self.metrics.log({
             "step": record.step,
             **result.metrics,
@@ -185,18 +185,18 @@ class SFTLoop(TrainingLoop):
         })
 
     def _state(self) -> dict:
-        return {"demonstrations": self.demonstrations.state_dict(), "losses": list(self.losses)}
+        return {"demonstrations": self.demonstrations.state_dict(), "losses": self.loss_ends.state_dict()}
 
     async def _load_state(self, state: dict) -> None:
         self.demonstrations.load_state_dict(state["demonstrations"])
-        self.losses = list(state["losses"])
+        self.loss_ends = StepEnds.from_state(state["losses"])
 
 
 def write_summary(
     run_dir: Path, config: SFTConfig, loop: SFTLoop, handles: RunHandles, skipped_rows: dict, final_model: str | None
 ) -> dict:
     """RUN_DIR/summary.json: what the run did, from its record; returns it."""
-    record, losses, demonstrations = loop.record, loop.losses, loop.demonstrations
+    record, losses, demonstrations = loop.record, loop.loss_ends.as_list(), loop.demonstrations
     wall = record.wall_s()
     window = max(1, min(WINDOW, len(losses) // 2))
     summary = {
