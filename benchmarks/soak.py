@@ -87,18 +87,25 @@ def soak(run_dir: Path, steps: int, every_s: float, overrides: list[str]) -> lis
 
 def print_memory(samples: list[Sample], warmup_steps: int) -> None:
     after = [s for s in samples if s.step >= warmup_steps and s.step < samples[-1].step]
-    if len(after) < 3:
+    if len(after) < 6:
         raise SystemExit(f"only {len(after)} samples after the warm-up: run more steps or sample more often")
     first, last = after[0], after[-1]
     steps_per_hour = (last.step - first.step) / (last.seconds - first.seconds) * 3600
     print(f"\nresident set per role, after the warm-up (steps {first.step}-{last.step}, "
           f"{len(after)} samples, {steps_per_hour:,.0f} steps/h)")
-    print(f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7}")
+    print(f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7} {'1st half':>9} {'2nd half':>9}")
     for role in sorted(last.rss_kb):
         points = [(s.step, s.rss_kb[role]) for s in after if role in s.rss_kb]
-        slope = statistics.linear_regression(*zip(*points)).slope  # KB per step
+        slope, half = kb_per_step(points), len(points) // 2
         print(f"{role:<18} {points[0][1] / 1024:>14.0f} {points[-1][1] / 1024:>8.0f} "
-              f"{slope:>8.2f} {slope * steps_per_hour / 1024:>7.1f}")
+              f"{slope:>8.2f} {slope * steps_per_hour / 1024:>7.1f} "
+              f"{kb_per_step(points[:half]):>9.2f} {kb_per_step(points[half:]):>9.2f}")
+    print("(KB/step: the slope after the warm-up; each half's slope: a plateau shows as a lower second half)")
+
+
+def kb_per_step(points: list[tuple[int, int]]) -> float:
+    """Least-squares slope of (step, KB) points."""
+    return statistics.linear_regression(*zip(*points)).slope
 
 
 def print_run_dir(run_dir: Path, steps: int) -> None:
