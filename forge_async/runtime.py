@@ -26,9 +26,9 @@ _DEFAULTS = {
     # stopped (its default, 1m, is how long a dead node goes unnoticed).
     "HYPERACTOR_MESH_GET_PROC_STATE_MAX_IDLE": "15s",
     # Monarch 0.6 casts a call to a mesh through its tree of comm actors by default, and the
-    # callee's proc keeps ~1 KB of native memory per call so delivered, for good (a run's
-    # procs grew by GBs a day: docs/benchmarks.md, soak). Sent point to point to each actor
-    # (up to this many actors: every mesh of this project), a call leaves ~0.1 KB.
+    # callee's proc keeps ~1 KB of native memory per call so delivered, for good (a run's procs
+    # grew by GBs a day: docs/benchmarks.md, memory over a long run). Sent point to point to
+    # each actor (up to this many actors: every mesh of this project), a call leaves ~0.15 KB.
     "HYPERACTOR_MESH_V1_CAST_POINT_TO_POINT_THRESHOLD": "1024",
     # torchstore sets this on import (large tensors in one message) and prints that it did.
     "HYPERACTOR_CODEC_MAX_FRAME_LENGTH": str(2**40),

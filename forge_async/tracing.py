@@ -5,11 +5,10 @@ span's name, lane, start and end (wall-clock ns, the one clock every process and
 node shares) in a bounded in-memory ring, at about a microsecond per span. The ring
 keeps the newest MAX_SPANS spans of the process in flat arrays, 20 bytes a span (4 MB
 when full; a span as a Python tuple would take ~150): over a long run it fills, and
-then stays that size (docs/metrics.md). At the
-end of the run the controller collects every actor's spans (the `trace_spans`
-endpoint of ProcActor) and writes them as Chrome trace events: one track
-(process) per actor, one row (thread) per lane. Perfetto and chrome://tracing
-open the file; `python -m forge_async.trace RUN_DIR` prints a per-step budget
+then stays that size (docs/metrics.md, timeline). At the end of the run the
+controller collects every actor's spans (the `trace_spans` endpoint of ProcActor)
+and writes them as Chrome trace events: one track (process) per actor, one row
+(thread) per lane. Perfetto and chrome://tracing open the file; `python -m forge_async.trace RUN_DIR` prints a per-step budget
 (forge_async/trace.py).
 
 Why not Monarch's or torch's own: Monarch's telemetry spans feed its Rust
@@ -27,7 +26,8 @@ from dataclasses import dataclass
 
 Span = tuple[str, str, int, int]  # name, lane, start ns, end ns (time.time_ns)
 
-# Per process: the newest are kept (a days-long run keeps its last hours); 20 bytes each.
+# Per process, the newest kept (the default app's controller records 6 a step: its last ~33,000
+# steps); 20 bytes each.
 MAX_SPANS = 200_000
 
 
