@@ -8,8 +8,8 @@ when full; a span as a Python tuple would take ~150): over a long run it fills, 
 then stays that size (docs/metrics.md, timeline). At the end of the run the
 controller collects every actor's spans (the `trace_spans` endpoint of ProcActor)
 and writes them as Chrome trace events: one track (process) per actor, one row
-(thread) per lane. Perfetto and chrome://tracing open the file; `python -m forge_async.trace RUN_DIR` prints a per-step budget
-(forge_async/trace.py).
+(thread) per lane. Perfetto and chrome://tracing open the file; `python -m
+forge_async.trace RUN_DIR` prints a per-step budget (forge_async/trace.py).
 
 Why not Monarch's or torch's own: Monarch's telemetry spans feed its Rust
 tracing / SQL-sidecar pipeline (monarch.distributed_telemetry), which needs its
