@@ -35,7 +35,8 @@ async def write_summary(
     buffer = await handles.buffer.stats()
     wall = record.wall_s()
     generators = [g for g in await handles.generators.stats() if g]
-    pauses = [p for g in generators for p in g["swap_pauses_ms"]]
+    pauses = [g["swap_pauses"] for g in generators]
+    swaps = sum(p["count"] for p in pauses)
     rewards = record.rewards
     window = max(1, min(10, len(rewards) // 2))
     summary = {
@@ -73,9 +74,9 @@ async def write_summary(
         "generator_restarts": handles.generators.restarts,
         "lost_requests": handles.generators.lost_requests,
         "checkpoint_s": record.checkpoint_s,
-        "inflight_swaps": len(pauses),
-        "swap_pause_ms_mean": statistics.fmean(pauses) if pauses else None,
-        "swap_pause_ms_max": max(pauses) if pauses else None,
+        "inflight_swaps": swaps,
+        "swap_pause_ms_mean": sum(p["total_ms"] for p in pauses) / swaps if swaps else None,
+        "swap_pause_ms_max": max(p["max_ms"] for p in pauses if p["count"]) if swaps else None,
         # swap_mode=abort_resume: requests re-submitted with their generated prefix, and the
         # prefix tokens (prompt + generated) prefilled again
         "resumed_requests": sum(g["resumed_requests"] for g in generators),

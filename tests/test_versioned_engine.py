@@ -122,7 +122,7 @@ def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tin
         for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS):  # v1 tokens: uniform
             assert abs(c.logprobs[t] - uniform) < 1e-5
     assert len({tuple(r.result.token_ids) for r in requests}) == 3  # three samples, not one thrice
-    assert len(engine.swap_pauses_ms) == 1
+    assert engine.swap_pauses.count == 1
     engine.swap(v0, version=0)  # leave the shared engine as we found it
 
 
@@ -188,7 +188,7 @@ def test_drain_mode_holds_new_requests_until_the_swap(llm, tiny_checkpoint):
     assert first.result is not None and first.result.versions == [0] * MAX_TOKENS
     assert second.token_ids == []  # not admitted while draining
     engine.swap(zeros_like(v0), version=1)
-    assert engine.swap_pauses_ms == []  # the swap ran with nothing in flight
+    assert engine.swap_pauses.count == 0  # the swap ran with nothing in flight
     run_to_end(engine)
     assert second.result.versions == [1] * MAX_TOKENS
     engine.swap(v0, version=0)
@@ -219,7 +219,7 @@ def test_adapter_swap_moves_running_requests_to_the_new_adapter(lora_llm, adapte
         assert max(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP)) < 1e-4
         assert min(abs(c.logprobs[t] - reference[t]) for t in range(STEPS_BEFORE_SWAP, MAX_TOKENS)) > 1e-3
     assert engine.resumed_requests == (3 if mode == "abort_resume" else 0)
-    assert len(engine.swap_pauses_ms) == 1
+    assert engine.swap_pauses.count == 1
 
     # The base weights were never touched: a zero adapter serves the base model again.
     engine.swap(zero_adapter(tiny_checkpoint.weight_shapes(), LORA, torch.float32), version=2)
@@ -250,7 +250,7 @@ def test_abort_resume_with_unchanged_weights_is_the_uninterrupted_greedy_complet
         assert c.versions == [0] * RESUME_AT + [1] * (RESUME_MAX - RESUME_AT)
         assert max(abs(x - y) for x, y in zip(c.logprobs, expected.logprobs)) < 1e-4
     assert (engine.resumed_requests, engine.resumed_prefix_tokens) == (2, 2 * (len(PROMPT) + RESUME_AT))
-    assert len(engine.swap_pauses_ms) == 1
+    assert engine.swap_pauses.count == 1
 
 
 def test_abort_resume_keeps_the_prefix_and_computes_the_rest_with_the_new_weights_alone(

@@ -13,6 +13,7 @@ version carries the adapter alone (generation/adapter_slot.py).
 """
 
 import asyncio
+import dataclasses
 import logging
 import os
 import tempfile
@@ -163,7 +164,7 @@ class Generator(ProcActor):
         return {
             "version": e.version,
             "busy_s": self._busy_s + self._decoding_s(),
-            "swap_pauses_ms": list(e.swap_pauses_ms),
+            "swap_pauses": dataclasses.asdict(e.swap_pauses),
             "resumed_requests": e.resumed_requests,
             "resumed_prefix_tokens": e.resumed_prefix_tokens,
         }

@@ -62,6 +62,20 @@ class Request:
     result: Completion | None = None
 
 
+@dataclass
+class SwapPauses:
+    """The generation pauses of a run's swaps, as a tally: a days-long run swaps millions of times."""
+
+    count: int = 0
+    total_ms: float = 0.0
+    max_ms: float = 0.0
+
+    def add(self, pause_ms: float) -> None:
+        self.count += 1
+        self.total_ms += pause_ms
+        self.max_ms = max(self.max_ms, pause_ms)
+
+
 class VersionedEngine:
     def __init__(self, llm, swap_mode: str, version: int = 0, adapter=None):
         """`adapter`: an AdapterSlot (generation/adapter_slot.py) when serving LoRA, else None."""
@@ -76,7 +90,7 @@ class VersionedEngine:
         self.loads_in_place = adapter is None and engine_weights.loads_in_place(llm)
         self.version = version
         self.draining = False
-        self.swap_pauses_ms: list[float] = []  # pause of each swap made with requests running
+        self.swap_pauses = SwapPauses()  # of the swaps made with requests running
         # abort_resume: requests re-submitted with a generated prefix, and their prefix lengths
         # (prompt + generated), the tokens vLLM prefills again after a swap
         self.resumed_requests = 0
@@ -175,7 +189,7 @@ class VersionedEngine:
             self._resume(request)
         pause_ms = (time.perf_counter() - start) * 1e3
         if in_flight:
-            self.swap_pauses_ms.append(pause_ms)
+            self.swap_pauses.add(pause_ms)
         return pause_ms
 
     def _abort_running(self) -> list[Request]:
