@@ -24,6 +24,7 @@ from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
 from forge_async.console import keep_console_for_own_lines, since_launch
 from forge_async.errors import TrainerFailed, UserError
+from forge_async.heap_trim import start_heap_trimmer
 from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import import_frozen
@@ -60,6 +61,7 @@ async def spawned_procs(config: GRPOConfig, run_dir: Path) -> AsyncIterator[RunP
     config.placement.check(hosts.nnodes)
     config.weights = config.weights.resolved()
     keep_controller_alive_on_faults()
+    start_heap_trimmer()
     TRACER.enabled = config.trace.enabled
     scratch_dir = claim_scratch(Path(config.weights.channel_dir))
     await hosts.start()

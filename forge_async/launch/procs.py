@@ -24,6 +24,7 @@ from forge_async.actors.generator_platform import prepare_process
 from forge_async.config import GRPOConfig
 from forge_async.console import send_output_to_log
 from forge_async.errors import ConfigError
+from forge_async.heap_trim import start_heap_trimmer
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import frozen, import_frozen
 from forge_async.launch.roles import REPLAY_BUFFER, TRAINER, Kind, Role, environment, generator, scorer
@@ -50,10 +51,11 @@ Step = Callable[[], None]
 def start_proc(
     log_dir: str | None, name: str, modules: tuple[str, ...], trace: bool = True, prepare: tuple[Step, ...] = ()
 ) -> None:
-    """A proc's bootstrap: its output to LOG_DIR/NAME.log (none: the console), spans recorded
-    or not (`trace`), the `prepare` steps (environment that must be set before torch or
-    vLLM read it), then `modules` imported."""
+    """A proc's bootstrap: its heap trimmed every half minute (heap_trim.py), its output to
+    LOG_DIR/NAME.log (none: the console), spans recorded or not (`trace`), the `prepare`
+    steps (environment that must be set before torch or vLLM read it), then `modules` imported."""
     TRACER.enabled = trace
+    start_heap_trimmer()
     if log_dir is not None:
         send_output_to_log(log_dir, name)
     with frozen():  # the steps import torch: like the modules, without the collector
