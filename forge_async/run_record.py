@@ -7,6 +7,7 @@ It does not grow with the run's steps: of the per-step rewards it keeps the two 
 summary.json reports (StepEnds).
 """
 
+import statistics
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -38,6 +39,15 @@ class StepEnds:
         overlap = max(0, len(self.first) - (self.count - len(self.last)))
         return self.first + list(self.last)[overlap:]
 
+    def means(self) -> tuple[int, float | None, float | None]:
+        """(window, mean of the first `window` steps, mean of the last): the window is STEP_ENDS,
+        or half the steps of a shorter run (at least 1); (1, None, None) before any step."""
+        values = self.as_list()
+        window = max(1, min(STEP_ENDS, len(values) // 2))
+        if not values:
+            return window, None, None
+        return window, statistics.fmean(values[:window]), statistics.fmean(values[-window:])
+
     def state_dict(self) -> dict:
         return {"first": self.first, "last": list(self.last), "count": self.count}
 
@@ -67,11 +77,6 @@ class RunRecord:
     failure: str | None = None  # what ended the run early (the trainer was fine: the run saved)
     wall_before_s: float = 0.0  # wall time of earlier segments of a resumed run
     segment_start: float = field(default_factory=time.perf_counter)  # this segment's start
-
-    @property
-    def rewards(self) -> list[float]:
-        """Each step's mean reward at both ends of the run (StepEnds.as_list)."""
-        return self.reward_ends.as_list()
 
     def wall_s(self) -> float:
         """Wall time of the whole run (every segment of a resumed one) up to now."""

@@ -9,7 +9,6 @@ by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance, sco
 """
 
 import json
-import statistics
 from pathlib import Path
 
 from forge_async.config import GRPOConfig
@@ -37,8 +36,7 @@ async def write_summary(
     generators = [g for g in await handles.generators.stats() if g]
     pauses = [g["swap_pauses"] for g in generators]
     swaps = sum(p["count"] for p in pauses)
-    rewards = record.rewards
-    window = max(1, min(10, len(rewards) // 2))
+    _, reward_first, reward_last = record.reward_ends.means()
     summary = {
         "mode": config.mode,
         "steps": record.step,
@@ -60,8 +58,8 @@ async def write_summary(
         "in_flight": 0,  # workers are drained into the buffer before this point
         # taken for a step that a failed trainer never finished
         "lost_in_failed_step": buffer.sampled - record.trained,
-        "reward_first": statistics.fmean(rewards[:window]) if rewards else None,
-        "reward_last": statistics.fmean(rewards[-window:]) if rewards else None,
+        "reward_first": reward_first,
+        "reward_last": reward_last,
         # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null
         "eval_first": record.eval_first,
         "eval_last": record.eval_last,

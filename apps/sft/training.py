@@ -34,7 +34,7 @@ from forge_async.handles.run import RunHandles
 from forge_async.launch.procs import RunProcs
 from forge_async.metric_sinks import MetricSink, build_sinks
 from forge_async.metrics import MetricsLog
-from forge_async.run_record import STEP_ENDS, RunRecord, StepEnds
+from forge_async.run_record import RunRecord, StepEnds
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
@@ -45,7 +45,6 @@ from forge_async.weights.route import plan_route
 from forge_async.side_outputs import replace_text
 
 LANE = "trainer loop"  # the controller's lane for the steps (tracing.py)
-WINDOW = STEP_ENDS  # steps averaged for the loss's first and last figures (summary.json, the report)
 
 
 async def train(config: SFTConfig, run_dir: Path, procs: RunProcs) -> dict:
@@ -196,9 +195,9 @@ def write_summary(
     run_dir: Path, config: SFTConfig, loop: SFTLoop, handles: RunHandles, skipped_rows: dict, final_model: str | None
 ) -> dict:
     """RUN_DIR/summary.json: what the run did, from its record; returns it."""
-    record, losses, demonstrations = loop.record, loop.loss_ends.as_list(), loop.demonstrations
+    record, demonstrations = loop.record, loop.demonstrations
+    window, loss_first, loss_last = loop.loss_ends.means()
     wall = record.wall_s()
-    window = max(1, min(WINDOW, len(losses) // 2))
     summary = {
         "objective": "sft",
         "steps": record.step,
@@ -210,8 +209,8 @@ def write_summary(
         "trained_tokens": demonstrations.tokens,  # their completion tokens, EOS included
         "skipped_demonstrations": demonstrations.skipped,
         "loss_window": window,
-        "loss_first": statistics.fmean(losses[:window]) if losses else None,
-        "loss_last": statistics.fmean(losses[-window:]) if losses else None,
+        "loss_first": loss_first,
+        "loss_last": loss_last,
         # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null
         "eval_first": record.eval_first,
         "eval_last": record.eval_last,
