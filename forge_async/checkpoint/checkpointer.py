@@ -28,7 +28,6 @@ class CheckpointNotWritten(RuntimeError):
 class Checkpointer:
     def __init__(self, run_dir: Path, keep: int):
         self.directory = CheckpointDirectory(run_dir, keep)
-        self.needed_bytes = 0  # the free space the checkpoint being written asks for
 
     async def save(self, step: int, loop_state: dict, handles: RunHandles) -> dict:
         """Write the checkpoint of `step`; returns where it went, its size and how long it took.
@@ -36,13 +35,13 @@ class Checkpointer:
         Raises CheckpointNotWritten, with nothing of this step's left on disk, if the filesystem
         has too little room for it or a write fails; earlier checkpoints stay as they were."""
         start = time.perf_counter()
-        await self._check_room(step, handles)
+        needed = await self._room_needed(step, handles)
         with self.directory.writing(step) as staging:
             try:
                 await self._write(staging, step, loop_state, handles)
                 path = self.directory.commit(staging)
             except OSError as err:
-                raise self._not_written(step, err.strerror or str(err)) from None
+                raise self._not_written(step, needed, err.strerror or str(err)) from None
         return {"path": str(path), "seconds": time.perf_counter() - start, "bytes": size_of(path)}
 
     async def _write(self, staging: Path, step: int, loop_state: dict, handles: RunHandles) -> None:
@@ -57,24 +56,25 @@ class Checkpointer:
         }
         torch.save(state, staging / CONTROLLER_FILE)
 
-    async def _check_room(self, step: int, handles: RunHandles) -> None:
-        """Refuse to start a checkpoint that the filesystem has no room for: the trainer's state,
-        plus the controller's part as large as last time, with a margin."""
+    async def _room_needed(self, step: int, handles: RunHandles) -> int:
+        """The bytes a checkpoint asks to be free: the trainer's state, plus the controller's part
+        as large as last time, with a margin. Refuses to start one the filesystem has no room for."""
         newest = self.directory.complete()
         controller = newest[0] / CONTROLLER_FILE if newest else None
         controller_bytes = controller.stat().st_size if controller is not None and controller.is_file() else 0
-        self.needed_bytes = int((await handles.trainer.state_bytes() + controller_bytes) * _MARGIN)
+        needed = int((await handles.trainer.state_bytes() + controller_bytes) * _MARGIN)
         self.directory.root.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(self.directory.root).free
-        if free < self.needed_bytes:
-            raise self._not_written(step, f"{_mib(free)} free")
+        if free < needed:
+            raise self._not_written(step, needed, f"{_mib(free)} free")
+        return needed
 
-    def _not_written(self, step: int, why: str) -> CheckpointNotWritten:
+    def _not_written(self, step: int, needed: int, why: str) -> CheckpointNotWritten:
         newest = self.directory.complete()
         last_good = f"the last good one is {newest[0].name}" if newest else "there is no earlier one"
         return CheckpointNotWritten(
             f"checkpoint of step {step} not written to {self.directory.root}: it needs about "
-            f"{_mib(self.needed_bytes)} ({why}); {last_good}"
+            f"{_mib(needed)} ({why}); {last_good}"
         )
 
     @staticmethod
