@@ -21,6 +21,7 @@ from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.callables import load_callable
 from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.envs.environment import EnvConfig
+from forge_async.envs.registry import check_environment_name
 from forge_async.evaluation.config import EvalConfig
 from forge_async.models.config import ModelConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
@@ -155,7 +156,7 @@ class GRPOConfig(RunConfig):
             if scorer.fn is not None:
                 load_callable(scorer.fn, f"scorers[{index}].fn")
         if self.env.name is not None:
-            load_callable(self.env.name, "env.name")
+            check_environment_name(self.env)
         if self.task.name == "dataset":
             load_callable(self.task.reward_fn, "task.reward_fn")
         if self.task.name == "reasoning_gym":

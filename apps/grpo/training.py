@@ -24,6 +24,7 @@ from forge_async.config import GRPOConfig
 from forge_async.console import since_launch
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
+from forge_async.envs.registry import open_environments
 from forge_async.envs.runner import EnvRunner, build_env_runner, environment_factory, with_environment
 from forge_async.errors import TrainerFailed
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
@@ -69,14 +70,14 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt
-    task = with_environment(config.env, build_task(config.task, tokenizer, room))
-    eval_prompts = held_out_prompts(config.eval, task, config.task, tokenizer, room) if config.eval.enabled else []
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
-
-    async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
-        env_runner = await start_environments(config, handles, task, tokenizer, context)
-        return await train_on(config, run_dir, handles, task, env_runner, eval_prompts)
+    async with open_environments(config.env, tokenizer) as new_environment:
+        task = with_environment(build_task(config.task, tokenizer, room), new_environment)
+        eval_prompts = held_out_prompts(config.eval, task, config.task, tokenizer, room) if config.eval.enabled else []
+        print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
+        async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
+            env_runner = await start_environments(config, handles, task, tokenizer, context)
+            return await train_on(config, run_dir, handles, task, env_runner, eval_prompts)
 
 
 @asynccontextmanager

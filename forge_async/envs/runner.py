@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
-from forge_async.callables import load_callable
 from forge_async.tasks.task import Prompt, Task, TaskError, prompt_token_ids
 from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
 from forge_async.envs.remote import EnvironmentFailed
@@ -157,7 +156,7 @@ class EnvRunner:
             if inspect.iscoroutinefunction(method):
                 return await asyncio.wait_for(method(*args), self.timeout_s)
             return method(*args)
-        except EnvironmentFailed:
+        except (EnvironmentFailed, EpisodeDropped):  # an environment may drop its episode by a reason of its own
             raise
         except asyncio.TimeoutError as err:
             raise EpisodeDropped("env_timeout", f"{name}() took longer than env.timeout_s={self.timeout_s}") from err
@@ -203,11 +202,11 @@ class EnvironmentTask:
         raise TaskError(f"env.name plays {self.name}'s prompts as episodes: there is no single completion to imitate")
 
 
-def with_environment(config: EnvConfig, task: Task) -> Task:
-    """`task`, played in `env.name`'s environment when one is named."""
-    if config.name is None:
+def with_environment(task: Task, new_environment: EnvFactory | None) -> Task:
+    """`task`, played in the environments `new_environment` makes (env.name's) when there are any."""
+    if new_environment is None:
         return task
-    return EnvironmentTask(task, load_callable(config.name, "env.name"))
+    return EnvironmentTask(task, new_environment)
 
 
 def environment_factory(task: Task) -> EnvFactory | None:

@@ -1,0 +1,31 @@
+"""What `env.name` names: the environments a run's episodes are played in.
+
+    module:callable      your own Environment class, or a function returning one
+    openenv              an OpenEnv environment server (env.openenv.*; envs/openenv.py)
+    textarena:GAME       a single-player TextArena game (env.textarena.*; envs/textarena.py)
+
+`open_environments` yields the factory of one environment per episode, with whatever
+the source runs for the length of the run (an OpenEnv server process) stopped after,
+however the run ends. `check_environment_name` fails at start on a name that cannot work.
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from forge_async.callables import load_callable
+from forge_async.envs.environment import EnvConfig
+from forge_async.envs.runner import EnvFactory
+
+
+def check_environment_name(config: EnvConfig) -> None:
+    """A CallableError (or ConfigError) naming env.name if it cannot make environments."""
+    load_callable(config.name, "env.name")
+
+
+@asynccontextmanager
+async def open_environments(config: EnvConfig, tokenizer) -> AsyncIterator[EnvFactory | None]:
+    """The factory of env.name's environments (None without env.name), open for the block."""
+    if config.name is None:
+        yield None
+        return
+    yield load_callable(config.name, "env.name")
