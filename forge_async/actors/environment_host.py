@@ -14,7 +14,7 @@ import inspect
 import pickle
 from collections.abc import Callable
 
-from monarch.actor import concurrent_endpoint
+from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.tasks.task import Prompt
@@ -27,6 +27,13 @@ class EnvironmentHost(ProcActor):
     def __init__(self, new_environment: Callable[[], Environment]):
         self.new_environment = new_environment
         self.episodes: dict[int, Environment] = {}
+
+    @endpoint
+    async def start(self) -> None:
+        """What the factory runs for the episodes of this proc (an agent endpoint), started now."""
+        start = getattr(self.new_environment, "start", None)
+        if start is not None:
+            await start()
 
     @concurrent_endpoint
     async def reset(self, episode: int, prompt: Prompt) -> Outcome:

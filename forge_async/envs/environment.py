@@ -13,10 +13,11 @@ event loop: keep them fast). One Environment object serves one episode.
 """
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
+from forge_async.envs.agent.config import AgentConfig
 from forge_async.tasks.task import Prompt
 
 Observation = str | list[int]
@@ -49,8 +50,9 @@ class Environment(Protocol):
 
 @dataclass
 class EnvConfig:
-    # "module:callable" returning a new Environment per episode; null: the task's own
-    # (task.name=tool_lookup has one), or none (single-turn episodes).
+    # "module:callable" returning a new Environment per episode, or "agent:module:function"
+    # (an async agent program driving each episode through an OpenAI client; env.agent.*);
+    # null: the task's own (task.name=tool_lookup has one), or none (single-turn episodes).
     name: str | None = None
     max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
     # Tokens after the prompt (model turns + observations); null: as many as the context holds.
@@ -60,6 +62,7 @@ class EnvConfig:
     # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
     # actors, roles environment0..n-1), episodes spread over them.
     procs: int = 0
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)

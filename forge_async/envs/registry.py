@@ -1,6 +1,8 @@
 """What `env.name` names: the environments a run's episodes are played in.
 
-    module:callable      your own Environment class, or a function returning one
+    module:callable        your own Environment class, or a function returning one
+    agent:module:function  your async agent program, driving each episode through an OpenAI
+                           client (env.agent.*; envs/agent/)
     openenv              an OpenEnv environment server (env.openenv.*; envs/openenv.py)
     textarena:GAME       a single-player TextArena game (env.textarena.*; envs/textarena.py)
 
@@ -13,12 +15,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from forge_async.callables import load_callable
+from forge_async.envs.agent.config import AGENT_PREFIX
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.runner import EnvFactory
 
 
 def check_environment_name(config: EnvConfig) -> None:
     """A CallableError (or ConfigError) naming env.name if it cannot make environments."""
+    if config.name.startswith(AGENT_PREFIX):
+        from forge_async.envs.agent.environment import load_agent  # aiohttp and vLLM's schema: only for agents
+
+        load_agent(config.name)
+        return
     load_callable(config.name, "env.name")
 
 
@@ -27,5 +35,10 @@ async def open_environments(config: EnvConfig, tokenizer) -> AsyncIterator[EnvFa
     """The factory of env.name's environments (None without env.name), open for the block."""
     if config.name is None:
         yield None
-        return
-    yield load_callable(config.name, "env.name")
+    elif config.name.startswith(AGENT_PREFIX):
+        from forge_async.envs.agent.environment import agent_environments
+
+        async with agent_environments(config.name, config.agent, tokenizer) as episodes:
+            yield episodes
+    else:
+        yield load_callable(config.name, "env.name")
