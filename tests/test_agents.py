@@ -17,7 +17,11 @@ from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.envs.agent.endpoint import stop_shared_endpoint
-from forge_async.envs.agent.environment import AgentEpisodes
+from forge_async.callables import CallableError
+from forge_async.envs.agent.environment import AgentEpisodes, agent_environments
+from forge_async.envs.environment import EnvConfig
+from forge_async.envs.registry import check_environment_name
+from forge_async.errors import ConfigError
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.models.tokenizer import EOS, VOCAB, build_byte_tokenizer, build_digit_tokenizer
 from forge_async.tasks.tool_lookup import ToolLookupEnv, ToolLookupTask
@@ -221,7 +225,7 @@ def test_tool_lookup_learns_through_openai_client_agents_on_an_environment_proc(
     """A GRPO run whose episodes are agent programs on a proc of its own (its endpoint there too),
     some of which fail: they are counted and the run learns."""
     run = run_app(
-        tmp_path / "run", "--config-name=tool_lookup", "steps=50", "env.procs=1",
+        tmp_path / "run", "--config-name=tool_lookup", "steps=40", "env.procs=1",
         "env.name=agent:tests.flaky_agent:play", timeout=900,
     )
     assert run.returncode == 0, run.output
@@ -236,3 +240,19 @@ def test_tool_lookup_learns_through_openai_client_agents_on_an_environment_proc(
     first, last = (statistics.fmean(m["reward/mean"] for m in part) for part in (metrics[:10], metrics[-10:]))
     assert first < 0.06 and last > first + 0.05, (first, last)
     assert max(m["policy/version_spread_max"] for m in metrics) >= 1  # turns under different versions
+
+
+def test_a_bad_agent_config_fails_at_start_naming_the_key():
+    with pytest.raises(ConfigError, match=r"env.name=agent:json:dumps: json:dumps must be an async function"):
+        check_environment_name(EnvConfig(name="agent:json:dumps"))
+    with pytest.raises(CallableError, match=r"env.name 'no_such_module:play' cannot be imported"):
+        check_environment_name(EnvConfig(name="agent:no_such_module:play"))
+    with pytest.raises(ConfigError, match=r"env.agent.episode_timeout_s=0: must be > 0"):
+        AgentConfig(episode_timeout_s=0)
+
+    async def open_with_an_unknown_parser():
+        async with agent_environments(LOOKUP_AGENT, AgentConfig(tool_parser="no_such_parser"), DIGITS):
+            pass
+
+    with pytest.raises(ConfigError, match=r"env.agent.tool_parser='no_such_parser': not a vLLM tool parser"):
+        asyncio.run(open_with_an_unknown_parser())

@@ -38,6 +38,9 @@ class EpisodeDropped(Exception):
         super().__init__(message)
         self.reason = reason
 
+    def __reduce__(self):  # it travels from environment procs (env.procs) with its reason
+        return EpisodeDropped, (self.reason, str(self))
+
 
 @dataclass
 class EpisodeLimits:

@@ -29,7 +29,7 @@ from forge_async.envs.agent.config import AGENT_PREFIX, AgentConfig
 from forge_async.envs.agent.conversation import Conversation, HistoryEdited
 from forge_async.envs.agent.endpoint import SERVED_MODEL, shared_endpoint, stop_shared_endpoint
 from forge_async.envs.agent.replies import ToolCallReader
-from forge_async.envs.agent.session import AgentSession, Asked, Returned
+from forge_async.envs.agent.session import AgentSession, Asked, Returned, SessionEnded
 from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EpisodeDropped
 from forge_async.errors import ConfigError
@@ -89,7 +89,10 @@ class AgentEnvironment:
         return event.token_ids
 
     async def step(self, turn: ModelTurn) -> EnvStep:
-        self.session.answer(turn)
+        try:
+            self.session.answer(turn)
+        except SessionEnded as err:
+            raise EpisodeDropped("agent_error", str(err)) from None
         event = await self._next_event()
         if isinstance(event, Asked):
             return EnvStep(observation=event.token_ids)

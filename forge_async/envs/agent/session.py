@@ -69,7 +69,10 @@ class AgentSession:
             self._request, self._reply = None, None
 
     def answer(self, turn: ModelTurn) -> None:
-        """Send the model's `turn` to the request waiting for it."""
+        """Send the model's `turn` to the request waiting for it; SessionEnded if the request is
+        gone (its client gave up on it)."""
+        if self._reply is None or self._reply.done():
+            raise SessionEnded("the agent's request was gone before its turn came back")
         message, finish_reason = assistant_message(turn, self._request, self.reader)
         self.conversation.record_reply(message)
         reply = chat_completion(message, finish_reason, self.model, self.tokens, turn)
