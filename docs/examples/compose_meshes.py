@@ -6,6 +6,9 @@ max-digit task: generate groups, score them, buffer them, train, push the new
 weights through torchstore, and load them into the generator.
 
     python docs/examples/compose_meshes.py --steps 3 --trainer-procs 2
+
+Each mesh's procs write their output (vLLM's and TorchTitan's start-up lines, warnings)
+to LOG_DIR/<mesh>.log, as the apps' do, so the console shows only what the script prints.
 """
 
 import argparse
@@ -29,7 +32,7 @@ from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
 
 
-async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
+async def compose(steps: int, trainer_procs: int, workdir: Path, log_dir: Path) -> None:
     tokenizer = build_digit_tokenizer()
     checkpoint = Checkpoint.open(create_tiny_checkpoint(workdir / "model"))
     sampling = SamplingConfig(max_tokens=3)
@@ -43,13 +46,13 @@ async def compose(steps: int, trainer_procs: int, workdir: Path) -> None:
 
     await store.start_store()
     trainer_procs_mesh, trainer = await meshes.spawn_trainer(
-        checkpoint, TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id, weights
+        checkpoint, TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id, weights, log_dir=log_dir
     )
     generator_procs, generator, timing = await meshes.spawn_generator(
-        checkpoint, GeneratorConfig(kv_cache_gib=0.25), weights  # a tiny model needs little KV
+        checkpoint, GeneratorConfig(kv_cache_gib=0.25), weights, log_dir=log_dir  # a tiny model needs little KV
     )
-    buffer_procs, buffer = await meshes.spawn_replay_buffer(max_policy_age=0, capacity=1024)
-    print(f"meshes up (engine start {timing['engine_start_s']:.1f}s)")
+    buffer_procs, buffer = await meshes.spawn_replay_buffer(max_policy_age=0, capacity=1024, log_dir=log_dir)
+    print(f"meshes up (engine start {timing['engine_start_s']:.1f}s); proc logs in {log_dir}")
 
     rng = random.Random(0)
     try:
@@ -79,9 +82,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--trainer-procs", type=int, default=1)
+    parser.add_argument("--log-dir", type=Path, default=Path("runs/compose_meshes_logs"), help="the procs' output")
     args = parser.parse_args()
+    args.log_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as workdir:
-        asyncio.run(compose(args.steps, args.trainer_procs, Path(workdir)))
+        asyncio.run(compose(args.steps, args.trainer_procs, Path(workdir), args.log_dir))
     from monarch.actor import shutdown_context
 
     shutdown_context().get(timeout=30)
