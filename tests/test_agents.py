@@ -75,9 +75,9 @@ def play_all(runner: EnvRunner, prompts, model) -> list[Completion | EpisodeDrop
 
     async def main():
         try:
-            start = getattr(runner.new_environment, "start", None)
-            if start is not None:  # as the run does, before the first episode
-                await start()
+            prepare = getattr(runner.new_environment, "prepare_process", None)
+            if prepare is not None:  # as the run does, before the first episode
+                await prepare()
             return await asyncio.gather(*(one(p) for p in prompts))
         finally:
             await stop_shared_endpoint()

@@ -29,11 +29,12 @@ class EnvironmentHost(ProcActor):
         self.episodes: dict[int, Environment] = {}
 
     @endpoint
-    async def start(self) -> None:
-        """What the factory runs for the episodes of this proc (an agent endpoint), started now."""
-        start = getattr(self.new_environment, "start", None)
-        if start is not None:
-            await start()
+    async def prepare(self) -> None:
+        """Before the first episode: what the factory runs in each process that plays its episodes
+        (an agent endpoint: envs/agent/), started now, if it has any."""
+        prepare = getattr(self.new_environment, "prepare_process", None)
+        if prepare is not None and not inspect.isclass(self.new_environment):
+            await prepare()
 
     @concurrent_endpoint
     async def reset(self, episode: int, prompt: Prompt) -> Outcome:

@@ -25,7 +25,7 @@ class EnvironmentHosts:
         for index in range(self.count):
             procs, host = self.spawner.environment_host(index, new_environment)
             where = await host.where.call_one()
-            await host.start.call_one()
+            await host.prepare.call_one()
             self.procs_file.record(roles.environment(index), where)
             self._procs.append(procs)
             self._hosts.append(host)

@@ -54,7 +54,7 @@ class AgentEpisodes:
     def __call__(self) -> "AgentEnvironment":
         return AgentEnvironment(self)
 
-    async def start(self) -> None:
+    async def prepare_process(self) -> None:
         """This process's endpoint up before the first episode (its start, ~4 s, would otherwise
         count against that episode's env.timeout_s)."""
         await shared_endpoint(self.config)
@@ -145,7 +145,7 @@ async def agent_environments(name: str, config: AgentConfig, tokenizer) -> Async
     except KeyError as err:
         raise ConfigError(f"env.agent.tool_parser={config.tool_parser!r}: not a vLLM tool parser ({err})") from None
     try:
-        await episodes.start()
+        await episodes.prepare_process()
         yield episodes
     finally:
         await stop_shared_endpoint()
