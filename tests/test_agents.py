@@ -22,8 +22,10 @@ from forge_async.envs.agent.environment import AgentEpisodes, agent_environments
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.registry import check_environment_name
 from forge_async.errors import ConfigError
-from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
+from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits, with_environment
 from forge_async.models.tokenizer import EOS, VOCAB, build_byte_tokenizer, build_digit_tokenizer
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.registry import build_task
 from forge_async.tasks.tool_lookup import ToolLookupEnv, ToolLookupTask
 from test_grpo_app import assert_accounting
 
@@ -111,7 +113,7 @@ def test_an_agent_that_edits_its_history_raises_or_hangs_is_dropped_by_reason():
     assert "message 0 (user) differs" in str(drops[1])
     [hung] = play_all(runner_of(f"agent:{__name__}:hangs", episode_timeout_s=0.5), [prompts[1]], LookupModel())
     assert hung.reason == "agent_timeout"
-    [silent] = play_all(runner_of(f"agent:{__name__}:returns_a_word"), [prompts[1]], LookupModel())
+    [silent] = play_all(runner_of(f"agent:{__name__}:returns_nothing"), [prompts[1]], LookupModel())
     assert silent.reason == "agent_error" and "a finite number" in str(silent)
 
 
@@ -121,10 +123,31 @@ async def hangs(prompt, base_url):
     await asyncio.sleep(3600)
 
 
-async def returns_a_word(prompt, base_url):
+async def returns_nothing(prompt, base_url):
     client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
     await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "1"}])
-    return "great"
+
+
+async def answers(prompt, base_url):
+    """Asks the model once, then returns the prompt's answer as its own (odd digits: a wrong one)."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": prompt.text}])
+    return prompt.answer if int(prompt.answer) % 2 == 0 else str((int(prompt.answer) + 1) % 10)
+
+
+def test_an_agents_text_answer_is_scored_by_the_tasks_reward():
+    task = build_task(TaskConfig(name="max_digit", num_digits=3), DIGITS, 10)
+    episodes = AgentEpisodes(f"agent:{__name__}:answers", AgentConfig(), DIGITS)
+    played_task = with_environment(task, episodes, DIGITS)
+    rng = random.Random(0)
+    prompts = [task.sample(rng) for _ in range(12)]
+    done = play_all(runner_of(episodes), prompts, LookupModel())
+    for prompt, completion in zip(prompts, done, strict=True):
+        right = int(prompt.answer) % 2 == 0
+        assert completion.answer == (prompt.answer if right else str((int(prompt.answer) + 1) % 10))
+        # max_digit's own reward: 1 for the digit then EOS (the answer counts as said and ended).
+        assert played_task.reward(prompt, completion) == (1.0 if right else 0.0)
+    assert {int(p.answer) % 2 for p in prompts} == {0, 1}
 
 
 ANSWERS: dict[str, tuple[int, str]] = {}  # what each malformed request got back: status, error message

@@ -27,6 +27,7 @@ class Completion:
     finish_reason: str
     turns: int = 1  # model turns (multi-turn episodes)
     env_reward: float | None = None  # the sum of the environment's rewards (multi-turn episodes)
+    answer: str | None = None  # the episode's final answer, when its environment gave one (EnvStep.answer)
 
     def __post_init__(self) -> None:
         if not (len(self.token_ids) == len(self.logprobs) == len(self.versions)):

@@ -38,6 +38,9 @@ class EnvStep:
     observation: Observation | None = None  # what the model sees next (None or "" when done)
     reward: float = 0.0
     done: bool = False
+    # With done: the episode's final answer, which the task's reward scores as if the model had
+    # said it and stopped (added to the step rewards). An agent program that returns text gives one.
+    answer: str | None = None
 
 
 class Environment(Protocol):

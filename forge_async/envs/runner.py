@@ -103,7 +103,7 @@ class EnvRunner:
             raise EpisodeDropped(
                 "env_error", f"reset()'s observation ({len(first)} tokens) leaves no room in the context"
             )
-        reward, turns, finish = 0.0, 0, "done"
+        reward, turns, finish, answer = 0.0, 0, "done", None
         while True:
             budget = self._turn_budget(len(first), len(transcript.token_ids))
             turn_sampling = replace(sampling, max_tokens=budget, min_tokens=min(sampling.min_tokens, budget))
@@ -114,6 +114,7 @@ class EnvRunner:
             step = _checked(await self._call(env.step, turn))
             reward += step.reward
             if step.done:
+                answer = step.answer
                 break
             if turns == self.limits.max_turns:
                 finish = "max_turns"
@@ -132,6 +133,7 @@ class EnvRunner:
             finish_reason=finish,
             turns=turns,
             env_reward=reward,
+            answer=answer,
         )
 
     def _turn_budget(self, first: int, so_far: int) -> int:
@@ -172,6 +174,8 @@ def _checked(step) -> EnvStep:
         raise EpisodeDropped("env_error", f"step() returned {step!r}, not an EnvStep")
     if not isinstance(step.reward, numbers.Real) or not math.isfinite(step.reward):
         raise EpisodeDropped("env_error", f"step() returned reward {step.reward!r}, not a finite number")
+    if step.answer is not None and not isinstance(step.answer, str):
+        raise EpisodeDropped("env_error", f"step() returned answer {step.answer!r}, not text")
     return step
 
 
@@ -184,13 +188,15 @@ def _token_ids(ids, tokenizer) -> list[int]:
 
 class EnvironmentTask:
     """A task whose prompts are played as episodes in `env.name`'s environment: the task's prompts,
-    the environment's reward (the sum of its step rewards)."""
+    the environment's reward (the sum of its step rewards), plus the task's own reward of the
+    episode's final answer when the environment gave one."""
 
-    def __init__(self, task: Task, new_environment: EnvFactory):
+    def __init__(self, task: Task, new_environment: EnvFactory, tokenizer):
         self.task = task
         self.name = task.name
         self.skipped_rows = task.skipped_rows
         self.new_environment = new_environment
+        self.tokenizer = tokenizer
 
     def sample(self, rng) -> Prompt:
         return self.task.sample(rng)
@@ -199,17 +205,24 @@ class EnvironmentTask:
         return self.task.hold_out(count)
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
-        return completion.env_reward
+        if completion.answer is None:
+            return completion.env_reward
+        return completion.env_reward + self.task.reward(prompt, self._said(completion.answer, prompt))
+
+    def _said(self, answer: str, prompt: Prompt) -> Completion:
+        """`answer` as a completion the model ended with EOS: what the task's reward reads."""
+        ids = self.tokenizer.encode(answer, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return Completion(prompt.token_ids, ids, [0.0] * len(ids), [ENV_TOKEN] * len(ids), answer, "stop", env_reward=0.0)
 
     def demonstration(self, prompt: Prompt) -> str:
         raise TaskError(f"env.name plays {self.name}'s prompts as episodes: there is no single completion to imitate")
 
 
-def with_environment(task: Task, new_environment: EnvFactory | None) -> Task:
+def with_environment(task: Task, new_environment: EnvFactory | None, tokenizer) -> Task:
     """`task`, played in the environments `new_environment` makes (env.name's) when there are any."""
     if new_environment is None:
         return task
-    return EnvironmentTask(task, new_environment)
+    return EnvironmentTask(task, new_environment, tokenizer)
 
 
 def environment_factory(task: Task) -> EnvFactory | None:

@@ -5,7 +5,8 @@ requests.
                    the token ids of its first request are the first observation
     step(turn)     the model's turn answers the request waiting for it; then the ids the
                    agent's next request adds are the next observation, or, when the agent
-                   returns, its value is the episode's reward (done)
+                   returns, its value ends the episode: a number is its reward, text its
+                   final answer, scored by the task's reward (EnvStep.answer)
     close()        the session ends (a request still waiting gets a 409) and the agent
                    function is cancelled if it still runs
 
@@ -41,7 +42,9 @@ def load_agent(name: str):
     spec = name.removeprefix(AGENT_PREFIX)
     agent = load_callable(spec, "env.name")
     if not inspect.iscoroutinefunction(agent):
-        raise ConfigError(f"env.name={name}: {spec} must be an async function: async def f(prompt, base_url) -> reward")
+        raise ConfigError(
+            f"env.name={name}: {spec} must be an async function: async def f(prompt, base_url) -> reward or answer"
+        )
     return agent
 
 
@@ -96,6 +99,8 @@ class AgentEnvironment:
         event = await self._next_event()
         if isinstance(event, Asked):
             return EnvStep(observation=event.token_ids)
+        if isinstance(event.value, str):
+            return EnvStep(done=True, answer=event.value)  # the task's reward scores it
         return EnvStep(reward=_reward(event.value), done=True)
 
     async def close(self) -> None:
@@ -132,7 +137,9 @@ class AgentEnvironment:
 
 def _reward(value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise EpisodeDropped("agent_error", f"the agent returned {value!r}; an agent returns its reward, a finite number")
+        raise EpisodeDropped(
+            "agent_error", f"the agent returned {value!r}; an agent returns its reward (a finite number) or its answer (text)"
+        )
     return float(value)
 
 
