@@ -80,10 +80,9 @@ class AgentEnvironment:
         self.session: AgentSession | None = None
 
     async def reset(self, prompt: Prompt) -> list[int]:
-        endpoint = await shared_endpoint(self.episodes.config)
-        self.endpoint = endpoint
+        self.endpoint = await shared_endpoint(self.episodes.config)
         self.session = AgentSession(Conversation(self.episodes.tokenizer), self.episodes.tool_calls, SERVED_MODEL)
-        self.base_url = endpoint.open_session(self.session)
+        self.base_url = self.endpoint.open_session(self.session)
         self.deadline = asyncio.get_running_loop().time() + self.episodes.config.episode_timeout_s
         self.agent = asyncio.create_task(self._run_agent(prompt))
         event = await self._next_event()
