@@ -8,7 +8,7 @@ Per run: the step and the seconds from launch at which the 5-step moving-average
 first reaches the target (0.8), the final reward (mean of the last 10 steps), the last
 held-out evaluation's mean reward, the final entropy of the sampled tokens (mean of the
 last 10 steps; near 0 = collapsed), the largest policy age, and the dropped samples (stale;
-other, e.g. zero-variance groups). Then per mode the median and the spread (min-max) of
+other, e.g. zero-variance groups, with their reasons). Then per mode the median and the spread (min-max) of
 steps and seconds to the target.
 """
 
@@ -43,6 +43,7 @@ def one_run(mode: str, seed: int, steps: int, target: float, overrides: list[str
         "age_max": max(m["policy/age_max"] for m in metrics),
         "dropped_stale": summary["dropped_stale"],
         "dropped_other": summary["dropped_other"],
+        "other_reasons": {k: v for k, v in summary["dropped_by_reason"].items() if k != "stale"},
     }
 
 
@@ -74,7 +75,7 @@ def main() -> None:
             evaluated = f"{r['eval']:.2f}" if r["eval"] is not None else "-"
             print(
                 f"{mode:>5} {seed:>4} {step:>5} {seconds:>6} {r['final']:>6.2f} {evaluated:>5} {r['entropy']:>7.3f} "
-                f"{r['age_max']:>4} {r['dropped_stale']:>6} {r['dropped_other']:>6}",
+                f"{r['age_max']:>4} {r['dropped_stale']:>6} {r['dropped_other']:>6} {r['other_reasons'] or ''}",
                 flush=True,
             )
     for mode in args.modes:
