@@ -13,8 +13,8 @@ event loop: keep them fast). One Environment object serves one episode.
 """
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
 from forge_async.tasks.task import Prompt
@@ -48,9 +48,21 @@ class Environment(Protocol):
 
 
 @dataclass
+class TextArenaConfig:
+    """env.textarena: how env.name=textarena:GAME plays its game (envs/textarena.py)."""
+
+    # The game's constructor arguments, over those its id registers, e.g. {max_number: 9, max_turns: 4}
+    # for GuessTheNumber-v0.
+    game_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Put a turn with no square bracket in one, "7" -> "[7]", as TextArena's own default variants
+    # do; false: the turn's text is the action as it is.
+    bracket_actions: bool = False
+
+
+@dataclass
 class EnvConfig:
-    # "module:callable" returning a new Environment per episode; null: the task's own
-    # (task.name=tool_lookup has one), or none (single-turn episodes).
+    # "module:callable" returning a new Environment per episode, or textarena:GAME (a single-player
+    # TextArena game); null: the task's own (task.name=tool_lookup has one), or none (single-turn).
     name: str | None = None
     max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
     # Tokens after the prompt (model turns + observations); null: as many as the context holds.
@@ -60,6 +72,7 @@ class EnvConfig:
     # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
     # actors, roles environment0..n-1), episodes spread over them.
     procs: int = 0
+    textarena: TextArenaConfig = field(default_factory=TextArenaConfig)
 
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)

@@ -15,10 +15,14 @@ from contextlib import asynccontextmanager
 from forge_async.callables import load_callable
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.runner import EnvFactory
+from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environments
 
 
 def check_environment_name(config: EnvConfig) -> None:
     """A CallableError (or ConfigError) naming env.name if it cannot make environments."""
+    if config.name.startswith(TEXTARENA):
+        check_game(config.name.removeprefix(TEXTARENA), config.textarena)
+        return
     load_callable(config.name, "env.name")
 
 
@@ -27,5 +31,9 @@ async def open_environments(config: EnvConfig, tokenizer) -> AsyncIterator[EnvFa
     """The factory of env.name's environments (None without env.name), open for the block."""
     if config.name is None:
         yield None
+        return
+    if config.name.startswith(TEXTARENA):
+        async with textarena_environments(config.name.removeprefix(TEXTARENA), config.textarena) as factory:
+            yield factory
         return
     yield load_callable(config.name, "env.name")
