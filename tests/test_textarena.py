@@ -140,6 +140,8 @@ def test_games_that_cannot_be_played_here_fail_at_start_naming_them():
         check_game("GuesTheNumber-v0", config)
     with pytest.raises(TextArenaError, match=r"TicTacToe-v0 cannot be played here: it is not a single-player game"):
         check_game("TicTacToe-v0", config)
+    with pytest.raises(TextArenaError, match=r"QuantumTicTacToe-v0 cannot be played here: it is not a single-player game$"):
+        check_game("QuantumTicTacToe-v0", config)  # it accepts one player at reset
     with pytest.raises(TextArenaError, match=r"env.textarena.game_kwargs: .*'max_numbr'"):
         check_game(GAME, TextArenaConfig(game_kwargs={"max_numbr": 9}))
     # Through the app's start-up checks, before any proc starts.

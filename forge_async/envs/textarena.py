@@ -50,6 +50,7 @@ def make_game(game: str, config: TextArenaConfig):
 def check_game(game: str, config: TextArenaConfig) -> None:
     """One TextArenaError naming the game if it cannot be made, reset for one player and closed,
     here and offline: called before any proc starts."""
+    from textarena import SinglePlayerState
     from textarena.envs.registration import ENV_REGISTRY
 
     where = f"env.name={TEXTARENA}{game}"
@@ -63,6 +64,7 @@ def check_game(game: str, config: TextArenaConfig) -> None:
         env = make_game(game, config)
         env.reset(num_players=1, seed=0)
         env.get_observation()
+        alone = isinstance(env.state, SinglePlayerState)
         env.close()
     except LookupError as err:  # NLTK data, which TextArena tries to download at import
         resource = re.search(r"Resource '?([\w/.-]+)'? not found", str(err))
@@ -75,6 +77,8 @@ def check_game(game: str, config: TextArenaConfig) -> None:
         raise TextArenaError(f"{where} cannot be played here: {_why(err)}") from None
     finally:
         random.setstate(outer)
+    if not alone:  # a multiplayer game that accepts one player at reset
+        raise TextArenaError(f"{where} cannot be played here: it is not a single-player game")
 
 
 def _why(err: Exception) -> str:
