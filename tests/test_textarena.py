@@ -134,7 +134,8 @@ def test_a_game_that_raises_drops_its_episode_as_textarena_error():
     assert dropped.value.reason == "textarena_error"
 
 
-def test_games_that_cannot_be_played_here_fail_at_start_naming_them():
+def test_games_that_cannot_be_played_here_fail_at_start_naming_them(monkeypatch):
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
     config = TextArenaConfig()
     with pytest.raises(TextArenaError, match=r"^env.name=textarena:GuesTheNumber-v0: no such TextArena game; did you mean GuessTheNumber-v0"):
         check_game("GuesTheNumber-v0", config)
@@ -144,6 +145,17 @@ def test_games_that_cannot_be_played_here_fail_at_start_naming_them():
         check_game("QuantumTicTacToe-v0", config)  # it accepts one player at reset
     with pytest.raises(TextArenaError, match=r"env.textarena.game_kwargs: .*'max_numbr'"):
         check_game(GAME, TextArenaConfig(game_kwargs={"max_numbr": 9}))
+    with pytest.raises(TextArenaError, match=r"TwentyQuestions-v0 cannot be played here: it calls a hosted model and needs an API key"):
+        check_game("TwentyQuestions-v0", config)
+
+
+def test_a_game_that_calls_a_hosted_model_is_refused_unless_online(monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", "not-a-key")  # its constructor makes a client; nothing is sent
+    with pytest.raises(TextArenaError, match=r"TwentyQuestions-v0 calls a hosted model \(gamemaster: OpenRouterAgent\): it is not offline"):
+        check_game("TwentyQuestions-v0", TextArenaConfig())
+
+
+def test_games_fail_at_start_through_the_app_s_checks():
     # Through the app's start-up checks, before any proc starts.
     with pytest.raises(TextArenaError, match=r"^env.name=textarena:Nope-v0: no such TextArena game"):
         app_config("task.name=seeds", "env.name=textarena:Nope-v0").check_paths()

@@ -57,6 +57,9 @@ class TextArenaConfig:
     # Put a turn with no square bracket in one, "7" -> "[7]", as TextArena's own default variants
     # do; false: the turn's text is the action as it is.
     bracket_actions: bool = False
+    # Allow games that call a hosted model (TwentyQuestions-v0, GuessWho-v0: a game master over
+    # OpenRouter, with its API key); false: offline games only.
+    online: bool = False
 
 
 @dataclass

@@ -62,16 +62,23 @@ def check_game(game: str, config: TextArenaConfig) -> None:
     outer = random.getstate()
     try:
         env = make_game(game, config)
+        if not config.online and (hosted := _hosted_models(env)):
+            raise TextArenaError(
+                f"{where} calls a hosted model ({', '.join(hosted)}): it is not offline; "
+                "env.textarena.online=true plays it (with its API key)"
+            )
         env.reset(num_players=1, seed=0)
         env.get_observation()
         alone = isinstance(env.state, SinglePlayerState)
         env.close()
+    except TextArenaError:
+        raise
     except LookupError as err:  # NLTK data, which TextArena tries to download at import
         resource = re.search(r"Resource '?([\w/.-]+)'? not found", str(err))
         name = resource.group(1) if resource else "a resource"
         raise TextArenaError(
             f"{where} needs NLTK data that is not installed ({name}): "
-            f"python -m nltk.downloader {name}, or pick an offline game (docs/environments.md)"
+            f"python -m nltk.downloader {name}, or pick a game that needs none (docs/environments.md)"
         ) from None
     except Exception as err:  # ValueError for a missing API key; whatever a broken game raises
         raise TextArenaError(f"{where} cannot be played here: {_why(err)}") from None
@@ -79,6 +86,15 @@ def check_game(game: str, config: TextArenaConfig) -> None:
         random.setstate(outer)
     if not alone:  # a multiplayer game that accepts one player at reset
         raise TextArenaError(f"{where} cannot be played here: it is not a single-player game")
+
+
+def _hosted_models(env) -> list[str]:
+    """The game's attributes that are TextArena agents: models it calls over the network."""
+    import textarena
+
+    while isinstance(env, textarena.Wrapper):
+        env = env.env
+    return [f"{name}: {type(value).__name__}" for name, value in vars(env).items() if isinstance(value, textarena.Agent)]
 
 
 def _why(err: Exception) -> str:
