@@ -126,6 +126,11 @@ class GRPOConfig(RunConfig):
                 f"eval.dataset={self.eval.dataset}: held-out files are for task.name=dataset; "
                 f"task.name={self.task.name} sets aside held-out prompts of its own"
             )
+        if self.task.name == "seeds" and self.env.name is None:
+            raise ConfigError(
+                "task.name=seeds hands out seeds, not prompts: name the environment that deals episodes "
+                "from them, e.g. env.name=textarena:GuessTheNumber-v0"
+            )
         if self.env.procs and not self.multi_turn:
             raise ConfigError(
                 f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "

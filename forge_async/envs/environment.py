@@ -14,7 +14,7 @@ event loop: keep them fast). One Environment object serves one episode.
 
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
 from forge_async.envs.agent.config import AgentConfig
@@ -52,10 +52,26 @@ class Environment(Protocol):
 
 
 @dataclass
+class TextArenaConfig:
+    """env.textarena: how env.name=textarena:GAME plays its game (envs/textarena.py)."""
+
+    # The game's constructor arguments, over those its id registers, e.g. {max_number: 9, max_turns: 4}
+    # for GuessTheNumber-v0.
+    game_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Put a turn with no square bracket in one, "7" -> "[7]", as TextArena's own default variants
+    # do; false: the turn's text is the action as it is.
+    bracket_actions: bool = False
+    # Allow games that call a hosted model (TwentyQuestions-v0, GuessWho-v0: a game master over
+    # OpenRouter, with its API key); false: offline games only.
+    online: bool = False
+
+
+@dataclass
 class EnvConfig:
-    # "module:callable" returning a new Environment per episode, or "agent:module:function"
-    # (an async agent program driving each episode through an OpenAI client; env.agent.*);
-    # null: the task's own (task.name=tool_lookup has one), or none (single-turn episodes).
+    # "module:callable" returning a new Environment per episode, "agent:module:function" (an async
+    # agent program driving each episode through an OpenAI client; env.agent.*) or textarena:GAME
+    # (a single-player TextArena game); null: the task's own (task.name=tool_lookup has one), or
+    # none (single-turn episodes).
     name: str | None = None
     max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
     # Tokens after the prompt (model turns + observations); null: as many as the context holds.
@@ -66,6 +82,7 @@ class EnvConfig:
     # actors, roles environment0..n-1), episodes spread over them.
     procs: int = 0
     agent: AgentConfig = field(default_factory=AgentConfig)
+    textarena: TextArenaConfig = field(default_factory=TextArenaConfig)
 
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)

@@ -3,11 +3,10 @@
     module:callable        your own Environment class, or a function returning one
     agent:module:function  your async agent program, driving each episode through an OpenAI
                            client (env.agent.*; envs/agent/)
-    openenv              an OpenEnv environment server (env.openenv.*; envs/openenv.py)
-    textarena:GAME       a single-player TextArena game (env.textarena.*; envs/textarena.py)
+    textarena:GAME         a single-player TextArena game (env.textarena.*; envs/textarena.py)
 
 `open_environments` yields the factory of one environment per episode, with whatever
-the source runs for the length of the run (an OpenEnv server process) stopped after,
+the source runs for the length of the run (the agents' endpoint) stopped after,
 however the run ends. `check_environment_name` fails at start on a name that cannot work.
 """
 
@@ -18,6 +17,7 @@ from forge_async.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.runner import EnvFactory
+from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environments
 
 
 def check_environment_name(config: EnvConfig) -> None:
@@ -26,6 +26,9 @@ def check_environment_name(config: EnvConfig) -> None:
         from forge_async.envs.agent.environment import load_agent  # aiohttp and vLLM's schema: only for agents
 
         load_agent(config.name)
+        return
+    if config.name.startswith(TEXTARENA):
+        check_game(config.name.removeprefix(TEXTARENA), config.textarena)
         return
     load_callable(config.name, "env.name")
 
@@ -40,5 +43,8 @@ async def open_environments(config: EnvConfig, tokenizer) -> AsyncIterator[EnvFa
 
         async with agent_environments(config.name, config.agent, tokenizer) as episodes:
             yield episodes
+    elif config.name.startswith(TEXTARENA):
+        async with textarena_environments(config.name.removeprefix(TEXTARENA), config.textarena) as factory:
+            yield factory
     else:
         yield load_callable(config.name, "env.name")

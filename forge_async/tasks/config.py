@@ -54,7 +54,8 @@ class ReasoningGymConfig:
 
 @dataclass
 class TaskConfig:
-    # max_digit | first_digit | copy_digits | tool_lookup | dataset | reasoning_gym
+    # max_digit | first_digit | copy_digits | tool_lookup | dataset | reasoning_gym | seeds (env.name deals
+    # each episode from a seed: a TextArena game)
     name: str = "max_digit"
     num_digits: int = 3
     # Digits tasks: each prompt takes a uniformly random number of digits from min_digits to

@@ -4,6 +4,7 @@ from collections.abc import Callable
 
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.digits import DIGIT_RULES, DigitTask
+from forge_async.tasks.seeds import SeedsTask
 from forge_async.tasks.task import Task, TaskError
 from forge_async.tasks.tool_lookup import ToolLookupTask
 
@@ -33,11 +34,16 @@ def _reasoning_gym(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Tas
     return ReasoningGymTask(config.reasoning_gym, tokenizer, max_prompt_tokens)
 
 
+def _seeds(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
+    return SeedsTask()
+
+
 TASKS: dict[str, Callable[[TaskConfig, object, int], Task]] = {
     **dict.fromkeys(DIGIT_RULES, _digits),
     "tool_lookup": _tool_lookup,
     "dataset": _dataset,
     "reasoning_gym": _reasoning_gym,
+    "seeds": _seeds,
 }
 
 

@@ -1,0 +1,179 @@
+"""TextArena games as environments: `env.name=textarena:GAME` (a single-player game id,
+e.g. GuessTheNumber-v0; docs/environments.md).
+
+Each episode makes the game's `-raw` variant, whose observations are the messages new
+since the last one, and resets it with the episode's seed (the prompt's `meta["seed"]`,
+task.name=seeds; else a seed derived from the prompt). Then:
+
+    reset   the game's opening messages                      (the first observation)
+    step    the turn's text is the action -> the game's new messages, the turn's own echo left out
+    done    the game's reward, from `close()`: TextArena gives rewards only when a game closes
+
+Invalid moves are the game's business: a single-player game warns once, then ends the
+game with its own penalty. A game that raises drops its episode (textarena_error).
+
+TextArena games draw from Python's global `random` (a game's state seeds it). Each game
+here keeps a random state of its own, swapped in around its calls, so that the episodes
+of a group, played interleaved in one process, deal and play the same game.
+"""
+
+import difflib
+import random
+import re
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from functools import partial
+
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation, TextArenaConfig
+from forge_async.envs.runner import EnvFactory, EpisodeDropped
+from forge_async.errors import ConfigError
+from forge_async.tasks.task import Prompt
+
+TEXTARENA = "textarena:"  # env.name=textarena:GAME
+_RAW = "-raw"  # the variant whose observations are the new messages only, unrendered
+
+
+class TextArenaError(ConfigError):
+    """A game that cannot be played here: unknown, not single-player, or needing what is missing."""
+
+
+def make_game(game: str, config: TextArenaConfig):
+    """A new, unreset TextArena env of `game`'s raw variant, actions bracketed if configured."""
+    import textarena  # imported where used: only runs that play TextArena pay for it
+    from textarena.wrappers import ActionFormattingWrapper
+
+    env = textarena.make(env_id=game + _RAW, **config.game_kwargs)
+    return ActionFormattingWrapper(env) if config.bracket_actions else env
+
+
+def check_game(game: str, config: TextArenaConfig) -> None:
+    """One TextArenaError naming the game if it cannot be made, reset for one player and closed,
+    here and offline: called before any proc starts."""
+    from textarena import SinglePlayerState
+    from textarena.envs.registration import ENV_REGISTRY
+
+    where = f"env.name={TEXTARENA}{game}"
+    if game + _RAW not in ENV_REGISTRY:
+        games = [name[: -len(_RAW)] for name in ENV_REGISTRY if name.endswith(_RAW)]
+        close = difflib.get_close_matches(game, games, n=3)
+        hint = f"did you mean {', '.join(close)}?" if close else "name a base game id such as GuessTheNumber-v0"
+        raise TextArenaError(f"{where}: no such TextArena game; {hint}")
+    outer = random.getstate()
+    try:
+        env = make_game(game, config)
+        if not config.online and (hosted := _hosted_models(env)):
+            raise TextArenaError(
+                f"{where} calls a hosted model ({', '.join(hosted)}): it is not offline; "
+                "env.textarena.online=true plays it (with its API key)"
+            )
+        env.reset(num_players=1, seed=0)
+        env.get_observation()
+        alone = isinstance(env.state, SinglePlayerState)
+        env.close()
+    except TextArenaError:
+        raise
+    except LookupError as err:  # NLTK data, which TextArena tries to download at import
+        resource = re.search(r"Resource '?([\w/.-]+)'? not found", str(err))
+        name = resource.group(1) if resource else "a resource"
+        raise TextArenaError(
+            f"{where} needs NLTK data that is not installed ({name}): "
+            f"python -m nltk.downloader {name}, or pick a game that needs none (docs/environments.md)"
+        ) from None
+    except Exception as err:  # ValueError for a missing API key; whatever a broken game raises
+        raise TextArenaError(f"{where} cannot be played here: {_why(err)}") from None
+    finally:
+        random.setstate(outer)
+    if not alone:  # a multiplayer game that accepts one player at reset
+        raise TextArenaError(f"{where} cannot be played here: it is not a single-player game")
+
+
+def _hosted_models(env) -> list[str]:
+    """The game's attributes that are TextArena agents: models it calls over the network."""
+    import textarena
+
+    while isinstance(env, textarena.Wrapper):
+        env = env.env
+    return [f"{name}: {type(value).__name__}" for name, value in vars(env).items() if isinstance(value, textarena.Agent)]
+
+
+def _why(err: Exception) -> str:
+    text = f"{type(err).__name__}: {err}"
+    if "API key" in text:
+        return f"it calls a hosted model and needs an API key ({err})"
+    if isinstance(err, AssertionError) or "players" in text:
+        return f"it is not a single-player game ({err})"
+    if "unexpected keyword argument" in text:
+        return f"env.textarena.game_kwargs: {err}"
+    return text
+
+
+def episode_seed(prompt: Prompt) -> int:
+    """The prompt's `meta["seed"]` (task.name=seeds), else a stable seed derived from the prompt."""
+    if "seed" in prompt.meta:
+        return int(prompt.meta["seed"])
+    return zlib.crc32(repr((prompt.token_ids, prompt.text, prompt.answer)).encode())
+
+
+class TextArenaEnv:
+    """One episode of a single-player TextArena game."""
+
+    def __init__(self, game: str, config: TextArenaConfig):
+        self.name, self.config = game, config
+        self.game = None
+        self.random_state = None  # the game's own: swapped in around each of its calls
+
+    def reset(self, prompt: Prompt) -> Observation:
+        seed = episode_seed(prompt)
+        with self._playing("reset"):
+            self.game = make_game(self.name, self.config)
+            self.game.reset(num_players=1, seed=seed)
+            return self._new_messages()
+
+    def step(self, turn: ModelTurn) -> EnvStep:
+        with self._playing("step"):
+            done, _ = self.game.step(action=turn.text)
+            if not done:
+                return EnvStep(observation=self._new_messages())
+            rewards, _ = self._close()
+        if not rewards or 0 not in rewards:
+            raise EpisodeDropped("textarena_error", f"{self.name} ended without a reward for its player")
+        return EnvStep(reward=float(rewards[0]), done=True)
+
+    def close(self) -> None:
+        """Closes a game still open: one cut by env.max_turns or a limit (it has no reward yet)."""
+        if self.game is not None:
+            with self._playing("close"):
+                self._close()
+
+    def _close(self):
+        game, self.game = self.game, None
+        return game.close()
+
+    def _new_messages(self) -> str:
+        """The messages new to the player since its last observation, without its own action's echo."""
+        player, messages = self.game.get_observation()
+        return "\n".join(text for sender, text, _ in messages if sender != player)
+
+    @contextmanager
+    def _playing(self, what: str) -> Iterator[None]:
+        """The game's random state swapped in for the block; a game that raises drops the episode."""
+        outer = random.getstate()
+        if self.random_state is not None:
+            random.setstate(self.random_state)
+        try:
+            yield
+        except Exception as err:
+            raise EpisodeDropped(
+                "textarena_error", f"{self.name} {what}() raised {type(err).__name__}: {err}"
+            ) from err
+        finally:
+            self.random_state = random.getstate()
+            random.setstate(outer)
+
+
+@asynccontextmanager
+async def textarena_environments(game: str, config: TextArenaConfig) -> AsyncIterator[EnvFactory]:
+    """The factory of `game`'s episodes, checked first (a partial: it travels to env.procs)."""
+    check_game(game, config)
+    yield partial(TextArenaEnv, game, config)
