@@ -13,10 +13,11 @@ event loop: keep them fast). One Environment object serves one episode.
 """
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
+from forge_async.errors import ConfigError
 from forge_async.tasks.task import Prompt
 
 Observation = str | list[int]
@@ -48,8 +49,35 @@ class Environment(Protocol):
 
 
 @dataclass
+class OpenEnvConfig:
+    """env.name=openenv: episodes on an OpenEnv environment server (envs/openenv/)."""
+
+    url: str | None = None  # a server you run (http://host:port); or:
+    app: str | None = None  # "module:app": the run serves it itself on 127.0.0.1 (uvicorn), stopped after
+    workers: int = 1  # uvicorn worker processes serving app= (a pure-Python server is GIL-bound)
+    startup_timeout_s: float = 60.0  # longest the server's /health may take to answer at start
+    action_field: str = "message"  # the action field the model's turn text is sent in
+    token_ids_field: str | None = None  # also send the turn's token ids in this action field; null: not
+    observation_field: str = "message"  # the observation field the model sees: text or token ids
+
+    def check(self) -> None:
+        if (self.url is None) == (self.app is None):
+            raise ConfigError(
+                "env.name=openenv needs exactly one of env.openenv.url (a server you run) and "
+                f"env.openenv.app (module:app, served by the run); got url={self.url} app={self.app}"
+            )
+        if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
+            raise ConfigError(f"env.openenv.url={self.url}: must start with http://, https://, ws:// or wss://")
+        if self.app is not None and len(self.app.split(":")) != 2:
+            raise ConfigError(f"env.openenv.app={self.app}: must be module:app, e.g. my_package.server:app")
+        check_range("env.openenv.workers", self.workers, AT_LEAST_1)
+        check_range("env.openenv.startup_timeout_s", self.startup_timeout_s, POSITIVE)
+
+
+@dataclass
 class EnvConfig:
-    # "module:callable" returning a new Environment per episode; null: the task's own
+    # "module:callable" returning a new Environment per episode, or "openenv" (env.openenv.*);
+    # null: the task's own
     # (task.name=tool_lookup has one), or none (single-turn episodes).
     name: str | None = None
     max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
@@ -60,6 +88,7 @@ class EnvConfig:
     # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
     # actors, roles environment0..n-1), episodes spread over them.
     procs: int = 0
+    openenv: OpenEnvConfig = field(default_factory=OpenEnvConfig)  # env.name=openenv's server
 
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)
@@ -69,3 +98,5 @@ class EnvConfig:
         )
         check_range("env.timeout_s", self.timeout_s, POSITIVE)
         check_range("env.procs", self.procs, AT_LEAST_0, note="0 = in the controller")
+        if self.name == "openenv":
+            self.openenv.check()

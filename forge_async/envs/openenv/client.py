@@ -1,0 +1,101 @@
+"""One episode on an OpenEnv server, as our Environment: a session over its WebSocket.
+
+OpenEnv's HTTP /reset and /step build a new environment per request; only a WebSocket
+(`/ws`, driven by OpenEnv's GenericEnvClient) holds one environment for a whole
+episode. Each episode opens its own connection, and closes it however the episode ends.
+
+    reset(prompt)  -> client.reset(prompt=<its text>, meta=<its meta>, seed=..., eos_token_id=...)
+    step(turn)     -> client.step({action_field: turn.text[, token_ids_field: turn.token_ids]})
+    observation    <- the reply's observation[observation_field]: text or token ids
+    reward, done   <- the reply's reward (None counts 0) and done
+
+A server's reset receives the keywords its signature names (OpenEnv drops the rest).
+The seed is drawn from the prompt, so the episodes of one group meet the same
+environment. A server that refuses the session, drops the connection or answers with
+an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on.
+"""
+
+import json
+import re
+import zlib
+from dataclasses import dataclass
+
+from openenv.core.generic_client import GenericEnvClient
+from websockets.exceptions import ConnectionClosed
+
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
+from forge_async.envs.runner import EpisodeDropped
+from forge_async.tasks.task import Prompt
+
+# OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
+_ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")
+_REFUSED_CODES = {"CAPACITY_REACHED", "FACTORY_ERROR"}
+
+
+@dataclass(frozen=True)
+class OpenEnvSessions:
+    """The factory of a run's OpenEnv episodes: plain data, so it pickles to environment procs
+    (env.procs)."""
+
+    url: str
+    config: OpenEnvConfig
+    eos_token_id: int | None
+    timeout_s: float  # env.timeout_s: the client's own wait for a reply
+
+    def __call__(self) -> "OpenEnvEpisode":
+        return OpenEnvEpisode(self)
+
+
+class OpenEnvEpisode:
+    def __init__(self, sessions: OpenEnvSessions):
+        self.config = sessions.config
+        self.sessions = sessions
+        self.client = GenericEnvClient(
+            base_url=sessions.url, connect_timeout_s=sessions.timeout_s, message_timeout_s=sessions.timeout_s
+        )
+
+    async def reset(self, prompt: Prompt) -> Observation:
+        seed = zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode())
+        reply = await self._call(
+            "reset", prompt=prompt.text, meta=prompt.meta, seed=seed, eos_token_id=self.sessions.eos_token_id
+        )
+        return self._observation(reply.observation)
+
+    async def step(self, turn: ModelTurn) -> EnvStep:
+        action = {self.config.action_field: turn.text}
+        if self.config.token_ids_field is not None:
+            action[self.config.token_ids_field] = turn.token_ids
+        reply = await self._call("step", action)
+        return EnvStep(self._observation(reply.observation), float(reply.reward or 0.0), bool(reply.done))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _call(self, method: str, *args, **kwargs):
+        """The client's reset/step, its failures as drops by reason."""
+        try:
+            return await getattr(self.client, method)(*args, **kwargs)
+        except ConnectionError as err:  # the WebSocket could not be opened
+            raise EpisodeDropped("openenv_unreachable", f"OpenEnv {method}(): {err}") from err
+        except ConnectionClosed as err:
+            # A server at capacity accepts the WebSocket, says so and closes it: the episode's first
+            # message finds it closed, cleanly (a close frame came). Any other close is a disconnect.
+            refused = method == "reset" and err.rcvd is not None
+            reason = "openenv_refused" if refused else "openenv_disconnected"
+            raise EpisodeDropped(reason, f"OpenEnv server {self.sessions.url} closed the session at {method}(): {err}") from err
+        except RuntimeError as err:
+            code = _ERROR_CODE.search(str(err))
+            if code is None:
+                raise
+            reason = "openenv_refused" if code.group(1) in _REFUSED_CODES else "openenv_error"
+            raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
+
+    def _observation(self, observation: dict) -> Observation:
+        field = self.config.observation_field
+        if field not in observation:
+            raise EpisodeDropped(
+                "openenv_error",
+                f"the OpenEnv observation has no field {field!r} (env.openenv.observation_field); "
+                f"it has {sorted(observation)}",
+            )
+        return observation[field]
