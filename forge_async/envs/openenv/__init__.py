@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from forge_async.console import since_launch
 from forge_async.envs.environment import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.server_process import ServerProcess, wait_for_server
@@ -51,6 +52,11 @@ async def openenv_environments(
     try:
         server.start()
         await asyncio.to_thread(server.wait_until_up, openenv.startup_timeout_s)
+        print(
+            f"{since_launch()} OpenEnv server {openenv.app} up at {server.url} "
+            f"({openenv.workers} workers, {sessions} sessions each; log {log_path})",
+            flush=True,
+        )
         yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s)
     finally:
         await asyncio.to_thread(server.stop)
