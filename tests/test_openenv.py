@@ -14,7 +14,7 @@ from apps.grpo.subprocess_run import run_app
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv import check_openenv, openenv_environments
-from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
+from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, free_port, is_healthy
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.tasks.tool_lookup import ToolLookupTask
@@ -33,10 +33,20 @@ def tool_lookup_runner(new_environment) -> EnvRunner:
     return EnvRunner(new_environment, TOKENIZER, SamplingConfig(max_tokens=3), EpisodeLimits(2, 64, 64), 10.0)
 
 
-def served(sessions: int, tmp_path, workers: int = 1):
-    """The repo's tool_lookup server, a real uvicorn process, up for the block."""
-    config = openenv_config(app=APP, workers=workers)
-    return openenv_environments(config, EOS_ID, sessions, tmp_path)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The repo's tool_lookup server, a real uvicorn process, for this module's tests."""
+    process = ServerProcess(APP, workers=1, sessions=6, log_path=tmp_path_factory.mktemp("openenv") / "server.log")
+    process.start()
+    try:
+        process.wait_until_up(120)
+        yield process
+    finally:
+        process.stop()
+
+
+def sessions_on(url: str):
+    return openenv_environments(openenv_config(url=url), EOS_ID, 1)
 
 
 def answers(prompt) -> tuple[str, str]:
@@ -45,7 +55,7 @@ def answers(prompt) -> tuple[str, str]:
     return str(key), str(prompt.meta["table"][key])
 
 
-def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(tmp_path):
+def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(server):
     prompts = [TASK.sample(random.Random(seed)) for seed in range(4)]
     scripts = [answers(prompts[0]), ("3", "9"), ("12", "1"), (answers(prompts[3])[0], "0")]  # right, wrong, malformed
 
@@ -54,7 +64,7 @@ def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(tmp_pat
         return [await runner.play(p, ScriptedModel(list(s), [0, 1])) for p, s in zip(prompts, scripts)]
 
     async def over_openenv():
-        async with served(4, tmp_path) as sessions:
+        async with sessions_on(server.url) as sessions:
             return await play_all(sessions)
 
     native = asyncio.run(play_all(TASK.new_environment))
@@ -69,12 +79,12 @@ def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(tmp_pat
     assert remote[2].turns == 1  # a malformed call: the server says done after the first turn
 
 
-def test_a_step_carries_its_reward_and_done(tmp_path):
+def test_a_step_carries_its_reward_and_done(server):
     prompt = TASK.sample(random.Random(0))
     key, value = answers(prompt)
 
     async def episode():
-        async with served(1, tmp_path) as sessions:
+        async with sessions_on(server.url) as sessions:
             env = sessions()
             try:
                 first = await env.reset(prompt)
@@ -90,11 +100,14 @@ def test_a_step_carries_its_reward_and_done(tmp_path):
     assert (answer.reward, answer.done) == (pytest.approx(0.7), True)
 
 
-def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(tmp_path):
+def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(server, tmp_path):
     prompt = TASK.sample(random.Random(0))
 
     async def open_sessions(count: int, limit: int):
-        async with served(limit, tmp_path) as sessions:
+        """`count` sessions at once on a server the run serves, told to hold `limit` (the module's
+        server holds 6)."""
+        config = openenv_config(app=APP) if limit != 6 else openenv_config(url=server.url)
+        async with openenv_environments(config, EOS_ID, limit, tmp_path) as sessions:
             envs = [sessions() for _ in range(count)]
             try:
                 # Every session reset before any steps: each holds its own environment at once.
@@ -117,18 +130,18 @@ def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(tmp_path
 def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_and_play_goes_on(tmp_path):
     prompt = TASK.sample(random.Random(0))
     key, _ = answers(prompt)
-    server = ServerProcess(APP, workers=1, sessions=4, log_path=tmp_path / "server.log")
-    server.start()
+    doomed = ServerProcess(APP, workers=1, sessions=4, log_path=tmp_path / "server.log")
+    doomed.start()
     try:
-        server.wait_until_up(60)
-        config = openenv_config(url=server.url)
+        doomed.wait_until_up(120)
+        config = openenv_config(url=doomed.url)
 
         async def kill_mid_episode():
             async with openenv_environments(config, EOS_ID, 4) as sessions:
                 env = sessions()
                 await env.reset(prompt)
-                os.killpg(server.process.pid, signal.SIGKILL)
-                server.process.wait()
+                os.killpg(doomed.process.pid, signal.SIGKILL)
+                doomed.process.wait()
                 outcomes = []
                 try:
                     await env.step(ModelTurn(key, [int(key), EOS_ID], "stop", 0))
@@ -145,13 +158,13 @@ def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_and_play_goes_
 
         outcomes = asyncio.run(kill_mid_episode())
     finally:
-        server.stop()
+        doomed.stop()
     assert [d.reason for d in outcomes] == ["openenv_disconnected", "openenv_unreachable"], outcomes
-    assert server.url.split("//")[1] in str(outcomes[1])
+    assert doomed.url.split("//")[1] in str(outcomes[1])
 
 
 def test_a_url_nothing_answers_fails_at_start_naming_it(tmp_path):
-    url = f"http://127.0.0.1:{ServerProcess(APP, 1, 1, tmp_path / 'x.log').port}"  # a free port
+    url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ServerNotUp, match=f"no OpenEnv server answered {url}/health within 1s"):
         check_openenv(OpenEnvConfig(url=url, startup_timeout_s=1))
     # The app says so in one line, before any proc is spawned.

@@ -36,7 +36,7 @@ class ServerNotUp(ConfigError):
 class ServerProcess:
     def __init__(self, app: str, workers: int, sessions: int, log_path: Path):
         self.app, self.workers, self.sessions, self.log_path = app, workers, sessions, log_path
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
 
@@ -101,7 +101,7 @@ def is_healthy(url: str) -> bool:
         return False
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
