@@ -87,7 +87,7 @@ def measure(workers: int, sessions: int, clients: int, seconds: float, ready_s: 
                 start_at = time.time() + ready_s
                 share = [(server.url, sessions // clients, start_at, seconds, i) for i in range(clients)]
                 cpu_before = server_cpu_s(server)
-                played = sum(pool.starmap(client, share))
+                played = sum(pool.starmap(client, share, chunksize=1))
                 cpu = server_cpu_s(server) - cpu_before  # the clients' wait before the start: idle
         finally:
             server.stop()

@@ -15,6 +15,7 @@ environment. A server that refuses the session, drops the connection or answers 
 an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on.
 """
 
+import asyncio
 import json
 import re
 import zlib
@@ -30,6 +31,25 @@ from forge_async.tasks.task import Prompt
 # OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
 _ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")
 _REFUSED_CODES = {"CAPACITY_REACHED", "FACTORY_ERROR"}
+_CLOSE_WAIT_S = 5.0
+
+
+class _SessionClient(GenericEnvClient):
+    """OpenEnv's GenericEnvClient, ending a session the way its server expects: a `close` message,
+    then the server closes the WebSocket. (The stock client closes its end at once, and the server,
+    closing a socket already gone, logs a traceback for every episode.)"""
+
+    async def disconnect(self) -> None:
+        if self._ws is None:
+            return
+        try:
+            await self._send({"type": "close"})
+            await asyncio.wait_for(self._ws.wait_closed(), _CLOSE_WAIT_S)
+        except (ConnectionClosed, OSError, asyncio.TimeoutError):
+            pass  # gone already, or slow to go: closed from this end below
+        finally:
+            await self._ws.close()
+            self._ws = None
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ class OpenEnvEpisode:
     def __init__(self, sessions: OpenEnvSessions):
         self.config = sessions.config
         self.sessions = sessions
-        self.client = GenericEnvClient(
+        self.client = _SessionClient(
             base_url=sessions.url, connect_timeout_s=sessions.timeout_s, message_timeout_s=sessions.timeout_s
         )
 

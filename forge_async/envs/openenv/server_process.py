@@ -27,6 +27,9 @@ from forge_async.errors import ConfigError
 SESSIONS_VARIABLE = "FORGE_OPENENV_SESSIONS"
 _STOP_GRACE_S = 10.0
 _POLL_S = 0.2
+# uvicorn kills a worker that does not answer its supervisor's ping within this (default 5 s),
+# ending its sessions: on a loaded box a busy worker is not a hung one.
+_WORKER_HEALTHCHECK_S = 60
 
 
 class ServerNotUp(ConfigError):
@@ -44,6 +47,7 @@ class ServerProcess:
         command = [
             sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1", "--port", str(self.port),
             "--workers", str(self.workers), "--log-level", "warning",
+            "--timeout-worker-healthcheck", str(_WORKER_HEALTHCHECK_S),
         ]  # fmt: skip
         environment = {**os.environ, SESSIONS_VARIABLE: str(self.sessions)}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
