@@ -82,7 +82,7 @@ def measure(workers: int, sessions: int, clients: int, seconds: float, ready_s: 
         server = ServerProcess(APP, workers, sessions, Path(tmp) / "server.log")
         server.start()
         try:
-            server.wait_until_up(120)
+            server.wait_until_up(300)
             with multiprocessing.get_context("spawn").Pool(clients) as pool:
                 start_at = time.time() + ready_s
                 share = [(server.url, sessions // clients, start_at, seconds, i) for i in range(clients)]

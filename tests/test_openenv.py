@@ -203,7 +203,8 @@ def test_openenv_config_errors_name_the_key(fields, says):
 def test_tool_lookup_learns_through_an_openenv_server_the_run_serves(tmp_path):
     steps = 60
     run = run_app(
-        tmp_path / "run", "--config-name=tool_lookup_openenv", f"steps={steps}", "env.openenv.workers=2", timeout=900
+        tmp_path / "run", "--config-name=tool_lookup_openenv", f"steps={steps}", "env.openenv.workers=2",
+        "env.openenv.startup_timeout_s=300", timeout=900,
     )
     assert run.returncode == 0, run.output
     line = next(line for line in run.output.splitlines() if "OpenEnv server" in line)

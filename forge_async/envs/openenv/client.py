@@ -18,15 +18,22 @@ an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on.
 import asyncio
 import json
 import re
+import sys
 import zlib
 from dataclasses import dataclass
 
-from openenv.core.generic_client import GenericEnvClient
 from websockets.exceptions import ConnectionClosed
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
 from forge_async.envs.runner import EpisodeDropped
 from forge_async.tasks.task import Prompt
+
+# openenv.core imports OpenEnv's optional Gradio web UI (off unless ENABLE_WEB_INTERFACE) with the
+# rest: ~2 s of CPU in every process that imports it, each server worker included (the repo's
+# servers import this package first). Marked missing, it is left out: OpenEnv catches the
+# ModuleNotFoundError.
+sys.modules.setdefault("gradio", None)
+from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 # OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
 _ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")

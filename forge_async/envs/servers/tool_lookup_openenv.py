@@ -13,12 +13,12 @@ A worker holds up to FORGE_OPENENV_SESSIONS sessions at once (default 64).
 import os
 from typing import Any
 
+from forge_async.envs.openenv.server_process import SESSIONS_VARIABLE  # first: OpenEnv's web UI left out
 from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 
 from forge_async.envs.environment import ModelTurn
-from forge_async.envs.openenv.server_process import SESSIONS_VARIABLE
 from forge_async.tasks.task import Prompt
 from forge_async.tasks.tool_lookup import ToolLookupEnv
 
