@@ -23,6 +23,7 @@ import zlib
 from dataclasses import dataclass
 
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
 from forge_async.envs.runner import EpisodeDropped
@@ -105,11 +106,16 @@ class OpenEnvEpisode:
         except ConnectionError as err:  # the WebSocket could not be opened
             raise EpisodeDropped("openenv_unreachable", f"OpenEnv {method}(): {err}") from err
         except ConnectionClosed as err:
-            # A server at capacity accepts the WebSocket, says so and closes it: the episode's first
-            # message finds it closed, cleanly (a close frame came). Any other close is a disconnect.
-            refused = method == "reset" and err.rcvd is not None
-            reason = "openenv_refused" if refused else "openenv_disconnected"
-            raise EpisodeDropped(reason, f"OpenEnv server {self.sessions.url} closed the session at {method}(): {err}") from err
+            # A server at capacity accepts the WebSocket, says so and closes it normally: the episode's
+            # first message may find it closed so. Any other close is a disconnect.
+            if method == "reset" and err.rcvd is not None and err.rcvd.code == CloseCode.NORMAL_CLOSURE:
+                raise EpisodeDropped(
+                    "openenv_refused", f"OpenEnv server {self.sessions.url} ended the session before reset() "
+                    "(as a server at max_concurrent_envs does)",
+                ) from err  # fmt: skip
+            raise EpisodeDropped(
+                "openenv_disconnected", f"OpenEnv server {self.sessions.url} closed the session at {method}(): {err}"
+            ) from err
         except RuntimeError as err:
             code = _ERROR_CODE.search(str(err))
             if code is None:
