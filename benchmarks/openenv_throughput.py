@@ -20,6 +20,8 @@ import random
 import statistics
 import tempfile
 import time
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import psutil
@@ -53,21 +55,18 @@ async def episodes_until(sessions: OpenEnvSessions, deadline: float, seed: int) 
     return played
 
 
-def client(url: str, sessions: int, start_at: float, seconds: float, seed: int) -> int:
-    """One client process: from wall-clock `start_at` (all clients at once, their imports done),
-    `sessions` episodes at a time for `seconds`; the episodes it finished."""
+def client(url: str, sessions: int, seconds: float, seed: int, start: Barrier, played: Queue) -> None:
+    """One client process: once every client is ready (`start`), `sessions` episodes at a time for
+    `seconds`; puts the episodes it finished in `played`."""
     factory = OpenEnvSessions(url, OpenEnvConfig(url=url, token_ids_field="token_ids"), EOS_ID, 30.0)
-    late = time.time() - start_at
-    if late > 0:
-        raise RuntimeError(f"a client was ready {late:.1f}s after the start: raise --ready-s")
-    time.sleep(-late)
+    start.wait()
 
     async def run() -> int:
         deadline = time.monotonic() + seconds
         counts = await asyncio.gather(*(episodes_until(factory, deadline, seed * 1000 + i) for i in range(sessions)))
         return sum(counts)
 
-    return asyncio.run(run())
+    played.put(asyncio.run(run()))
 
 
 def server_cpu_s(server: ServerProcess) -> float:
@@ -76,22 +75,30 @@ def server_cpu_s(server: ServerProcess) -> float:
     return sum(p.cpu_times().user + p.cpu_times().system for p in [root, *root.children(recursive=True)])
 
 
-def measure(workers: int, sessions: int, clients: int, seconds: float, ready_s: float) -> tuple[float, float]:
+def measure(workers: int, sessions: int, clients: int, seconds: float) -> tuple[float, float]:
     """Episodes/s with `workers` server workers, and the server's CPU milliseconds per episode."""
+    spawn = multiprocessing.get_context("spawn")
+    start, played = spawn.Barrier(clients + 1), spawn.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         server = ServerProcess(APP, workers, sessions, Path(tmp) / "server.log")
         server.start()
         try:
             server.wait_until_up(300)
-            with multiprocessing.get_context("spawn").Pool(clients) as pool:
-                start_at = time.time() + ready_s
-                share = [(server.url, sessions // clients, start_at, seconds, i) for i in range(clients)]
-                cpu_before = server_cpu_s(server)
-                played = sum(pool.starmap(client, share, chunksize=1))
-                cpu = server_cpu_s(server) - cpu_before  # the clients' wait before the start: idle
+            share = sessions // clients
+            procs = [
+                spawn.Process(target=client, args=(server.url, share, seconds, i, start, played)) for i in range(clients)
+            ]
+            for proc in procs:
+                proc.start()
+            start.wait()  # the clients have started up: the server is idle until now
+            cpu_before = server_cpu_s(server)
+            episodes = sum(played.get() for _ in procs)
+            cpu = server_cpu_s(server) - cpu_before
+            for proc in procs:
+                proc.join()
         finally:
             server.stop()
-    return played / seconds, 1000 * cpu / played
+    return episodes / seconds, 1000 * cpu / episodes
 
 
 def main() -> None:
@@ -100,14 +107,13 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64, help="episodes in flight, all clients together")
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--ready-s", type=float, default=20.0, help="time the clients get to start up")
     parser.add_argument("--rounds", type=int, default=3, help="the worker counts measured in turn, this often")
     args = parser.parse_args()
     rates: dict[int, list[float]] = {w: [] for w in args.workers}
     print(f"{'round':>5} {'workers':>7} {'episodes/s':>10} {'server CPU ms/episode':>21}")
     for round_ in range(args.rounds):
         for workers in args.workers:
-            rate, cpu_ms = measure(workers, args.sessions, args.clients, args.seconds, args.ready_s)
+            rate, cpu_ms = measure(workers, args.sessions, args.clients, args.seconds)
             rates[workers].append(rate)
             print(f"{round_:>5} {workers:>7} {rate:>10.0f} {cpu_ms:>21.1f}", flush=True)
     first = statistics.median(rates[args.workers[0]])
