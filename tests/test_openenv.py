@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -15,6 +16,7 @@ from forge_async.actors.generator_config import SamplingConfig
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, free_port, is_healthy
+from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.tasks.tool_lookup import ToolLookupTask
@@ -127,40 +129,36 @@ def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(server, 
     assert len(calls) == 2
 
 
-def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_and_play_goes_on(tmp_path):
+def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_then_ends_the_run(tmp_path):
     prompt = TASK.sample(random.Random(0))
     key, _ = answers(prompt)
-    doomed = ServerProcess(APP, workers=1, sessions=4, log_path=tmp_path / "server.log")
-    doomed.start()
-    try:
-        doomed.wait_until_up(120)
-        config = openenv_config(url=doomed.url)
 
-        async def kill_mid_episode():
-            async with openenv_environments(config, EOS_ID, 4) as sessions:
-                env = sessions()
-                await env.reset(prompt)
-                os.killpg(doomed.process.pid, signal.SIGKILL)
-                doomed.process.wait()
-                outcomes = []
+    async def kill_mid_episode():
+        async with openenv_environments(openenv_config(app=APP), EOS_ID, 4, tmp_path) as sessions:
+            env = sessions()
+            await env.reset(prompt)
+            os.killpg(sessions.server_pid, signal.SIGKILL)
+            outcomes = []
+            try:
+                await env.step(ModelTurn(key, [int(key), EOS_ID], "stop", 0))
+            except EpisodeDropped as drop:
+                outcomes.append(drop)
+            finally:
+                await env.close()  # closing a dead session is quiet
+            # The next episode: nothing listens any more. At a url (a server of the user's, which
+            # may come back) that drops it; the run's own server is gone for good: the run ends.
+            at_url = replace(sessions, server_pid=None)
+            for new_environment in (at_url, sessions):
                 try:
-                    await env.step(ModelTurn(key, [int(key), EOS_ID], "stop", 0))
-                except EpisodeDropped as drop:
-                    outcomes.append(drop)
-                finally:
-                    await env.close()  # closing a dead session is quiet
-                runner = tool_lookup_runner(sessions)  # the next episode: nothing listens any more
-                try:
-                    await runner.play(prompt, ScriptedModel([key, "0"], [0, 0]))
-                except EpisodeDropped as drop:
-                    outcomes.append(drop)
-                return outcomes
+                    await tool_lookup_runner(new_environment).play(prompt, ScriptedModel([key, "0"], [0, 0]))
+                except (EpisodeDropped, EnvironmentFailed) as failure:
+                    outcomes.append(failure)
+            return sessions.url, outcomes
 
-        outcomes = asyncio.run(kill_mid_episode())
-    finally:
-        doomed.stop()
-    assert [d.reason for d in outcomes] == ["openenv_disconnected", "openenv_unreachable"], outcomes
-    assert doomed.url.split("//")[1] in str(outcomes[1])
+    url, (killed, unreachable, gone) = asyncio.run(kill_mid_episode())
+    assert (killed.reason, unreachable.reason) == ("openenv_disconnected", "openenv_unreachable")
+    assert url.split("//")[1] in str(unreachable)
+    assert isinstance(gone, EnvironmentFailed) and f"OpenEnv server the run serves at {url} is gone" in str(gone)
 
 
 def test_a_url_nothing_answers_fails_at_start_naming_it(tmp_path):

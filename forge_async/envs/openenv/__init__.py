@@ -57,6 +57,6 @@ async def openenv_environments(
             f"({openenv.workers} workers, {sessions} sessions each; log {log_path})",
             flush=True,
         )
-        yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s)
+        yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid)
     finally:
         await asyncio.to_thread(server.stop)

@@ -12,7 +12,9 @@ episode. Each episode opens its own connection, and closes it however the episod
 A server's reset receives the keywords its signature names (OpenEnv drops the rest).
 The seed is drawn from the prompt, so the episodes of one group meet the same
 environment. A server that refuses the session, drops the connection or answers with
-an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on.
+an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on. A server
+the run serves that is gone for good (its process exited) ends the run (EnvironmentFailed),
+rather than leaving it to drop every episode from then on.
 """
 
 import asyncio
@@ -22,10 +24,12 @@ import sys
 import zlib
 from dataclasses import dataclass
 
+import psutil
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
+from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EpisodeDropped
 from forge_async.tasks.task import Prompt
 
@@ -69,6 +73,7 @@ class OpenEnvSessions:
     config: OpenEnvConfig
     eos_token_id: int | None
     timeout_s: float  # env.timeout_s: the client's own wait for a reply
+    server_pid: int | None = None  # the server the run serves (app=), on this host
 
     def __call__(self) -> "OpenEnvEpisode":
         return OpenEnvEpisode(self)
@@ -104,6 +109,11 @@ class OpenEnvEpisode:
         try:
             return await getattr(self.client, method)(*args, **kwargs)
         except ConnectionError as err:  # the WebSocket could not be opened
+            if self.sessions.server_pid is not None and not _running(self.sessions.server_pid):
+                raise EnvironmentFailed(
+                    f"the OpenEnv server the run serves at {self.sessions.url} is gone (pid "
+                    f"{self.sessions.server_pid}; its log: logs/openenv_server.log in the run dir)"
+                ) from None
             raise EpisodeDropped("openenv_unreachable", f"OpenEnv {method}(): {err}") from err
         except ConnectionClosed as err:
             # A server at capacity accepts the WebSocket, says so and closes it normally: the episode's
@@ -132,3 +142,11 @@ class OpenEnvEpisode:
                 f"it has {sorted(observation)}",
             )
         return observation[field]
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (an exited child not yet reaped is a zombie: not running)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
