@@ -206,7 +206,7 @@ def test_tool_lookup_learns_through_an_openenv_server_the_run_serves(tmp_path):
     )
     assert run.returncode == 0, run.output
     line = next(line for line in run.output.splitlines() if "OpenEnv server" in line)
-    assert "2 workers" in line, line
+    assert "uvicorn workers: 2, sessions a worker: 320" in line, line  # 2 x 16 groups x 8 + 64 eval
     url = line.split(" up at ")[1].split()[0]
     assert not is_healthy(url)  # stopped with the run
     assert (run.run_dir / "logs" / "openenv_server.log").is_file()

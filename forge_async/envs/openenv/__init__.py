@@ -54,7 +54,7 @@ async def openenv_environments(
         await asyncio.to_thread(server.wait_until_up, openenv.startup_timeout_s)
         print(
             f"{since_launch()} OpenEnv server {openenv.app} up at {server.url} "
-            f"({openenv.workers} workers, {sessions} sessions each; log {log_path})",
+            f"(uvicorn workers: {openenv.workers}, sessions a worker: {sessions}; log {log_path})",
             flush=True,
         )
         yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid)
