@@ -187,3 +187,11 @@ class GRPOConfig(RunConfig):
     @property
     def batch_size(self) -> int:
         return self.prompts_per_step * self.group_size
+
+    @property
+    def episodes_in_flight(self) -> int:
+        """The most episodes the run plays at once: the groups the rollout workers keep going (sync
+        mode: one step's), each of group_size, plus one evaluation's."""
+        groups = self.rollout_workers * self.prompts_per_rollout if self.mode == "async" else self.prompts_per_step
+        evaluation = self.eval.prompts * self.eval.samples_per_prompt if self.eval.enabled else 0
+        return groups * self.group_size + evaluation

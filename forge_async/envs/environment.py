@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
 from forge_async.envs.agent.config import AgentConfig
+from forge_async.errors import ConfigError
 from forge_async.tasks.task import Prompt
 
 Observation = str | list[int]
@@ -52,6 +53,32 @@ class Environment(Protocol):
 
 
 @dataclass
+class OpenEnvConfig:
+    """env.name=openenv: episodes on an OpenEnv environment server (envs/openenv/)."""
+
+    url: str | None = None  # a server you run (http://host:port); or:
+    app: str | None = None  # "module:app": the run serves it itself on 127.0.0.1 (uvicorn), stopped after
+    workers: int = 1  # uvicorn worker processes serving app= (a pure-Python server is GIL-bound)
+    startup_timeout_s: float = 60.0  # longest the server's /health may take to answer at start
+    action_field: str = "message"  # the action field the model's turn text is sent in
+    token_ids_field: str | None = None  # also send the turn's token ids in this action field; null: not
+    observation_field: str = "message"  # the observation field the model sees: text or token ids
+
+    def check(self) -> None:
+        if (self.url is None) == (self.app is None):
+            raise ConfigError(
+                "env.name=openenv needs exactly one of env.openenv.url (a server you run) and "
+                f"env.openenv.app (module:app, served by the run); got url={self.url} app={self.app}"
+            )
+        if self.url is not None and not self.url.startswith(("http://", "https://", "ws://", "wss://")):
+            raise ConfigError(f"env.openenv.url={self.url}: must start with http://, https://, ws:// or wss://")
+        if self.app is not None and len(self.app.split(":")) != 2:
+            raise ConfigError(f"env.openenv.app={self.app}: must be module:app, e.g. my_package.server:app")
+        check_range("env.openenv.workers", self.workers, AT_LEAST_1)
+        check_range("env.openenv.startup_timeout_s", self.startup_timeout_s, POSITIVE)
+
+
+@dataclass
 class TextArenaConfig:
     """env.textarena: how env.name=textarena:GAME plays its game (envs/textarena.py)."""
 
@@ -68,10 +95,11 @@ class TextArenaConfig:
 
 @dataclass
 class EnvConfig:
-    # "module:callable" returning a new Environment per episode, "agent:module:function" (an async
-    # agent program driving each episode through an OpenAI client; env.agent.*) or textarena:GAME
-    # (a single-player TextArena game); null: the task's own (task.name=tool_lookup has one), or
-    # none (single-turn episodes).
+    # "module:callable" returning a new Environment per episode, "openenv" (an OpenEnv server;
+    # env.openenv.*), textarena:GAME (a single-player TextArena game; env.textarena.*) or
+    # "agent:module:function" (an async agent program driving each episode through an OpenAI
+    # client; env.agent.*); null: the task's own (task.name=tool_lookup has one), or none
+    # (single-turn episodes).
     name: str | None = None
     max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
     # Tokens after the prompt (model turns + observations); null: as many as the context holds.
@@ -81,6 +109,7 @@ class EnvConfig:
     # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
     # actors, roles environment0..n-1), episodes spread over them.
     procs: int = 0
+    openenv: OpenEnvConfig = field(default_factory=OpenEnvConfig)  # env.name=openenv's server
     agent: AgentConfig = field(default_factory=AgentConfig)
     textarena: TextArenaConfig = field(default_factory=TextArenaConfig)
 
@@ -92,3 +121,5 @@ class EnvConfig:
         )
         check_range("env.timeout_s", self.timeout_s, POSITIVE)
         check_range("env.procs", self.procs, AT_LEAST_0, note="0 = in the controller")
+        if self.name == "openenv":
+            self.openenv.check()

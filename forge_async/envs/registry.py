@@ -1,17 +1,19 @@
 """What `env.name` names: the environments a run's episodes are played in.
 
     module:callable        your own Environment class, or a function returning one
+    openenv                an OpenEnv environment server (env.openenv.*; envs/openenv/)
+    textarena:GAME         a single-player TextArena game (env.textarena.*; envs/textarena.py)
     agent:module:function  your async agent program, driving each episode through an OpenAI
                            client (env.agent.*; envs/agent/)
-    textarena:GAME         a single-player TextArena game (env.textarena.*; envs/textarena.py)
 
 `open_environments` yields the factory of one environment per episode, with whatever
-the source runs for the length of the run (the agents' endpoint) stopped after,
-however the run ends. `check_environment_name` fails at start on a name that cannot work.
+the source runs for the length of the run (an OpenEnv server process, the agents'
+endpoint) stopped after, however the run ends. `check_environment_name` fails at start on a name that cannot work.
 """
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from forge_async.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
@@ -22,6 +24,11 @@ from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environm
 
 def check_environment_name(config: EnvConfig) -> None:
     """A CallableError (or ConfigError) naming env.name if it cannot make environments."""
+    if config.name == "openenv":
+        from forge_async.envs.openenv import check_openenv  # openenv: only for env.name=openenv
+
+        check_openenv(config.openenv)
+        return
     if config.name.startswith(AGENT_PREFIX):
         from forge_async.envs.agent.environment import load_agent  # aiohttp and vLLM's schema: only for agents
 
@@ -34,10 +41,20 @@ def check_environment_name(config: EnvConfig) -> None:
 
 
 @asynccontextmanager
-async def open_environments(config: EnvConfig, tokenizer) -> AsyncIterator[EnvFactory | None]:
-    """The factory of env.name's environments (None without env.name), open for the block."""
+async def open_environments(
+    config: EnvConfig, tokenizer, episodes_in_flight: int = 1, run_dir: Path | None = None
+) -> AsyncIterator[EnvFactory | None]:
+    """The factory of env.name's environments (None without env.name), open for the block.
+    `episodes_in_flight`: the most the run plays at once (an OpenEnv server's sessions);
+    `run_dir`: where a server the run starts writes its log."""
     if config.name is None:
         yield None
+    elif config.name == "openenv":
+        from forge_async.envs.openenv import openenv_environments
+
+        log_dir = None if run_dir is None else run_dir / "logs"
+        async with openenv_environments(config, tokenizer.eos_token_id, episodes_in_flight, log_dir) as sessions:
+            yield sessions
     elif config.name.startswith(AGENT_PREFIX):
         from forge_async.envs.agent.environment import agent_environments
 

@@ -1,0 +1,62 @@
+"""env.name=openenv: episodes on an OpenEnv environment server (docs/environments.md).
+
+    env.openenv.url=http://host:port     a server you run, anywhere this host can reach
+    env.openenv.app=module:app           served by the run on 127.0.0.1 (server_process.py)
+
+`openenv_environments` yields the factory of one session per episode (client.py) with
+the server up for the block: checked at start (a server that never answers fails there,
+naming its URL), started and stopped by the run for app=.
+"""
+
+import asyncio
+import importlib.util
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from forge_async.console import since_launch
+from forge_async.envs.environment import EnvConfig, OpenEnvConfig
+from forge_async.envs.openenv.client import OpenEnvSessions
+from forge_async.envs.openenv.server_process import ServerProcess, wait_for_server
+from forge_async.errors import ConfigError
+
+
+def check_openenv(config: OpenEnvConfig) -> None:
+    """Before any proc starts: url='s server answers, or app='s module exists."""
+    if config.url is not None:
+        wait_for_server(config.url, config.startup_timeout_s)
+        return
+    module = config.app.split(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise ConfigError(f"env.openenv.app={config.app}: no module {module} to serve")
+
+
+@asynccontextmanager
+async def openenv_environments(
+    config: EnvConfig, eos_token_id: int | None, sessions: int, log_dir: Path | None = None
+) -> AsyncIterator[OpenEnvSessions]:
+    """The factory of OpenEnv episodes, its server up for the block. `sessions`: the episodes
+    the run may play at once, the sessions an app= server is told to accept; its log goes to
+    `log_dir` (default: a temporary directory)."""
+    openenv = config.openenv
+    if openenv.url is not None:
+        yield OpenEnvSessions(openenv.url, openenv, eos_token_id, config.timeout_s)
+        return
+    log_path = Path(log_dir or tempfile.mkdtemp(prefix="openenv-")) / "openenv_server.log"
+    server = ServerProcess(openenv.app, openenv.workers, sessions, log_path)
+    try:
+        server.start()
+        await asyncio.to_thread(server.wait_until_up, openenv.startup_timeout_s)
+        print(
+            f"{since_launch()} OpenEnv server {openenv.app} up at {server.url} "
+            f"(uvicorn workers: {openenv.workers}, sessions a worker: {sessions}; log {log_path})",
+            flush=True,
+        )
+        yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid)
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -1,0 +1,152 @@
+"""One episode on an OpenEnv server, as our Environment: a session over its WebSocket.
+
+OpenEnv's HTTP /reset and /step build a new environment per request; only a WebSocket
+(`/ws`, driven by OpenEnv's GenericEnvClient) holds one environment for a whole
+episode. Each episode opens its own connection, and closes it however the episode ends.
+
+    reset(prompt)  -> client.reset(prompt=<its text>, meta=<its meta>, seed=..., eos_token_id=...)
+    step(turn)     -> client.step({action_field: turn.text[, token_ids_field: turn.token_ids]})
+    observation    <- the reply's observation[observation_field]: text or token ids
+    reward, done   <- the reply's reward (None counts 0) and done
+
+A server's reset receives the keywords its signature names (OpenEnv drops the rest).
+The seed is drawn from the prompt, so the episodes of one group meet the same
+environment. A server that refuses the session, drops the connection or answers with
+an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on. A server
+the run serves that is gone for good (its process exited) ends the run (EnvironmentFailed),
+rather than leaving it to drop every episode from then on.
+"""
+
+import asyncio
+import json
+import re
+import sys
+import zlib
+from dataclasses import dataclass
+
+import psutil
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
+from forge_async.envs.remote import EnvironmentFailed
+from forge_async.envs.runner import EpisodeDropped
+from forge_async.tasks.task import Prompt
+
+# openenv.core imports OpenEnv's optional Gradio web UI (off unless ENABLE_WEB_INTERFACE) with the
+# rest: ~2 s of CPU in every process that imports it, each server worker included (the repo's
+# servers import this package first). Marked missing, it is left out: OpenEnv catches the
+# ModuleNotFoundError.
+sys.modules.setdefault("gradio", None)
+from openenv.core.generic_client import GenericEnvClient  # noqa: E402
+
+# OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
+_ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")
+_REFUSED_CODES = {"CAPACITY_REACHED", "FACTORY_ERROR"}
+_CLOSE_WAIT_S = 5.0
+
+
+class _SessionClient(GenericEnvClient):
+    """OpenEnv's GenericEnvClient, ending a session the way its server expects: a `close` message,
+    then the server closes the WebSocket. (The stock client closes its end at once, and the server,
+    closing a socket already gone, logs a traceback for every episode.)"""
+
+    async def disconnect(self) -> None:
+        if self._ws is None:
+            return
+        try:
+            await self._send({"type": "close"})
+            await asyncio.wait_for(self._ws.wait_closed(), _CLOSE_WAIT_S)
+        except (ConnectionClosed, OSError, asyncio.TimeoutError):
+            pass  # gone already, or slow to go: closed from this end below
+        finally:
+            await self._ws.close()
+            self._ws = None
+
+
+@dataclass(frozen=True)
+class OpenEnvSessions:
+    """The factory of a run's OpenEnv episodes: plain data, so it pickles to environment procs
+    (env.procs)."""
+
+    url: str
+    config: OpenEnvConfig
+    eos_token_id: int | None
+    timeout_s: float  # env.timeout_s: the client's own wait for a reply
+    server_pid: int | None = None  # the server the run serves (app=), on this host
+
+    def __call__(self) -> "OpenEnvEpisode":
+        return OpenEnvEpisode(self)
+
+
+class OpenEnvEpisode:
+    def __init__(self, sessions: OpenEnvSessions):
+        self.config = sessions.config
+        self.sessions = sessions
+        self.client = _SessionClient(
+            base_url=sessions.url, connect_timeout_s=sessions.timeout_s, message_timeout_s=sessions.timeout_s
+        )
+
+    async def reset(self, prompt: Prompt) -> Observation:
+        seed = zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode())
+        reply = await self._call(
+            "reset", prompt=prompt.text, meta=prompt.meta, seed=seed, eos_token_id=self.sessions.eos_token_id
+        )
+        return self._observation(reply.observation)
+
+    async def step(self, turn: ModelTurn) -> EnvStep:
+        action = {self.config.action_field: turn.text}
+        if self.config.token_ids_field is not None:
+            action[self.config.token_ids_field] = turn.token_ids
+        reply = await self._call("step", action)
+        return EnvStep(self._observation(reply.observation), float(reply.reward or 0.0), bool(reply.done))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _call(self, method: str, *args, **kwargs):
+        """The client's reset/step, its failures as drops by reason."""
+        try:
+            return await getattr(self.client, method)(*args, **kwargs)
+        except ConnectionError as err:  # the WebSocket could not be opened
+            if self.sessions.server_pid is not None and not _running(self.sessions.server_pid):
+                raise EnvironmentFailed(
+                    f"the OpenEnv server the run serves at {self.sessions.url} is gone (pid "
+                    f"{self.sessions.server_pid}; its log: logs/openenv_server.log in the run dir)"
+                ) from None
+            raise EpisodeDropped("openenv_unreachable", f"OpenEnv {method}(): {err}") from err
+        except ConnectionClosed as err:
+            # A server at capacity accepts the WebSocket, says so and closes it normally: the episode's
+            # first message may find it closed so. Any other close is a disconnect.
+            if method == "reset" and err.rcvd is not None and err.rcvd.code == CloseCode.NORMAL_CLOSURE:
+                raise EpisodeDropped(
+                    "openenv_refused", f"OpenEnv server {self.sessions.url} ended the session before reset() "
+                    "(as a server at max_concurrent_envs does)",
+                ) from err  # fmt: skip
+            raise EpisodeDropped(
+                "openenv_disconnected", f"OpenEnv server {self.sessions.url} closed the session at {method}(): {err}"
+            ) from err
+        except RuntimeError as err:
+            code = _ERROR_CODE.search(str(err))
+            if code is None:
+                raise
+            reason = "openenv_refused" if code.group(1) in _REFUSED_CODES else "openenv_error"
+            raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
+
+    def _observation(self, observation: dict) -> Observation:
+        field = self.config.observation_field
+        if field not in observation:
+            raise EpisodeDropped(
+                "openenv_error",
+                f"the OpenEnv observation has no field {field!r} (env.openenv.observation_field); "
+                f"it has {sorted(observation)}",
+            )
+        return observation[field]
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` still runs (an exited child not yet reaped is a zombie: not running)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,1 @@
+"""OpenEnv environment servers of the repo's own (env.name=openenv env.openenv.app=...)."""
