@@ -151,13 +151,7 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
         tmp_path / "run", "--config-name=tool_lookup", f"steps={steps}",
         "env.name=tests.flaky_environment:FlakyLookupEnv", "env.timeout_s=0.5", timeout=900,
     )
-    assert run.returncode == 0, run.output
-    assert "episode dropped (counted as env_error" in run.output
-    assert "episode dropped (counted as env_timeout" in run.output
-    summary = json.loads((run.run_dir / "summary.json").read_text())
-    assert_accounting(summary)
-    dropped = summary["dropped_by_reason"]
-    assert dropped["env_error"] > 0 and dropped["env_timeout"] > 0, dropped
+    dropped = assert_finished_dropping(run, "env_error", "env_timeout")
     metrics = run.metrics
     # The last step's row counts the drops so far; episodes still in flight then may drop after it.
     assert 0 < metrics[-1]["samples/dropped_env_error"] <= dropped["env_error"]
@@ -176,6 +170,19 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     versions = [e["eval/version"] for e in run.evaluations]
     assert versions[0] == 0 and versions[-1] == steps and versions == sorted(set(versions)), versions
     assert sum(e["eval/dropped"] for e in run.evaluations) > 0
+
+
+def assert_finished_dropping(run, *reasons: str) -> dict[str, int]:
+    """`run` finished, its accounting adds up, and each of `reasons` dropped episodes: printed the
+    first time, counted in summary.json. Returns the summary's drops by reason."""
+    assert run.returncode == 0, run.output
+    for reason in reasons:
+        assert f"episode dropped (counted as {reason}" in run.output, reason
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert_accounting(summary)
+    dropped = summary["dropped_by_reason"]
+    assert all(dropped.get(reason, 0) > 0 for reason in reasons), dropped
+    return dropped
 
 
 def test_the_documented_custom_environment_plays_as_described():
