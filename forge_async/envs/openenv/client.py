@@ -44,6 +44,7 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 _ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")
 _REFUSED_CODES = {"CAPACITY_REACHED", "FACTORY_ERROR"}
 _CLOSE_WAIT_S = 5.0
+_EXIT_WAIT_S = 2.0
 
 
 class _SessionClient(GenericEnvClient):
@@ -109,7 +110,7 @@ class OpenEnvEpisode:
         try:
             return await getattr(self.client, method)(*args, **kwargs)
         except ConnectionError as err:  # the WebSocket could not be opened
-            if self.sessions.server_pid is not None and not _running(self.sessions.server_pid):
+            if self.sessions.server_pid is not None and await _exits(self.sessions.server_pid):
                 raise EnvironmentFailed(
                     f"the OpenEnv server the run serves at {self.sessions.url} is gone (pid "
                     f"{self.sessions.server_pid}; its log: logs/openenv_server.log in the run dir)"
@@ -144,9 +145,20 @@ class OpenEnvEpisode:
         return observation[field]
 
 
+async def _exits(pid: int) -> bool:
+    """Whether process `pid` has exited, or does within _EXIT_WAIT_S: a dying process closes its
+    sockets (so connections are refused) before it becomes a zombie."""
+    deadline = asyncio.get_running_loop().time() + _EXIT_WAIT_S
+    while _running(pid):
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
 def _running(pid: int) -> bool:
     """Whether process `pid` still runs (an exited child not yet reaped is a zombie: not running)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.NoSuchProcess:
         return False
