@@ -15,7 +15,8 @@ from apps.grpo.subprocess_run import run_app
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv import check_openenv, openenv_environments
-from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, free_port, is_healthy
+from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
+from forge_async.launch.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError
@@ -162,7 +163,7 @@ def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_then_ends_the_
 
 
 def test_a_url_nothing_answers_fails_at_start_naming_it(tmp_path):
-    url = f"http://127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{free_port('127.0.0.1')}"
     with pytest.raises(ServerNotUp, match=f"no OpenEnv server answered {url}/health within 1s"):
         check_openenv(OpenEnvConfig(url=url, startup_timeout_s=1))
     # The app says so in one line, before any proc is spawned.

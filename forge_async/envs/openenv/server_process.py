@@ -13,7 +13,6 @@ over the workers unevenly, so each worker is told the run's whole number.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,8 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from forge_async.errors import ConfigError
+from forge_async.launch.hosts import free_port
 
 SESSIONS_VARIABLE = "FORGE_OPENENV_SESSIONS"
+LOOPBACK = "127.0.0.1"
 _STOP_GRACE_S = 10.0
 _POLL_S = 0.2
 # uvicorn kills a worker that does not answer its supervisor's ping within this (default 5 s),
@@ -39,13 +40,13 @@ class ServerNotUp(ConfigError):
 class ServerProcess:
     def __init__(self, app: str, workers: int, sessions: int, log_path: Path):
         self.app, self.workers, self.sessions, self.log_path = app, workers, sessions, log_path
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = free_port(LOOPBACK)
+        self.url = f"http://{LOOPBACK}:{self.port}"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         command = [
-            sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1", "--port", str(self.port),
+            sys.executable, "-m", "uvicorn", self.app, "--host", LOOPBACK, "--port", str(self.port),
             "--workers", str(self.workers), "--log-level", "warning",
             "--timeout-worker-healthcheck", str(_WORKER_HEALTHCHECK_S),
         ]  # fmt: skip
@@ -103,12 +104,6 @@ def is_healthy(url: str) -> bool:
             return reply.status == 200
     except (urllib.error.URLError, OSError):
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _signal_group(pid: int, signum: int) -> None:
