@@ -51,14 +51,18 @@ class AgentEndpoint:
             await self._runner.cleanup()
 
     def open_session(self, session: AgentSession) -> str:
-        """`session` served; returns its base URL."""
+        """`session` served; returns its id."""
         session_id = uuid.uuid4().hex
         self.sessions[session_id] = session
+        return session_id
+
+    def base_url(self, session_id: str) -> str:
+        """What the session's agent points its OpenAI client at."""
         host = "127.0.0.1" if self.config.host in ("0.0.0.0", "::", "") else self.config.host
         return f"http://{host}:{self.port}/sessions/{session_id}/v1"
 
-    def close_session(self, base_url: str) -> None:
-        self.sessions.pop(base_url.rsplit("/", 2)[-2], None)
+    def close_session(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
 
     async def _models(self, request: web.Request) -> web.Response:
         if request.match_info["session"] not in self.sessions:

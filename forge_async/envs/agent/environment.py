@@ -82,7 +82,7 @@ class AgentEnvironment:
     async def reset(self, prompt: Prompt) -> list[int]:
         self.endpoint = await shared_endpoint(self.episodes.config)
         self.session = AgentSession(Conversation(self.episodes.tokenizer), self.episodes.tool_calls, SERVED_MODEL)
-        self.base_url = self.endpoint.open_session(self.session)
+        self.session_id = self.endpoint.open_session(self.session)
         self.deadline = asyncio.get_running_loop().time() + self.episodes.config.episode_timeout_s
         self.agent = asyncio.create_task(self._run_agent(prompt))
         event = await self._next_event()
@@ -106,14 +106,14 @@ class AgentEnvironment:
         if self.session is None:
             return
         self.session.end("a turn or token limit ended it, or it was dropped")
-        self.endpoint.close_session(self.base_url)
+        self.endpoint.close_session(self.session_id)
         self.agent.cancel()
         await asyncio.gather(self.agent, return_exceptions=True)
 
     async def _run_agent(self, prompt: Prompt) -> None:
         """The agent function, its return value or error put on the session's events."""
         try:
-            value = await self.episodes.agent(prompt, self.base_url)
+            value = await self.episodes.agent(prompt, self.endpoint.base_url(self.session_id))
         except Exception as err:
             self.session.events.put_nowait(err)
         else:
