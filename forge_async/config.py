@@ -120,6 +120,12 @@ class GRPOConfig(RunConfig):
                 "off-policy correction; set importance.cap=null (mode truncate)"
             )
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
+        trainer_hosts = self.placement.trainer_hosts
+        if len(trainer_hosts) > 1 and self.weights.transport == "shm" and self.weights.cross_host == "gloo":
+            raise ConfigError(
+                f"placement.trainer_hosts={trainer_hosts}: weights.cross_host=gloo sends each version from the "
+                "trainer's one host; a trainer on several hosts needs weights.cross_host=torchstore"
+            )
         check_scorers(self.scorers)
         if self.eval.dataset is not None and self.task.name != "dataset":
             raise ConfigError(

@@ -26,11 +26,12 @@ async def write_summary(
     generation_paused_s: float,
     skipped_rows: dict[str, int],
     final_model: str | None,
+    weight_receivers: list[dict[str, int]],
 ) -> dict:
     """RUN_DIR/summary.json from the run's record and what its actors know now; returns it.
 
     `generation_paused_s`: admission control's hold on generation; `skipped_rows`: dataset
-    rows skipped at load, by reason."""
+    rows skipped at load, by reason; `weight_receivers`: weights/delivery.py's report."""
     buffer = await handles.buffer.stats()
     wall = record.wall_s()
     generators = [g for g in await handles.generators.stats() if g]
@@ -82,6 +83,9 @@ async def write_summary(
         "stored_versions": await _stored_versions(config),
         # versions kept for relays / generators
         "torchstore_versions": await _torchstore_versions() if handles.uses_torchstore else [],
+        # per weight relay (or generator, under weights.transport=torchstore): the version it
+        # holds, the versions it never loaded (a newer one was ready first), its failed links
+        "weight_receivers": weight_receivers,
         "placement": handles.placement,
         "skipped_rows": skipped_rows,
     }

@@ -136,7 +136,8 @@ async def train_on(
 
     async def summarise(final_model: str | None) -> dict:
         return await write_summary(
-            run_dir, config, record, handles, admission.paused_s, task.skipped_rows, final_model
+            run_dir, config, record, handles, admission.paused_s, task.skipped_rows, final_model,
+            delivery.receivers_report(),
         )
 
     return await run_to_the_end(loop, resume_from, handles, run_dir, config.trace.enabled, summarise)

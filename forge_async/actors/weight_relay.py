@@ -1,26 +1,70 @@
 """WeightRelay: brings each published version to a node other than the trainer's, once.
 
-The trainer puts a version into torchstore; the relay on a generator node
-fetches it (one network copy for the whole node) and writes it into that node's
-shared-memory channel, where every generator on the node picks it up by itself
-between engine steps, exactly as on the trainer's own node.
+One network copy for the whole node, written into that node's shared-memory channel,
+where every generator on the node picks it up by itself between engine steps, exactly
+as on the trainer's own node. The copy arrives by one of two ways
+(`weights.cross_host`):
+
+- gloo: the WeightSender on the trainer's node sends it over this relay's gloo pair
+  (weights/link.py); a version is written into the channel only once whole.
+- torchstore: the relay fetches it from the store, where the trainer put it.
 """
 
+import asyncio
 import time
 
 from monarch.actor import endpoint
 
 from forge_async.actors.proc_actor import ProcActor
+from forge_async.launch.hosts import node_address
 from forge_async.weights import scratch
+from forge_async.weights.link import RELAY, ReceivedVersion, Rendezvous, join_rendezvous, open_pair
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
 class WeightRelay(ProcActor):
-    def __init__(self, channel_dir: str):
+    def __init__(self, channel_dir: str, node: int):
         self.channel = SharedMemoryChannel(scratch.claim(channel_dir))
+        self.node = node
+        self.received = ReceivedVersion()
+        self.store = None
+        self.timeout_s = 0.0
+        self.pair = None
+
+    @endpoint
+    async def join(self, point: Rendezvous, timeout_s: float) -> None:
+        """Reach the sender's rendezvous point (gloo)."""
+        self.timeout_s = timeout_s
+        self.store = await asyncio.to_thread(join_rendezvous, point, timeout_s)
+
+    @endpoint
+    async def open_pair(self, attempt: int) -> dict:
+        """Open this relay's side of its pair with the sender; {"error"} if it fails."""
+        self.pair = None
+        try:
+            self.pair = await asyncio.to_thread(open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s)
+        except RuntimeError as err:
+            return {"error": f"could not connect: {err}"}
+        return {}
+
+    @endpoint
+    async def receive_version(self) -> dict:
+        """The version the sender sends now, into this node's channel once whole:
+        {"version", "receive_ms", "load_ms"}, or {"error"} (nothing written; the pair must be opened again)."""
+        start = time.perf_counter()
+        try:
+            version, header = await asyncio.to_thread(self.received.receive, self.pair)
+        except RuntimeError as err:
+            self.pair = None
+            return {"error": str(err)}
+        received = time.perf_counter()
+        self.channel.write_slot(version, header, self.received.buffer)
+        end = time.perf_counter()
+        return {"version": version, "receive_ms": (received - start) * 1e3, "load_ms": (end - received) * 1e3}
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:
+        """`version` from torchstore into this node's channel."""
         from forge_async.weights import store  # imported as the proc starts (launch/procs.py, PRELOAD)
 
         start = time.perf_counter()

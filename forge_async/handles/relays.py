@@ -1,9 +1,13 @@
 """Weight relays: one on each generator node that cannot read the trainer's own
-shared-memory channel. Each takes a version from torchstore once for its node and
-writes it into that node's channel (actors/weight_relay.py).
+shared-memory channel. Each brings a version to its node once and writes it into that
+node's channel (actors/weight_relay.py), fed by the weight sender on the trainer's
+node over a gloo pair (`weights.cross_host=gloo`, actors/weight_sender.py) or from
+torchstore.
 
-A relay whose proc dies ends the run with a GeneratorFailed: the generators of
-its node would never get another version.
+A relay or sender whose proc dies ends the run with a GeneratorFailed: the generators
+of the node(s) it serves would never get another version. A link that fails mid-version
+is not a proc failure: `load_version` returns {"error"} (delivery reports it and tries
+again with a fresh pair).
 """
 
 import asyncio
@@ -12,6 +16,7 @@ from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.procs_file import ProcsFile, located
 from forge_async.handles.supervision import STOP_TIMEOUT_S, stop_quietly, supervised, within
 from forge_async.launch import roles
+from forge_async.launch.roles import Role
 from forge_async.launch.spawner import RoleSpawner
 
 
@@ -20,8 +25,13 @@ class WeightRelays:
         self.spawner = spawner
         self.procs_file = procs_file
         self.nodes = nodes  # relay j serves node nodes[j]
+        self.gloo = bool(nodes) and spawner.config.weights.cross_host == "gloo"
         self._procs: list = []
         self._relays: list = []
+        self._sender = None
+        self._sender_procs = None
+        self._attempts = [0] * len(nodes)  # pairs opened for relay j
+        self._paired = [False] * len(nodes)
 
     async def start(self) -> None:
         for node in self.nodes:
@@ -29,21 +39,56 @@ class WeightRelays:
             self.procs_file.record(roles.weight_relay(node), await relay.where.call_one())
             self._procs.append(procs)
             self._relays.append(relay)
+        if self.gloo:
+            self._sender_procs, self._sender = await self.spawner.weight_sender()
+            self.procs_file.record(roles.WEIGHT_SENDER, await self._sender.where.call_one())
+            point = await self._sender.rendezvous.call_one()
+            timeout_s = self.spawner.config.weights.link_timeout_s
+            await asyncio.gather(*(relay.join.call_one(point, timeout_s) for relay in self._relays))
 
     async def load_version(self, index: int, version: int) -> dict:
-        """Relay `index` fetches `version` and writes it into its node's channel."""
-        role = roles.weight_relay(self.nodes[index])
+        """Bring relay `index`'s node the newest version (gloo: the sender's newest, at least
+        `version`; torchstore: `version`) into its channel: {"version", ...} or {"error"}."""
+        if not self.gloo:
+            return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._relays[index].load_version.call_one(version))
+        if not self._paired[index] and "error" in (opened := await self._open_pair(index)):
+            return self._link_error(index, opened["error"])
+        node, relay = self.nodes[index], self._relays[index]
+        sent, received = await asyncio.gather(
+            self._call(roles.WEIGHT_SENDER, lambda: self._sender.send.call_one(node)),
+            self._call(roles.weight_relay(node), lambda: relay.receive_version.call_one()),
+        )
+        if "error" in sent or "error" in received:
+            self._paired[index] = False
+            return self._link_error(index, received.get("error") or sent["error"])
+        return {**received, "bytes": sent["bytes"], "send_ms": sent["send_ms"]}
 
+    async def _open_pair(self, index: int) -> dict:
+        self._attempts[index] += 1
+        node, attempt = self.nodes[index], self._attempts[index]
+        opened = await asyncio.gather(
+            self._call(roles.WEIGHT_SENDER, lambda: self._sender.open_pair.call_one(node, attempt)),
+            self._call(roles.weight_relay(node), lambda: self._relays[index].open_pair.call_one(attempt)),
+        )
+        errors = [o["error"] for o in opened if "error" in o]
+        self._paired[index] = not errors
+        return {"error": errors[0]} if errors else {}
+
+    def _link_error(self, index: int, error: str) -> dict:
+        where = located(self.procs_file.where[str(roles.weight_relay(self.nodes[index]))])
+        return {"error": f"a version to the weight relay ({where}) did not arrive: {error.splitlines()[-1]}"}
+
+    async def _call(self, role: Role, call):
         async def failed(err: Exception) -> None:
-            raise GeneratorFailed(f"the weight relay ({located(self.procs_file.where[str(role)])}) failed: {err}") from None
+            raise GeneratorFailed(f"the {role.kind.value.replace('_', ' ')} ({located(self.procs_file.where[str(role)])}) failed: {err}") from None
 
-        return await supervised(lambda: self._relays[index].load_version.call_one(version), failed)
+        return await supervised(call, failed)
 
     async def stop(self) -> None:
-        """Each reachable relay removes its node's channel, then every relay proc stops."""
+        """Each reachable relay removes its node's channel, then every relay proc (and the sender's) stops."""
         reachable = [j for j, node in enumerate(self.nodes) if self.procs_file.reachable(roles.weight_relay(node))]
         await asyncio.gather(*(self._remove_channel(j) for j in reachable))
-        await asyncio.gather(*(stop_quietly(self._procs[j]) for j in reachable))
+        await asyncio.gather(*(stop_quietly(self._procs[j]) for j in reachable), stop_quietly(self._sender_procs))
 
     async def _remove_channel(self, index: int) -> None:
         """A relay's node keeps its shared-memory channel until told to remove it."""

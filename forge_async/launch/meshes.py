@@ -21,6 +21,7 @@ from forge_async.actors.trainer import Trainer
 from forge_async.actors.tiny_model_writer import TinyModelWriter
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.actors.weight_relay import WeightRelay
+from forge_async.actors.weight_sender import WeightSender
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.launch.procs import spawn_procs
 from forge_async.models.checkpoint import Checkpoint
@@ -132,10 +133,19 @@ async def spawn_logprob_model(
 async def spawn_weight_relay(
     channel_dir: str, host: HostMesh, node: int, log_dir: Path | None = None, procs: ProcMesh | None = None
 ):
-    """A WeightRelay on `host`: torchstore -> that host's shared-memory channel at `channel_dir`."""
+    """A WeightRelay on `host` (node `node`): the sender or torchstore -> that host's shared-memory channel at `channel_dir`."""
     if procs is None:
         procs = spawn_procs(host, 1, f"weight_relay{node}", log_dir)
-    return procs, procs.spawn(f"weight_relay{node}", WeightRelay, channel_dir)
+    return procs, procs.spawn(f"weight_relay{node}", WeightRelay, channel_dir, node)
+
+
+async def spawn_weight_sender(
+    channel_dir: str, timeout_s: float, host: HostMesh, log_dir: Path | None = None, procs: ProcMesh | None = None
+):
+    """A WeightSender on `host` (the trainer's): its shared-memory channel at `channel_dir` -> the relays."""
+    if procs is None:
+        procs = spawn_procs(host, 1, "weight_sender", log_dir)
+    return procs, procs.spawn("weight_sender", WeightSender, channel_dir, timeout_s)
 
 
 def spawn_environment_host(

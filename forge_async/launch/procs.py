@@ -40,6 +40,7 @@ PRELOAD = {
     Kind.GENERATOR: ("forge_async.actors.generator", "vllm.entrypoints.llm"),
     Kind.REPLAY_BUFFER: ("forge_async.actors.replay_buffer",),
     Kind.WEIGHT_RELAY: ("forge_async.actors.weight_relay", "forge_async.weights.store"),
+    Kind.WEIGHT_SENDER: ("forge_async.actors.weight_sender",),
     Kind.SCORER: ("forge_async.actors.logprob_model", "forge_async.models.titan"),
     Kind.ENVIRONMENT: ("forge_async.actors.environment_host",),
 }
@@ -137,6 +138,8 @@ class RunProcs:
             return self.hosts.node(placement.generator_host(role.index))
         if role.kind is Kind.WEIGHT_RELAY:
             return self.hosts.node(role.index)
+        if role.kind is Kind.WEIGHT_SENDER:
+            return self.hosts.node(placement.trainer_hosts[0])
         return self.hosts.node(0)  # the replay buffer, model scorers and environments, beside the controller
 
     def spawn(self, role: Role) -> ProcMesh:

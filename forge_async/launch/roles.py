@@ -2,7 +2,8 @@
 
 A role is a kind and, for kinds that come several to a run, an index: the
 generator's position, the model scorer's position in `scorers`, the environment
-proc's position, or the node a weight relay serves. Its name (`generator3`,
+proc's position, or the node a weight relay serves. The weight sender runs on the
+trainer's (first) node. Its name (`generator3`,
 `weight_relay1`) names the proc mesh, its log file and its entry in procs.json.
 """
 
@@ -15,6 +16,7 @@ class Kind(str, Enum):
     GENERATOR = "generator"
     REPLAY_BUFFER = "replay_buffer"
     WEIGHT_RELAY = "weight_relay"
+    WEIGHT_SENDER = "weight_sender"
     SCORER = "scorer"
     ENVIRONMENT = "environment"
 
@@ -30,6 +32,7 @@ class Role:
 
 TRAINER = Role(Kind.TRAINER)
 REPLAY_BUFFER = Role(Kind.REPLAY_BUFFER)
+WEIGHT_SENDER = Role(Kind.WEIGHT_SENDER)
 
 
 def generator(index: int) -> Role:

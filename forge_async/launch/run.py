@@ -44,7 +44,7 @@ async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_di
         relays=WeightRelays(spawner, procs_file, relay_nodes(config)),
         environments=EnvironmentHosts(spawner, procs_file, config.env.procs),
         procs_file=procs_file,
-        uses_torchstore=uses_torchstore(config, procs.hosts.nnodes),
+        uses_torchstore=uses_torchstore(config),
         engine_start_s=[],
     )
     try:

@@ -57,6 +57,12 @@ class RoleSpawner:
             self.config.weights.channel_dir, self.procs.host(role), node, procs=self.procs.take(role)
         )
 
+    async def weight_sender(self):
+        w = self.config.weights
+        return await meshes.spawn_weight_sender(
+            w.channel_dir, w.link_timeout_s, self.procs.host(roles.WEIGHT_SENDER), procs=self.procs.take(roles.WEIGHT_SENDER)
+        )
+
     async def scorer(self, index: int):
         """(procs, LogprobModel) for model scorer `index`: its checkpoint, or the initial policy's."""
         role = roles.scorer(index)

@@ -7,9 +7,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from forge_async.config_checks import check_choice
+from forge_async.config_checks import POSITIVE, check_choice, check_range
 
 TRANSPORTS = ("shm", "torchstore")
+CROSS_HOST = ("gloo", "torchstore")
 
 
 def default_root() -> Path:
@@ -27,9 +28,19 @@ class WeightsConfig:
     transport: str = "shm"
     # Directory of the shared-memory channel; null = a fresh one under /dev/shm per run.
     channel_dir: str | None = None
+    # How a version reaches the relay of each generator host other than the trainer's
+    # (transport=shm): gloo (a weight sender on the trainer's host sends the trainer's
+    # channel to each relay over a gloo pair, off the trainer's path; the trainer on one
+    # host) or torchstore (the trainer puts its shards into the store, each relay gets them).
+    cross_host: str = "gloo"
+    # A gloo send or receive that makes no progress for this long fails: that host keeps
+    # the version it has, the failure is reported, and the next version reconnects.
+    link_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         check_choice("weights.transport", self.transport, TRANSPORTS)
+        check_choice("weights.cross_host", self.cross_host, CROSS_HOST)
+        check_range("weights.link_timeout_s", self.link_timeout_s, POSITIVE)
 
     def resolved(self) -> "WeightsConfig":
         """This config with a channel directory chosen (a fresh one when none is set)."""

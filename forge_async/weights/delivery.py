@@ -14,6 +14,7 @@ generator i can be sampling with from now on, pins included.
 """
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ from typing import Protocol
 from forge_async.weights.route import WeightRoute
 
 _POLL_S = 0.002
+_RETRY_S = 1.0
 
 
 class Generators(Protocol):
@@ -45,6 +47,8 @@ class WeightDelivery:
         self.route = route
         self.on_loaded = on_loaded
         self.loaded = [0] * len(route.receivers)  # last version each receiver is known to hold
+        self.skipped = [0] * len(route.receivers)  # versions a receiver never loaded (a newer one came first)
+        self.link_failures = [0] * len(route.receivers)
         self.published = 0
         self.last_load_ms = 0.0
         self._wake = [asyncio.Event() for _ in route.receivers]
@@ -69,6 +73,13 @@ class WeightDelivery:
         self.published = version
         for event in self._wake:
             event.set()
+
+    def receivers_report(self) -> list[dict[str, int]]:
+        """Per receiver: the version it holds, the versions it skipped, its failed links."""
+        return [
+            {"version": v, "versions_skipped": s, "link_failures": f}
+            for v, s, f in zip(self.loaded, self.skipped, self.link_failures)
+        ]
 
     def generator_version(self, index: int) -> int:
         """The oldest version generator `index` can be sampling with from now on."""
@@ -122,9 +133,10 @@ class WeightDelivery:
             await generator.load_version.call_one(self.published)
 
     async def _update(self, index: int) -> None:
-        from forge_async.weights import store  # heavy to import: only where torchstore is used
-
         receiver = self.route.receivers[index]
+        store = None
+        if self.route.through_store:
+            from forge_async.weights import store  # heavy to import: only where torchstore is used
         while True:
             await self._wake[index].wait()
             self._wake[index].clear()
@@ -134,13 +146,29 @@ class WeightDelivery:
             async with self._loading[index]:
                 version = self.published  # the newest, after waiting out a pin
                 start = time.perf_counter()
-                await receiver.load(version)
+                result = await receiver.load(version)
                 self.last_load_ms = (time.perf_counter() - start) * 1e3
-            holding = [version if i == index else v for i, v in enumerate(self.loaded)]
-            await store.delete_versions_before(min(holding))
-            self.loaded[index] = version  # after the cleanup, so waiters see a tidy store
+            if "error" in result:
+                self._link_failed(index, result["error"])
+                continue
+            version = result.get("version", version)  # a sender sends the newest it has
+            if self.route.through_store:
+                holding = [version if i == index else v for i, v in enumerate(self.loaded)]
+                await store.delete_versions_before(min(holding))  # before `loaded`: waiters see a tidy store
+            self.skipped[index] += max(0, version - self.loaded[index] - 1)
+            self.loaded[index] = version
             if self.on_loaded is not None:
                 await self.on_loaded()
+
+    def _link_failed(self, index: int, error: str) -> None:
+        """A receiver's link failed mid-version: its host keeps the version it had; say so, and
+        try again soon (a run waiting on that version must not wait for the next publish)."""
+        self.link_failures[index] += 1
+        print(
+            f"warning: {error}; that host keeps version {self.loaded[index]}, and is sent the newest again",
+            file=sys.stderr, flush=True,
+        )
+        asyncio.get_running_loop().call_later(_RETRY_S, self._wake[index].set)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -3,9 +3,10 @@
 The trainer publishes a version to its *push targets*: its node's shared-memory
 channel ("shm"), torchstore, or both. A generator on the trainer's node (shm
 transport) reads the channel by itself. Every other generator is served by a
-*receiver* that must be told to load each version from torchstore: the weight
-relay of its node (shm transport: one network copy per node, written into that
-node's channel), or the generator itself (torchstore transport).
+*receiver* that must be told to load each version: the weight relay of its node
+(shm transport: one network copy per node, written into that node's channel),
+which the weight sender feeds from the trainer's channel (`weights.cross_host=gloo`)
+or which fetches from torchstore; or the generator itself (torchstore transport).
 """
 
 from dataclasses import dataclass
@@ -36,6 +37,11 @@ class WeightRoute:
     receivers_are_generators: bool  # receiver i is generator i (torchstore transport)
     push_targets: tuple[str, ...]  # where the trainer publishes each version
 
+    @property
+    def through_store(self) -> bool:
+        """Whether receivers load from torchstore (old versions are then deleted from it)."""
+        return "torchstore" in self.push_targets
+
 
 def relay_nodes(config: GRPOConfig) -> list[int]:
     """The generator nodes that need a weight relay: shm transport, and not the trainer's one node."""
@@ -46,9 +52,9 @@ def relay_nodes(config: GRPOConfig) -> list[int]:
     return sorted({config.placement.generator_host(i) for i in range(config.generator.count)} - own)
 
 
-def uses_torchstore(config: GRPOConfig, nnodes: int) -> bool:
-    """Whether weights may travel through torchstore: its transport, or relays to other nodes."""
-    return config.weights.transport == "torchstore" or nnodes > 1
+def uses_torchstore(config: GRPOConfig) -> bool:
+    """Whether weights travel through torchstore: its transport, or relays fed from it."""
+    return config.weights.transport == "torchstore" or bool(relay_nodes(config)) and config.weights.cross_host == "torchstore"
 
 
 def plan_route(config: GRPOConfig, generators: VersionLoader, relays: VersionLoader) -> WeightRoute:
@@ -59,5 +65,8 @@ def plan_route(config: GRPOConfig, generators: VersionLoader, relays: VersionLoa
     receiver_of = [
         nodes.index(node) if (node := config.placement.generator_host(i)) in nodes else None for i in range(count)
     ]
-    targets = (("shm",) if None in receiver_of else ()) + (("torchstore",) if nodes else ())
+    if config.weights.cross_host == "gloo":
+        targets = ("shm",)  # the weight sender reads the trainer's channel
+    else:
+        targets = (("shm",) if None in receiver_of else ()) + (("torchstore",) if nodes else ())
     return WeightRoute([Receiver(relays, j) for j in range(len(nodes))], receiver_of, False, targets)

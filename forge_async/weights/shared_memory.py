@@ -142,6 +142,12 @@ class SharedMemoryChannel:
             os.close(self._write_lock)  # closing drops the flock
             self._write_lock = None
 
+    def write_slot(self, version: int, header: bytes, data: torch.Tensor) -> None:
+        """Write and publish a whole slot file's bytes (`data`, as `reading_slot` gave them) as `version`."""
+        self.begin_write(version, header, data.numel())
+        self._mapping(version % _SLOTS).copy_(data)
+        self.publish(version)
+
     def write(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
         """Write and publish whole tensors as `version` (one writer holding every tensor)."""
         header, _, size = plan_layout({n: (tuple(t.shape), t.dtype) for n, t in state_dict.items()})
@@ -165,11 +171,17 @@ class SharedMemoryChannel:
         The version found is the one in the slot's header, read under the lock: `version`
         itself, or a newer one written to the same slot meanwhile. Copy out inside the block.
         """
+        with self.reading_slot(version) as (found, header, _):
+            yield found, self.tensor_views(version, header)
+
+    @contextmanager
+    def reading_slot(self, version: int) -> Iterator[tuple[int, bytes, torch.Tensor]]:
+        """Shared-locked: (version found, its header, the whole slot file as bytes), as `reading`."""
         fd = os.open(self.slot_path(version % _SLOTS), os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             length, found = _PREFIX.unpack(os.pread(fd, _PREFIX.size, 0))
-            yield found, self.tensor_views(version, os.pread(fd, length, _PREFIX.size))
+            yield found, os.pread(fd, length, _PREFIX.size), self._mapping(version % _SLOTS)
         finally:
             os.close(fd)
 

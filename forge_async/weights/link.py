@@ -1,0 +1,138 @@
+"""One version of the weights across a network link: a gloo pair between the weight
+sender on the trainer's host and the weight relay of one generator host.
+
+A version travels as the bytes of a shared-memory slot (shared_memory.py): the sender
+copies the newest published slot out of the trainer's channel (holding its lock only
+for that copy, so the trainer never waits on the network), then sends, in chunks of
+`CHUNK_BYTES`, a small frame (version, header length, size), the slot's JSON header
+and its tensor bytes. The relay receives into a buffer of its own and writes it into
+its host's channel only once every byte has arrived: a link that stalls or breaks
+mid-version leaves that host on the version it had, and nothing half-received is
+ever published.
+
+Each pair is a `ProcessGroupGloo` of two ranks (sender 0, relay 1) of its own,
+rendezvousing through the sender's TCPStore under a prefix naming the relay and the
+attempt: pairs are independent (a slow host never holds up another) and a broken pair
+is replaced by a fresh one, never reused.
+"""
+
+import datetime
+from dataclasses import dataclass
+
+import torch
+from torch.distributed import PrefixStore, ProcessGroupGloo, Store, TCPStore
+
+from forge_async.weights.shared_memory import SharedMemoryChannel
+
+CHUNK_BYTES = 16 << 20  # a stall is noticed within one chunk's timeout
+SENDER, RELAY = 0, 1
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where pairs meet: the sender's TCPStore."""
+
+    address: str
+    port: int
+
+
+def serve_rendezvous(address: str, port: int, timeout_s: float) -> TCPStore:
+    """The sender's store, listening on its host's address."""
+    return TCPStore(address, port, is_master=True, wait_for_workers=False, timeout=_delta(timeout_s))
+
+
+def join_rendezvous(point: Rendezvous, timeout_s: float) -> TCPStore:
+    return TCPStore(point.address, point.port, is_master=False, timeout=_delta(timeout_s))
+
+
+def open_pair(store: Store, relay: int, attempt: int, rank: int, own_address: str, timeout_s: float) -> ProcessGroupGloo:
+    """The gloo pair of relay `relay` (blocks until the other side opens it too)."""
+    options = ProcessGroupGloo._Options()
+    options._timeout = _delta(timeout_s)
+    options._devices = [ProcessGroupGloo.create_device(hostname=own_address)]
+    return ProcessGroupGloo(PrefixStore(f"relay{relay}/attempt{attempt}", store), rank, 2, options)
+
+
+def _delta(seconds: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=seconds)
+
+
+@dataclass
+class StagedVersion:
+    version: int
+    header: bytes
+    buffer: torch.Tensor  # the slot file's bytes
+    users: int = 0  # sends in progress from it
+
+
+class StagedVersions:
+    """The sender's copies of versions out of the trainer's channel: the newest, copied once
+    however many relays it goes to, and older ones while a send still reads them."""
+
+    def __init__(self, channel: SharedMemoryChannel):
+        self.channel = channel
+        self.newest: StagedVersion | None = None
+        self.spare: list[torch.Tensor] = []  # buffers no send uses, for the next copies
+
+    def acquire(self) -> StagedVersion:
+        """The newest published version, copied out if it is newer than the last copy; `release` it."""
+        latest = self.channel.latest()
+        if latest is None:
+            raise RuntimeError(f"nothing published in {self.channel.directory} yet")
+        if self.newest is None or latest > self.newest.version:
+            self._stage(latest)
+        self.newest.users += 1
+        return self.newest
+
+    def release(self, staged: StagedVersion) -> None:
+        staged.users -= 1
+        if staged.users == 0 and staged is not self.newest:
+            self.spare.append(staged.buffer)
+
+    def _stage(self, latest: int) -> None:
+        with self.channel.reading_slot(latest) as (found, header, data):
+            buffer = self._buffer(data.numel())
+            buffer.copy_(data)
+        old, self.newest = self.newest, StagedVersion(found, header, buffer)
+        if old is not None and old.users == 0:
+            self.spare.append(old.buffer)
+
+    def _buffer(self, size: int) -> torch.Tensor:
+        while self.spare:
+            buffer = self.spare.pop()
+            if buffer.numel() == size:
+                return buffer
+        return torch.empty(size, dtype=torch.uint8)
+
+
+def send_version(pair: ProcessGroupGloo, staged: StagedVersion) -> int:
+    """Send a staged version over `pair`; returns the bytes sent."""
+    header = torch.frombuffer(bytearray(staged.header), dtype=torch.uint8)
+    frame = torch.tensor([staged.version, header.numel(), staged.buffer.numel()], dtype=torch.int64)
+    for piece in (frame, header, *_chunks(staged.buffer)):
+        pair.send([piece], RELAY, 0).wait()
+    return frame.numel() * 8 + header.numel() + staged.buffer.numel()
+
+
+class ReceivedVersion:
+    """The relay's buffer: a version received whole before it reaches the host's channel."""
+
+    def __init__(self):
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+
+    def receive(self, pair: ProcessGroupGloo) -> tuple[int, bytes]:
+        """The next version over `pair` into the buffer; returns its version and header."""
+        frame = torch.empty(3, dtype=torch.int64)
+        pair.recv([frame], SENDER, 0).wait()
+        version, header_length, size = frame.tolist()
+        header = torch.empty(header_length, dtype=torch.uint8)
+        pair.recv([header], SENDER, 0).wait()
+        if self.buffer.numel() != size:
+            self.buffer = torch.empty(size, dtype=torch.uint8)
+        for piece in _chunks(self.buffer):
+            pair.recv([piece], SENDER, 0).wait()
+        return version, header.numpy().tobytes()
+
+
+def _chunks(buffer: torch.Tensor) -> list[torch.Tensor]:
+    return [buffer[start : start + CHUNK_BYTES] for start in range(0, buffer.numel(), CHUNK_BYTES)]
