@@ -1,0 +1,135 @@
+"""The gloo link between the weight sender and a relay (weights/link.py), both sides in one
+process on two threads over loopback: versions arrive whole, skip to the newest, and a
+link that stalls mid-version leaves the relay's channel on the version it had."""
+
+import threading
+
+import pytest
+import torch
+
+from forge_async.launch.hosts import free_port
+from forge_async.weights import link
+from forge_async.weights.link import RELAY, SENDER, ReceivedVersion, Rendezvous, StagedVersions
+from forge_async.weights.shared_memory import SharedMemoryChannel
+
+LOOPBACK = "127.0.0.1"
+
+
+def state_dict(version: int) -> dict[str, torch.Tensor]:
+    """Tensors whose values say which version they belong to; one spans several chunks."""
+    big = link.CHUNK_BYTES // 4 * 2 + 123  # fp32: two chunks and a bit
+    return {"embed.weight": torch.full((big,), float(version)), "norm.weight": torch.arange(7.0) + version}
+
+
+def assert_holds(channel: SharedMemoryChannel, version: int) -> None:
+    assert channel.latest() == version
+    with channel.reading(version) as (found, tensors):
+        assert found == version
+        for name, expected in state_dict(version).items():
+            assert torch.equal(tensors[name], expected), name
+
+
+def in_thread(target, *args) -> tuple[threading.Thread, dict]:
+    """Run `target(*args)` on a thread; the dict gets its "result" or "error"."""
+    out: dict = {}
+
+    def run():
+        try:
+            out["result"] = target(*args)
+        except Exception as err:  # noqa: BLE001 - the test inspects it
+            out["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+class Pairs:
+    """A rendezvous on loopback and, per attempt, both sides of relay 1's pair."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        port = free_port(LOOPBACK)
+        self.server = link.serve_rendezvous(LOOPBACK, port, timeout_s)
+        self.client = link.join_rendezvous(Rendezvous(LOOPBACK, port), timeout_s)
+
+    def open(self, attempt: int):
+        thread, relay = in_thread(link.open_pair, self.client, 1, attempt, RELAY, LOOPBACK, self.timeout_s)
+        sender = link.open_pair(self.server, 1, attempt, SENDER, LOOPBACK, self.timeout_s)
+        thread.join()
+        return sender, relay["result"]
+
+
+@pytest.fixture
+def channels(tmp_path):
+    return SharedMemoryChannel(tmp_path / "trainer"), SharedMemoryChannel(tmp_path / "relay")
+
+
+def transfer(sender_pair, relay_pair, staged: StagedVersions, relay: SharedMemoryChannel) -> int:
+    """One version over the pair into the relay's channel; returns it."""
+    received = ReceivedVersion()
+    thread, out = in_thread(received.receive, relay_pair)
+    version = staged.acquire()
+    try:
+        link.send_version(sender_pair, version)
+    finally:
+        staged.release(version)
+    thread.join()
+    number, header = out["result"]
+    relay.write_slot(number, header, received.buffer)
+    return number
+
+
+def test_versions_arrive_whole_and_the_newest_is_sent(channels):
+    trainer, relay = channels
+    sender_pair, relay_pair = Pairs(timeout_s=10).open(attempt=1)
+    staged = StagedVersions(trainer)
+    trainer.write(1, state_dict(1))
+    assert transfer(sender_pair, relay_pair, staged, relay) == 1
+    assert_holds(relay, 1)
+    for version in (2, 3, 4):  # published while nothing was sent: only the newest goes
+        trainer.write(version, state_dict(version))
+    assert transfer(sender_pair, relay_pair, staged, relay) == 4
+    assert_holds(relay, 4)
+
+
+def test_a_version_still_being_sent_is_kept_while_a_newer_one_is_staged(channels):
+    trainer, _ = channels
+    staged = StagedVersions(trainer)
+    trainer.write(1, state_dict(1))
+    first = staged.acquire()
+    trainer.write(2, state_dict(2))
+    second = staged.acquire()
+    assert (first.version, second.version) == (1, 2) and first.buffer is not second.buffer
+    assert staged.acquire() is second  # copied once, however many relays it goes to
+    staged.release(first)
+    trainer.write(3, state_dict(3))
+    staged.release(second), staged.release(second)
+    third = staged.acquire()
+    assert third.version == 3 and third.buffer is first.buffer  # a buffer no send uses is reused
+
+
+def test_a_link_that_stalls_mid_version_leaves_the_old_version_and_a_new_pair_works(channels):
+    trainer, relay = channels
+    pairs = Pairs(timeout_s=1)
+    sender_pair, relay_pair = pairs.open(attempt=1)
+    staged = StagedVersions(trainer)
+    trainer.write(1, state_dict(1))
+    assert transfer(sender_pair, relay_pair, staged, relay) == 1
+
+    trainer.write(2, state_dict(2))
+    version = staged.acquire()
+    received = ReceivedVersion()
+    thread, out = in_thread(received.receive, relay_pair)
+    header = torch.frombuffer(bytearray(version.header), dtype=torch.uint8)
+    frame = torch.tensor([version.version, header.numel(), version.buffer.numel()], dtype=torch.int64)
+    for piece in (frame, header, version.buffer[: link.CHUNK_BYTES]):  # then the link goes quiet
+        sender_pair.send([piece], RELAY, 0).wait()
+    thread.join(timeout=30)
+    assert isinstance(out.get("error"), RuntimeError), out
+    assert_holds(relay, 1)  # nothing of version 2 reached the channel
+    staged.release(version)
+
+    sender_pair, relay_pair = pairs.open(attempt=2)
+    assert transfer(sender_pair, relay_pair, staged, relay) == 2
+    assert_holds(relay, 2)
