@@ -1,28 +1,49 @@
-"""Weights across hosts vs on one host, against one memcpy, in one run (simulated hosts; root).
+"""Weights across hosts against the link's own floor, at shaped link rates, in one run
+(simulated hosts; root).
 
 Two simulated hosts (network namespaces, each with its own /dev/shm; see
 forge_async/launch/netns.py), launched with `python -m forge_async.launch` like a
-real 2-node job. For state dicts of 10M and 100M fp32 parameters, per version:
+real 2-node job. For each link rate (`--rates`: the unshaped veth, and rates that
+`tc` shapes node 0's egress to with a token bucket) and each state dict (the tiny
+default model's tensors, and `--sizes` millions of fp32 parameters):
 
-- same host:  writer -> node 0's shared-memory channel -> a reader on node 0 (the
-              path a generator beside the trainer takes);
-- cross host: writer -> torchstore (put) -> node 1's WeightRelay (get, write into
-              node 1's channel) -> a reader on node 1 (the path of every generator
-              on another node; one network copy per node);
-- memcpy:     one copy of the same bytes in one process.
+- floor:  bytes/s of a plain TCP copy (Python sockets, 4 MiB writes) of the version's
+          bytes (64 MiB at least) from node 0 to node 1, just before, on the same link;
+- gloo:   the run's path (`weights.cross_host=gloo`): a writer (as the trainer)
+          publishes into node 0's shared-memory channel, then the WeightSender
+          stages the version and sends it over its gloo pair and node 1's
+          WeightRelay receives it whole and writes it into node 1's channel. Timed
+          from the controller: send + receive + both copies + the calls;
+- ratio:  gloo / (bytes / floor): 1.0 = the link's line rate;
+- torchstore (`--torchstore`, unshaped only): put, then the relay's get (the other
+          cross-host path).
 
-    sudo .venv/bin/python -m benchmarks.cross_host_transfer [--sizes 10 100] [--repeats 3]
+Median of `--repeats` steady-state versions (two warm-up versions fill the slots).
+
+    sudo .venv/bin/python -m benchmarks.cross_host_transfer [--rates unshaped 10gbit 1gbit] [--sizes 100]
 """
 
 import argparse
 import asyncio
 import os
+import socket
+import statistics
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
+from monarch.actor import endpoint
+
+from forge_async.actors.located import LocatedActor
+from forge_async.launch.hosts import free_port, interface_of, node_address
+
 REPO = Path(__file__).resolve().parents[1]
+_TCP_CHUNK = 4 << 20
+_FLOOR_BYTES = 64 << 20  # at least: shorter copies ride the token bucket's burst
+_UNITS = {"gbit": 1e9, "mbit": 1e6}
 
 
 def drive(argv: list[str]) -> int:
@@ -41,66 +62,157 @@ def drive(argv: list[str]) -> int:
     return code
 
 
-async def measure(hosts, millions: int, repeats: int) -> dict[str, float]:
-    from benchmarks.weight_transfer import Endpoint, memcpy_s
-    from forge_async.launch.meshes import spawn_weight_relay
+def shape_link(rate: str) -> None:
+    """Shape this node's egress to `rate` ("unshaped": remove any shaping)."""
+    device = interface_of(node_address())
+    subprocess.run(["tc", "qdisc", "del", "dev", device, "root"], capture_output=True)
+    if rate != "unshaped":
+        bits = float(rate[:-4]) * _UNITS[rate[-4:]]
+        burst = max(1 << 20, int(bits / 8 / 100))  # 10 ms of the rate: enough for the timer's granularity
+        subprocess.run(
+            ["tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms"],
+            check=True, capture_output=True,
+        )
+
+
+class LinkProbe(LocatedActor):
+    """A plain TCP copy: `listen` on the receiving node, `send` on the other."""
+
+    @endpoint
+    async def listen(self, nbytes: int) -> tuple[str, int]:
+        address = node_address()
+        server = socket.create_server((address, free_port(address)))
+        self.result: dict = {}
+        self.thread = threading.Thread(target=self._drain, args=(server, nbytes), daemon=True)
+        self.thread.start()
+        return server.getsockname()[:2]
+
+    def _drain(self, server: socket.socket, nbytes: int) -> None:
+        connection, _ = server.accept()
+        buffer, left = bytearray(_TCP_CHUNK), nbytes
+        start = time.perf_counter()
+        while left:
+            got = connection.recv_into(buffer, min(left, _TCP_CHUNK))
+            if not got:
+                break
+            left -= got
+        self.result["s"] = time.perf_counter() - start
+        connection.close()
+        server.close()
+
+    @endpoint
+    async def received_s(self) -> float:
+        await asyncio.to_thread(self.thread.join)
+        return self.result["s"]
+
+    @endpoint
+    async def send(self, address: tuple[str, int], nbytes: int) -> None:
+        payload = memoryview(bytearray(_TCP_CHUNK))
+        with socket.create_connection(address) as connection:
+            for start in range(0, nbytes, _TCP_CHUNK):
+                connection.sendall(payload[: min(_TCP_CHUNK, nbytes - start)])
+
+
+async def link_floor(source, sink, nbytes: int) -> float:
+    """Bytes/s of one TCP copy of `nbytes` from `source`'s node to `sink`'s."""
+    address = await sink.listen.call_one(nbytes)
+    await source.send.call_one(address, nbytes)
+    return nbytes / await sink.received_s.call_one()
+
+
+async def measure(hosts, shapes, rates: list[str], repeats: int, torchstore: bool) -> list[dict]:
+    from benchmarks.weight_transfer import Endpoint, nbytes
+    from forge_async.launch.meshes import spawn_weight_relay, spawn_weight_sender
     from forge_async.weights.config import default_root
     from forge_async.weights.shared_memory import SharedMemoryChannel
 
     channel_dir = str(default_root() / f"forge_async-bench-{uuid.uuid4().hex[:8]}")  # same path, each node's /dev/shm
-    node0 = hosts.node(0).spawn_procs(per_host={"procs": 2})
+    node0 = hosts.node(0).spawn_procs(per_host={"procs": 1})
     node1 = hosts.node(1).spawn_procs(per_host={"procs": 1})
-    writer = node0.slice(procs=0).spawn("writer", Endpoint, millions, channel_dir)
-    local_reader = node0.slice(procs=1).spawn("local_reader", Endpoint, millions, channel_dir)
-    remote_reader = node1.spawn("remote_reader", Endpoint, millions, channel_dir)
+    writer = node0.spawn("writer", Endpoint, shapes, channel_dir)
+    source, sink = node0.spawn("source", LinkProbe), node1.spawn("sink", LinkProbe)
+    remote_reader = node1.spawn("remote_reader", Endpoint, shapes, channel_dir)
+    sender_procs, sender = await spawn_weight_sender(channel_dir, 60.0, hosts.node(0))
     relay_procs, relay = await spawn_weight_relay(channel_dir, hosts.node(1), 1)
-    same, cross = [], []
+    await relay.join.call_one(await sender.rendezvous.call_one(), 60.0)
+    await asyncio.gather(sender.open_pair.call_one(1, 1), relay.open_pair.call_one(1))
+    size, rows, version = nbytes(shapes), [], 0
     try:
-        for v in range(1, repeats + 3):  # the first two versions fill the two slots
-            same.append(await writer.write_shm.call_one(v) + await local_reader.read_shm.call_one())
-            put = await writer.put_torchstore.call_one(v)
-            relayed = await relay.load_version.call_one(v)
-            read = await remote_reader.read_shm.call_one()
-            cross.append(put + (relayed["fetch_ms"] + relayed["load_ms"]) / 1e3 + read)
-        assert await remote_reader.checksum.call_one() == await writer.checksum.call_one()
+        for rate in rates:
+            shape_link(rate)
+            floor = await link_floor(source, sink, max(size, _FLOOR_BYTES))
+            times = []
+            for _ in range(repeats + 2):
+                version += 1
+                await writer.write_shm.call_one(version)
+                start = time.perf_counter()
+                sent, received = await asyncio.gather(sender.send.call_one(1), relay.receive_version.call_one())
+                times.append(time.perf_counter() - start)
+                assert received["version"] == version, (sent, received)
+            row = {"rate": rate, "bytes": size, "floor": floor, "gloo": statistics.median(times[2:])}
+            if torchstore and rate == "unshaped":
+                row["torchstore"] = await torchstore_s(writer, relay, version + 1, repeats)
+                version += repeats + 2
+            rows.append(row)
+        await remote_reader.read_shm.call_one()
+        assert await remote_reader.checksum.call_one() == await writer.checksum.call_one()  # the bytes arrived
     finally:
+        shape_link("unshaped")
         await relay.remove_channel.call_one()  # node 1's copy; node 0's is this process's /dev/shm
         SharedMemoryChannel(channel_dir).remove()
-        for procs in (node0, node1, relay_procs):
+        for procs in (node0, node1, sender_procs, relay_procs):
             await procs.stop()
-    return {"same": min(same[2:]), "cross": min(cross[2:]), "memcpy": memcpy_s(millions, repeats + 2)}
+    return rows
 
 
-async def run(sizes: list[int], repeats: int) -> None:
+async def torchstore_s(writer, relay, first: int, repeats: int) -> float:
+    times = []
+    for version in range(first, first + repeats + 2):
+        start = time.perf_counter()
+        await writer.put_torchstore.call_one(version)
+        await relay.load_version.call_one(version)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
+
+
+async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool) -> None:
+    from benchmarks.weight_transfer import model_shapes, synthetic_shapes
     from forge_async.launch.hosts import Hosts
     from forge_async.weights import store
 
     hosts = Hosts.from_env()
     await hosts.start()
-    await store.start_store()
-    print(f"{'params':>8} {'memcpy':>10} {'same host':>10} {'ratio':>7} {'cross host':>11} {'ratio':>7}", flush=True)
+    if torchstore:
+        await store.start_store()
+    print(f"{'link':>9} {'floor':>10} {'params':>8} {'bytes':>9} {'gloo':>10} {'bytes/floor':>12} {'ratio':>6} {'torchstore':>11}")
+    states = [("tiny", model_shapes("tiny", 8)[0]), *((f"{m}M", synthetic_shapes(m)) for m in sizes)]
     try:
-        for millions in sizes:
-            f = await measure(hosts, millions, repeats)
-            print(
-                f"{millions:>7}M {f['memcpy'] * 1e3:>8.1f}ms {f['same'] * 1e3:>8.1f}ms {f['same'] / f['memcpy']:>6.1f}x "
-                f"{f['cross'] * 1e3:>9.1f}ms {f['cross'] / f['memcpy']:>6.1f}x",
-                flush=True,
-            )
+        for name, shapes in states:
+            for row in await measure(hosts, shapes, rates, repeats, torchstore):
+                line_rate_s = row["bytes"] / row["floor"]
+                store_ms = f"{row['torchstore'] * 1e3:>9.1f}ms" if "torchstore" in row else f"{'':>11}"
+                print(
+                    f"{row['rate']:>9} {row['floor'] * 8 / 1e9:>6.2f}Gb/s {name:>8} {row['bytes'] / 1e6:>7.1f}MB "
+                    f"{row['gloo'] * 1e3:>8.1f}ms {line_rate_s * 1e3:>10.1f}ms {row['gloo'] / line_rate_s:>5.2f}x {store_ms}",
+                    flush=True,
+                )
     finally:
-        await store.stop_store()
+        if torchstore:
+            await store.stop_store()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100], help="millions of params")
-    parser.add_argument("--repeats", type=int, default=3, help="best of N")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100], help="millions of fp32 params (besides the tiny model)")
+    parser.add_argument("--rates", nargs="+", default=["unshaped", "10gbit", "1gbit"], help="tc rates, e.g. 10gbit 500mbit")
+    parser.add_argument("--repeats", type=int, default=5, help="median of N")
+    parser.add_argument("--torchstore", action="store_true", help="also time the torchstore path (unshaped)")
     args = parser.parse_args()
     if "FORGE_ASYNC_WORKERS" not in os.environ:
         sys.exit(drive(sys.argv[1:]))
     import forge_async  # noqa: F401
 
-    asyncio.run(run(args.sizes, args.repeats))
+    asyncio.run(run(args.sizes, args.rates, args.repeats, args.torchstore))
     from monarch.actor import shutdown_context
 
     shutdown_context().get(timeout=30)

@@ -133,3 +133,50 @@ def test_a_node_that_never_joins_fails_naming_it(tmp_path):
         assert node0.returncode == 2, text
         assert "node rank(s) 1, 2 of 3 did not join" in text and "192.0.2.1:29400" in text
         assert time.monotonic() - start < 60
+
+
+def test_four_hosts_with_lora_each_version_crosses_once_per_host(tmp_path):
+    """Trainer on node 0, four generators on nodes 1-3 (two on node 1), LoRA: the adapters alone
+    cross, once per node whatever its generators, to each node's relay."""
+    run_dir = tmp_path / "run"
+    overrides = ("steps=30", "generator.count=4", "placement.generator_hosts=[1,2,3]", "model.lora.rank=8")
+    with simulated_hosts(4) as cluster:
+        procs = launch(cluster, run_dir, *overrides, "checkpoint.every_steps=0", nodes=4)
+        codes = wait_all(procs, timeout=600)
+        assert codes == [0, 0, 0, 0], output(run_dir, 0)[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["placement"] == {"trainer": [0], "generators": [1, 2, 3, 1]} and summary["accounting_ok"]
+    procs_file = json.loads((run_dir / "procs.json").read_text())
+    assert [procs_file[f"weight_relay{n}"]["node"] for n in (1, 2, 3)] == [1, 2, 3] and "weight_relay0" not in procs_file
+    assert len(summary["weight_receivers"]) == 3  # one per node: node 1's two generators share one
+    for relay in summary["weight_receivers"]:
+        assert relay["link_failures"] == 0 and relay["version"] >= 28, summary["weight_receivers"]
+    full_model = sum(f.stat().st_size for f in (run_dir / "final_model").glob("*.safetensors"))
+    assert all(m["weights/bytes"] < full_model / 4 for m in read_metrics(run_dir))  # adapters, not the model
+    assert max(m["policy/age_max"] for m in read_metrics(run_dir)) <= 1
+
+
+def test_a_link_that_goes_down_mid_run_is_reported_and_the_run_goes_on(tmp_path):
+    """Node 1's link down for a few seconds: the version in flight fails within
+    weights.link_timeout_s, the warning names node 1's relay, and once the link is back the
+    newest version arrives over a fresh pair and the run ends as usual."""
+    run_dir = tmp_path / "run"
+    with simulated_hosts(2) as cluster:
+        procs = launch(
+            cluster, run_dir, "steps=400", "placement.generator_hosts=[1]", "weights.link_timeout_s=2", nodes=2
+        )
+        deadline = time.monotonic() + 300
+        while "step   20/" not in output(run_dir, 0):
+            assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
+            time.sleep(0.2)
+        cluster.run(1, ["ip", "link", "set", "eth0", "down"])
+        time.sleep(5)
+        cluster.run(1, ["ip", "link", "set", "eth0", "up"])
+        codes = wait_all(procs, timeout=400)
+        text = output(run_dir, 0)
+        assert codes == [0, 0], text[-3000:]
+    assert "warning: a version to the weight relay (pid" in text and "on node 1: node1, 192.0.2.2) did not arrive" in text
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [relay] = summary["weight_receivers"]
+    assert relay["link_failures"] >= 1 and relay["version"] >= 398, relay
+    assert summary["accounting_ok"] and summary["steps"] == 400 and summary["dropped_stale"] == 0

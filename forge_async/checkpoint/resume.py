@@ -20,6 +20,8 @@ RESUMABLE_KEYS = (
     "checkpoint.keep",
     "generator.max_restarts",
     "weights.transport",
+    "weights.cross_host",
+    "weights.link_timeout_s",
     "placement.trainer_hosts",
     "placement.generator_hosts",
     "placement.trainer_gpus",

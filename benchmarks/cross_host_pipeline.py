@@ -1,0 +1,90 @@
+"""The cost of crossing hosts: the CPU default across simulated hosts vs on one host, in one run (root).
+
+For each layout, the same config runs twice, `--rounds` times in turn: on one host
+(`python -m apps.grpo`), and across simulated hosts (network namespaces on this box,
+launched with `python -m forge_async.launch`; see forge_async/launch/netns.py) with
+the trainer on node 0 and the generators on the other nodes, so every version crosses
+a link (gloo, `weights.cross_host`) to each generator host's relay:
+
+- 2 hosts: one generator, on node 1;
+- 4 hosts: three generators, on nodes 1-3 (against three generators on one host).
+
+Every "host" shares this box's cores: the ratio is the cost of crossing hosts, not
+more compute. Printed per run: steps/s over steps `--from`..`--steps`, mean reward
+per step (learning must not change), the version each relay held at the end, the
+versions it skipped and its failed links; then the ratio of the medians.
+
+    sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4]
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from apps.grpo.subprocess_run import run_app
+from forge_async.launch.netns import available, launch_command, simulated_hosts
+from forge_async.metrics import read_rows
+
+
+def steps_per_s(run_dir: Path, first: int, last: int) -> tuple[float, float]:
+    """Steps/s between steps `first` and `last` (metrics.jsonl's wall clock), and the mean reward."""
+    rows = {r["step"]: r for r in read_rows(run_dir)[0]}
+    rate = (last - first) / (rows[last]["time/wall_s"] - rows[first]["time/wall_s"])
+    return rate, statistics.fmean(r["reward/mean"] for r in rows.values())
+
+
+def one_host(run_dir: Path, overrides: list[str]) -> dict:
+    result = run_app(run_dir, *overrides, timeout=900)
+    if result.returncode != 0:
+        sys.exit(f"the one-host run failed:\n{result.output[-3000:]}")
+    return {}
+
+
+def across_hosts(run_dir: Path, hosts: int, overrides: list[str]) -> dict:
+    """The run across `hosts` simulated hosts; returns its relays' report (summary.json)."""
+    app = ["apps.grpo", f"hydra.run.dir={run_dir}", *overrides, f"placement.generator_hosts=[{','.join(map(str, range(1, hosts)))}]"]
+    logs = [open(run_dir.parent / f"{run_dir.name}.node{i}.log", "w") for i in range(hosts)]
+    with simulated_hosts(hosts) as cluster:
+        procs = [
+            cluster.start(i, launch_command(hosts, i, *app), stdout=logs[i], stderr=subprocess.STDOUT)
+            for i in reversed(range(hosts))
+        ]
+        codes = [p.wait(timeout=900) for p in procs]
+    if any(codes):
+        sys.exit(f"the {hosts}-host run failed ({codes}); see {logs[0].name}")
+    return {"relays": json.loads((run_dir / "summary.json").read_text())["weight_receivers"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--from", dest="first", type=int, default=50, help="the steady state's first step")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--layouts", type=int, nargs="+", default=[2, 4], help="hosts: trainer on 1, generators on the rest")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    args = parser.parse_args()
+    if available() is not None:
+        sys.exit(f"cannot simulate hosts here: {available()}")
+    root = Path(tempfile.mkdtemp(prefix="cross_host_pipeline-"))
+    print(f"runs in {root}")
+    for hosts in args.layouts:
+        overrides = [f"steps={args.steps}", f"generator.count={hosts - 1}", "checkpoint.every_steps=0", *args.overrides]
+        rates: dict[str, list[float]] = {"one host": [], f"{hosts} hosts": []}
+        for round_ in range(args.rounds):
+            for label in rates:
+                run_dir = root / f"{hosts}hosts_round{round_}_{label.replace(' ', '_')}"
+                run_dir.parent.mkdir(parents=True, exist_ok=True)
+                extra = one_host(run_dir, overrides) if label == "one host" else across_hosts(run_dir, hosts, overrides)
+                rate, reward = steps_per_s(run_dir, args.first, args.steps)
+                rates[label].append(rate)
+                print(f"{hosts} hosts layout, {label:>8}: {rate:6.2f} steps/s, mean reward {reward:.3f} {extra or ''}", flush=True)
+        one, across = (statistics.median(v) for v in rates.values())
+        print(f"{hosts} hosts / one host: {across / one:.2f} (medians {across:.2f} / {one:.2f} steps/s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
