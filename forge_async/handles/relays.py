@@ -11,6 +11,7 @@ again with a fresh pair).
 """
 
 import asyncio
+import re
 
 from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.procs_file import ProcsFile, located
@@ -76,7 +77,7 @@ class WeightRelays:
 
     def _link_error(self, index: int, error: str) -> dict:
         where = located(self.procs_file.where[str(roles.weight_relay(self.nodes[index]))])
-        return {"error": f"a version to the weight relay ({where}) did not arrive: {error.splitlines()[-1]}"}
+        return {"error": f"a version to the weight relay ({where}) did not arrive: {gloo_reason(error)}"}
 
     async def _call(self, role: Role, call):
         async def failed(err: Exception) -> None:
@@ -96,3 +97,10 @@ class WeightRelays:
             await within(self._relays[index].remove_channel.call_one(), STOP_TIMEOUT_S)
         except Exception:
             pass
+
+
+def gloo_reason(error: str) -> str:
+    """What went wrong, from a gloo error: "[.../pair.cc:537] Read error [ADDR]:PORT: Connection
+    reset by peer. This is typically caused by ..." -> "Read error [ADDR]:PORT: Connection reset by peer"."""
+    line = re.sub(r"^\[[^\]]*\] ", "", error.strip().splitlines()[-1])
+    return line.split(". ")[0]
