@@ -13,7 +13,8 @@ A server's reset receives the keywords its signature names (OpenEnv drops the re
 The seed is drawn from the prompt, so the episodes of one group meet the same
 environment. A server that refuses the session, drops the connection or answers with
 an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on. A server
-the run serves that is gone for good (its process exited) ends the run (EnvironmentFailed),
+the run serves that is gone for good (its port refuses connections, or its process exited)
+ends the run (EnvironmentFailed),
 rather than leaving it to drop every episode from then on.
 """
 
@@ -110,7 +111,9 @@ class OpenEnvEpisode:
         try:
             return await getattr(self.client, method)(*args, **kwargs)
         except ConnectionError as err:  # the WebSocket could not be opened
-            if self.sessions.server_pid is not None and await _exits(self.sessions.server_pid):
+            if self.sessions.server_pid is not None and (
+                isinstance(err.__cause__, ConnectionRefusedError) or await _exits(self.sessions.server_pid)
+            ):  # nothing listens on the port of the run's own server (it never stops listening while it lives)
                 raise EnvironmentFailed(
                     f"the OpenEnv server the run serves at {self.sessions.url} is gone (pid "
                     f"{self.sessions.server_pid}; its log: logs/openenv_server.log in the run dir)"
