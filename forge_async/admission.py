@@ -82,6 +82,13 @@ class AdmissionControl:
             self.in_flight -= n
             self._changed.notify_all()
 
+    async def lost(self, n: int) -> None:
+        """n admitted samples will never arrive (their call died with its generator, or was cancelled)."""
+        async with self._changed:
+            self.in_flight -= n
+            self.queued -= n
+            self._changed.notify_all()
+
     async def dropped(self, n: int) -> None:
         """n queued samples will never be trained (the buffer dropped or lost them)."""
         async with self._changed:

@@ -114,17 +114,20 @@ class GRPOLoop(TrainingLoop):
         _raise_first_error(results)
 
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:
-        """Rollout worker `index`, on generator index % count."""
-        generator = index % self.handles.generators.count
-        await run_worker(
-            self.rollouts.producer(GeneratorCalls(self.handles.generators, generator)),
-            self.rollouts.shape,
-            self.config.group_size,
-            partial(self.delivery.generator_version, generator),
-            self.handles.buffer,
-            self.admission,
-            stop,
-            lane=f"rollout worker {index}",
+        """Rollout worker `index`, on generator index % count, or on a stand-in once that one is lost."""
+        generators = self.handles.generators
+        await generators.on_live(
+            index % generators.count,
+            lambda generator: run_worker(
+                self.rollouts.producer(GeneratorCalls(generators, generator)),
+                self.rollouts.shape,
+                self.config.group_size,
+                partial(self.delivery.generator_version, generator),
+                self.handles.buffer,
+                self.admission,
+                stop,
+                lane=f"rollout worker {index}",
+            ),
         )
 
     async def _next_batch(self, workers: list[asyncio.Task]) -> tuple[list[Episode], BufferStats]:
@@ -176,14 +179,18 @@ class GRPOLoop(TrainingLoop):
 
     async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, BufferStats]:
         """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""
-        per_call, count = self.config.prompts_per_rollout, self.handles.generators.count
-        calls = [
-            self.rollouts.produce(GeneratorCalls(self.handles.generators, i % count), min(per_call, prompts - start))
-            for i, start in enumerate(range(0, prompts, per_call))
-        ]
+        per_call = self.config.prompts_per_rollout
+        calls = [self._produce_on(i, min(per_call, prompts - start)) for i, start in enumerate(range(0, prompts, per_call))]
         for episodes, dropped in await asyncio.gather(*calls):
             await self.handles.buffer.add(episodes, dropped)
         return await self.handles.buffer.sample(self.config.batch_size, self.record.version)
+
+    async def _produce_on(self, call: int, prompts: int):
+        """Sync mode's call `call`, on generator call % count, or on a stand-in once that one is lost."""
+        generators = self.handles.generators
+        return await generators.on_live(
+            call % generators.count, lambda generator: self.rollouts.produce(GeneratorCalls(generators, generator), prompts)
+        )
 
     # One step, for both loops
 
@@ -220,7 +227,7 @@ class GRPOLoop(TrainingLoop):
             in_flight=self.admission.in_flight,
             generator_paused_s=self.admission.paused_s,
             generator_tokens_per_s=self._token_rate.mark(self.rollouts.tokens),
-            generator_idle_frac=1 - busy_s / (generators.count * self.record.segment_s()),
+            generator_idle_frac=1 - busy_s / (len(generators.live()) * self.record.segment_s()),
             generator_restarts=generators.restarts,
             trainer_idle_frac=self.record.trainer_idle_s / self.record.wall_s(),
             push_ms=result.push_ms,

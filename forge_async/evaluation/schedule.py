@@ -2,7 +2,8 @@
 
 At the start, every eval.every_steps steps, and once more after the last step
 (unless that version was just evaluated, or the run was interrupted). Each one
-takes the next generator in turn, its weights pinned meanwhile. In async mode an
+takes the next live generator in turn, its weights pinned meanwhile (one lost with
+its host mid-evaluation abandons that evaluation, said). In async mode an
 evaluation runs beside training, one at a time: one due while the last still
 runs is skipped, and said; in sync mode it runs between steps.
 """
@@ -11,7 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from forge_async.evaluation.evaluator import Evaluator
-from forge_async.handles.generators import GeneratorCalls, GeneratorPool
+from forge_async.handles.generators import GeneratorCalls, GeneratorLost, GeneratorPool
 from forge_async.metrics import MetricsLog
 from forge_async.run_record import RunRecord
 from forge_async.tracing import TRACER
@@ -44,11 +45,16 @@ class EvaluationSchedule:
         self._in_flight = asyncio.create_task(self.evaluate())
 
     async def evaluate(self) -> None:
-        """One evaluation on the next generator in turn, its weights pinned meanwhile."""
-        index = self.record.evaluations % self.generators.count
+        """One evaluation on the next live generator in turn, its weights pinned meanwhile."""
+        live = self.generators.live()
+        index = live[self.record.evaluations % len(live)]
         self.record.evaluations += 1
-        with TRACER.span("evaluate", LANE):
-            row = await self.evaluator.evaluate(GeneratorCalls(self.generators, index), self.delivery.pinned(index))
+        try:
+            with TRACER.span("evaluate", LANE):
+                row = await self.evaluator.evaluate(GeneratorCalls(self.generators, index), self.delivery.pinned(index))
+        except GeneratorLost:
+            print(f"evaluation at step {self.record.step} abandoned: generator {index} is lost", flush=True)
+            return
         row["time/wall_s"] = self.record.wall_s()
         self.record.eval_first = self.record.eval_first or row
         self.record.eval_last = row

@@ -2,9 +2,12 @@
 
 A generator whose proc dies is respawned (a new proc, then the newest weights:
 `on_replaced`) and the call it lost is made again on the new one, up to
-generator.max_restarts restarts in all; past that, or when its node is gone, the
-run ends with a GeneratorFailed naming it (the trainer is fine: the run saves
-what it learned).
+generator.max_restarts restarts in all; past that the run ends with a
+GeneratorFailed naming it (the trainer is fine: the run saves what it learned).
+
+A generator that cannot be respawned (its node no longer answers: the host died) is
+*lost*: its calls raise GeneratorLost, and the run goes on with the others (the
+rollout workers move to them). Once no generator is left, GeneratorFailed.
 """
 
 import asyncio
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.handles.supervision import is_proc_failure, stop_quietly, supervised, within
+from forge_async.handles.supervision import T, is_proc_failure, stop_quietly, supervised, within
 from forge_async.launch import roles
 from forge_async.launch.spawner import RoleSpawner
 from forge_async.metrics import BusyClock
@@ -24,7 +27,11 @@ _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: it
 
 
 class GeneratorFailed(RuntimeError):
-    """Generators failed more often than generator.max_restarts allows, or could not be respawned."""
+    """Generators failed more often than generator.max_restarts allows, or none is left."""
+
+
+class GeneratorLost(GeneratorFailed):
+    """A call to a generator that is lost with its node: make it on another one (`live`)."""
 
 
 class GeneratorPool:
@@ -42,6 +49,7 @@ class GeneratorPool:
         self._procs: list = [None] * count
         self._actors: list = [None] * count
         self._restart_locks = [asyncio.Lock() for _ in range(count)]
+        self.lost: dict[int, str] = {}  # generator -> why it is lost (its node is gone)
 
     async def start(self) -> list[float]:
         """Every generator spawned at once; returns their engines' start times."""
@@ -51,6 +59,22 @@ class GeneratorPool:
         self._procs[index], self._actors[index], timing = await self.spawner.generator(index)
         self.procs_file.record(roles.generator(index), await self._actors[index].where.call_one())
         return timing["engine_start_s"]
+
+    def live(self) -> list[int]:
+        """The generators not lost."""
+        return [i for i in range(self.count) if i not in self.lost]
+
+    async def on_live(self, index: int, work: Callable[[int], Awaitable[T]]) -> T:
+        """`work(index)`; if generator `index` is lost meanwhile, `work` again on the live generator
+        that stands in for it (GeneratorFailed once none is left)."""
+        while True:
+            try:
+                return await work(index)
+            except GeneratorLost:
+                live = self.live()
+                if not live:
+                    raise GeneratorFailed(f"no generator is left: {'; '.join(self.lost.values())}") from None
+                index = live[index % len(live)]
 
     # Calls (a lost call is made again on the respawned generator)
 
@@ -66,6 +90,16 @@ class GeneratorPool:
         """The policy version generator `index` samples with now."""
         return await self._call(index, lambda g: g.get_version.call_one())
 
+    async def live_versions(self) -> list[int]:
+        """The version each generator not lost samples with now."""
+        versions = []
+        for index in self.live():
+            try:
+                versions.append(await self.version(index))
+            except GeneratorLost:
+                pass
+        return versions
+
     async def hold_weights(self, index: int, hold: bool) -> int:
         """Keep (True) or release (False) generator `index`'s weights; returns their version."""
         return await self._call(index, lambda g: g.hold_weights.call_one(hold))
@@ -79,6 +113,8 @@ class GeneratorPool:
 
     async def _call(self, index: int, call: Callable[[object], Awaitable], requests: int = 0):
         """`call(generator index)`; `requests`: the completions it asks for (counted as lost if it dies)."""
+        if index in self.lost:
+            raise GeneratorLost(self.lost[index])
         actor = self._actors[index]
 
         async def failed(err: Exception) -> None:
@@ -99,7 +135,10 @@ class GeneratorPool:
 
     async def _ask_each(self, call: Callable[[object], Awaitable]) -> list:
         answers = []
-        for actor in self._actors:
+        for index, actor in enumerate(self._actors):
+            if index in self.lost:  # its node is gone: a call might not even end
+                answers.append(None)
+                continue
             try:
                 answers.append(await call(actor))
             except Exception as err:
@@ -110,7 +149,7 @@ class GeneratorPool:
 
     async def trace_spans(self) -> dict[str, Awaitable]:
         """Each generator's pending spans call, by track (the caller bounds the wait)."""
-        return {f"generator {i}": actor.trace_spans.call_one() for i, actor in enumerate(self._actors)}
+        return {f"generator {i}": self._actors[i].trace_spans.call_one() for i in self.live()}
 
     def nodes(self) -> list[int]:
         return [self.procs_file.where[str(roles.generator(i))]["node"] for i in range(self.count)]
@@ -120,12 +159,16 @@ class GeneratorPool:
     async def _restart(self, index: int, dead, err: Exception) -> None:
         """Replace generator `index` once per failure, however many callers saw it fail."""
         async with self._restart_locks[index]:
+            if index in self.lost:
+                raise GeneratorLost(self.lost[index])
             if self._actors[index] is dead:
                 await self._replace(index, err)
 
     async def _replace(self, index: int, err: Exception) -> None:
         role = roles.generator(index)
         where = self.procs_file.where[str(role)]
+        if not self.procs_file.hosts.reachable(where["node"]):  # the host is gone: no respawn to count
+            self._lose(index, where, f"node {where['node']} does not answer")
         if self.restarts >= self.max_restarts:
             raise GeneratorFailed(
                 f"generator {index} ({located(where)}) failed and "
@@ -140,17 +183,20 @@ class GeneratorPool:
         )
         await stop_quietly(self._procs[index])
         try:
-            if not self.procs_file.hosts.reachable(where["node"]):
-                raise ConnectionError(f"node {where['node']} does not answer")
             await within(self._spawn(index), _RESPAWN_TIMEOUT_S)
         except Exception as respawn_err:  # its node is gone (or cannot start procs)
-            raise GeneratorFailed(
-                f"generator {index} ({located(where)}) failed and could not be respawned on node "
-                f"{where['node']} within {_RESPAWN_TIMEOUT_S}s: {type(respawn_err).__name__} {respawn_err}"
-            ) from None
+            self._lose(index, where, f"{type(respawn_err).__name__} {respawn_err}")
         if self.on_replaced is not None:
             await self.on_replaced(index, self._actors[index])
         print(f"generator {index} back in {time.perf_counter() - start:.1f}s", flush=True)
+
+    def _lose(self, index: int, where: dict, why: str) -> None:
+        """Generator `index` cannot be brought back: lost (GeneratorLost), or the last (GeneratorFailed)."""
+        self.lost[index] = f"generator {index} ({located(where)}) failed and cannot be respawned on node {where['node']}: {why}"
+        if not self.live():
+            raise GeneratorFailed(self.lost[index])
+        print(f"{self.lost[index]}; the run goes on with generators {self.live()}", flush=True)
+        raise GeneratorLost(self.lost[index])
 
     async def stop(self) -> None:
         await asyncio.gather(

@@ -5,7 +5,9 @@ node over a gloo pair (`weights.cross_host=gloo`, actors/weight_sender.py) or fr
 torchstore.
 
 A relay or sender whose proc dies ends the run with a GeneratorFailed: the generators
-of the node(s) it serves would never get another version. A link that fails mid-version
+of the node(s) it serves would never get another version; unless the relay's node is
+gone (`load_version` returns {"lost"}: its generators are lost with it, handles/
+generators.py, and the run goes on without them). A link that fails mid-version
 is not a proc failure: `load_version` returns {"error"} (delivery reports it and tries
 again with a fresh pair).
 """
@@ -49,7 +51,17 @@ class WeightRelays:
 
     async def load_version(self, index: int, version: int) -> dict:
         """Bring relay `index`'s node the newest version (gloo: the sender's newest, at least
-        `version`; torchstore: `version`) into its channel: {"version", ...} or {"error"}."""
+        `version`; torchstore: `version`) into its channel: {"version", ...}, {"error"} (the link
+        failed), or {"lost"} (the relay died with its node)."""
+        try:
+            return await self._load_version(index, version)
+        except GeneratorFailed:
+            role = roles.weight_relay(self.nodes[index])
+            if self.procs_file.reachable(role):
+                raise
+            return {"lost": f"the weight relay ({located(self.procs_file.where[str(role)])}) is lost with its node"}
+
+    async def _load_version(self, index: int, version: int) -> dict:
         if not self.gloo:
             return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._relays[index].load_version.call_one(version))
         if not self._paired[index] and "error" in (opened := await self._open_pair(index)):

@@ -58,8 +58,12 @@ async def run_worker(
 async def _call_into_buffer(
     produce: Produce, admitted: int, group_size: int, buffer: BufferHandle, admission: AdmissionControl, lane: str
 ) -> None:
-    with TRACER.span("generate + score", lane):
-        episodes, dropped = await produce(admitted // group_size)
+    try:
+        with TRACER.span("generate + score", lane):
+            episodes, dropped = await produce(admitted // group_size)
+    except BaseException:  # its generator lost, or the worker cancelled: nothing of it will arrive
+        await admission.lost(admitted)
+        raise
     with TRACER.span("buffer add", lane):
         await buffer.add(episodes, dropped)
     await admission.generated(admitted)

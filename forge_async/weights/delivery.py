@@ -34,6 +34,8 @@ class Generators(Protocol):
 
     async def version(self, index: int) -> int: ...
 
+    async def live_versions(self) -> list[int]: ...
+
     async def hold_weights(self, index: int, hold: bool) -> int: ...
 
 
@@ -49,6 +51,7 @@ class WeightDelivery:
         self.loaded = [0] * len(route.receivers)  # last version each receiver is known to hold
         self.skipped = [0] * len(route.receivers)  # versions a receiver never loaded (a newer one came first)
         self.link_failures = [0] * len(route.receivers)
+        self.lost: set[int] = set()  # receivers lost with their node (and its generators)
         self.published = 0
         self.last_load_ms = 0.0
         self._wake = [asyncio.Event() for _ in route.receivers]
@@ -74,11 +77,11 @@ class WeightDelivery:
         for event in self._wake:
             event.set()
 
-    def receivers_report(self) -> list[dict[str, int]]:
-        """Per receiver: the version it holds, the versions it skipped, its failed links."""
+    def receivers_report(self) -> list[dict]:
+        """Per receiver: the version it holds, the versions it skipped, its failed links, whether it is lost."""
         return [
-            {"version": v, "versions_skipped": s, "link_failures": f}
-            for v, s, f in zip(self.loaded, self.skipped, self.link_failures)
+            {"version": v, "versions_skipped": s, "link_failures": f, "lost": i in self.lost}
+            for i, (v, s, f) in enumerate(zip(self.loaded, self.skipped, self.link_failures))
         ]
 
     def generator_version(self, index: int) -> int:
@@ -95,13 +98,16 @@ class WeightDelivery:
         then the generators themselves (those that read a shared-memory channel swap by
         themselves, between engine steps).
         """
-        while min(self.loaded, default=version) < version:
+        while min(self._held_by_receivers(), default=version) < version:
             await asyncio.sleep(_POLL_S)
         while True:
-            held = [await self.generators.version(i) for i in range(self.generators.count)]
+            held = await self.generators.live_versions()
             if min(held) >= version:
                 return
             await asyncio.sleep(_POLL_S)
+
+    def _held_by_receivers(self) -> list[int]:
+        return [v for i, v in enumerate(self.loaded) if i not in self.lost]
 
     @asynccontextmanager
     async def pinned(self, index: int) -> AsyncIterator[int]:
@@ -148,12 +154,16 @@ class WeightDelivery:
                 start = time.perf_counter()
                 result = await receiver.load(version)
                 self.last_load_ms = (time.perf_counter() - start) * 1e3
+            if "lost" in result:  # its node is gone: nothing more to bring it
+                self.lost.add(index)
+                print(f"{result['lost']}: weights go to the other nodes", flush=True)
+                return
             if "error" in result:
                 self._link_failed(index, result["error"])
                 continue
             version = result.get("version", version)  # a sender sends the newest it has
             if self.route.through_store:
-                holding = [version if i == index else v for i, v in enumerate(self.loaded)]
+                holding = [version if i == index else v for i, v in enumerate(self.loaded) if i not in self.lost]
                 await store.delete_versions_before(min(holding))  # before `loaded`: waiters see a tidy store
             self.skipped[index] += max(0, version - self.loaded[index] - 1)
             self.loaded[index] = version
