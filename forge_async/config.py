@@ -11,7 +11,7 @@ from pathlib import Path
 
 from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
 from forge_async.checkpoint.config import CheckpointConfig
-from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, Range, check_range
+from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 from forge_async.launch.placement import PlacementConfig
 from forge_async.data.filters import FilterConfig
@@ -30,6 +30,8 @@ from forge_async.weights.config import WeightsConfig
 
 MODES = ("async", "sync")
 
+
+ROUTINGS = ("least_outstanding", "round_robin")  # rollout/routing.py
 
 @dataclass
 class RunConfig:
@@ -79,6 +81,9 @@ class GRPOConfig(RunConfig):
     group_size: int = 8  # completions per prompt
     prompts_per_step: int = 16  # training batch = prompts_per_step * group_size episodes
     rollout_workers: int = 2  # concurrent generate calls kept in flight (async mode)
+    # Which generator each call goes to: least_outstanding (the live one with the fewest
+    # samples in flight) or round_robin (worker w on generator w % count); rollout/routing.py.
+    rollout_routing: str = "least_outstanding"
     prompts_per_rollout: int = 16  # prompts per generate call
     buffer_capacity: int = 4096  # episodes; beyond it the oldest are evicted (counted)
     target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
@@ -101,6 +106,7 @@ class GRPOConfig(RunConfig):
             note="group-relative advantages need at least two completions per prompt",
         )
         check_range("max_policy_age", self.max_policy_age, AT_LEAST_0)
+        check_choice("rollout_routing", self.rollout_routing, ROUTINGS)
         check_range("target_reward", self.target_reward, Range())
         if self.prompts_per_rollout > self.prompts_per_step:
             # A rollout larger than a batch could never be admitted at max_policy_age=0.

@@ -33,7 +33,6 @@ summary.json is written from.
 
 import asyncio
 import time
-from functools import partial
 
 from forge_async.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
@@ -46,6 +45,7 @@ from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
 from forge_async.metrics import MetricsLog, batch_metrics
 from forge_async.rollout.calls import Rollouts
+from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.worker import run_worker
 from forge_async.run_record import RunRecord
 from forge_async.step_metrics import PipelineFigures, TokenRate
@@ -114,20 +114,15 @@ class GRPOLoop(TrainingLoop):
         _raise_first_error(results)
 
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:
-        """Rollout worker `index`, on generator index % count, or on a stand-in once that one is lost."""
-        generators = self.handles.generators
-        await generators.on_live(
-            index % generators.count,
-            lambda generator: run_worker(
-                self.rollouts.producer(GeneratorCalls(generators, generator)),
-                self.rollouts.shape,
-                self.config.group_size,
-                partial(self.delivery.generator_version, generator),
-                self.handles.buffer,
-                self.admission,
-                stop,
-                lane=f"rollout worker {index}",
-            ),
+        """Rollout worker `index`, its calls routed over the generators as `rollout_routing` says."""
+        shape = self.rollouts.shape
+        routing = WorkerRouting(
+            self.handles.generators, index, self.config.rollout_routing,
+            shape.prompts_per_call * self.config.group_size, self.delivery.generator_version, self.rollouts.producer,
+        )
+        await run_worker(
+            routing, shape, self.config.group_size, self.handles.buffer, self.admission, stop,
+            lane=f"rollout worker {index}",
         )
 
     async def _next_batch(self, workers: list[asyncio.Task]) -> tuple[list[Episode], BufferStats]:

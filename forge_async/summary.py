@@ -71,6 +71,7 @@ async def write_summary(
         "generator_idle_frac": 1 - sum(g["busy_s"] for g in generators) / (wall * max(1, len(generators))),
         "gen_paused_for_admission_s": generation_paused_s,
         "generator_restarts": handles.generators.restarts,
+        "generator_samples": handles.generators.returned,  # per generator (rollout_routing spreads them)
         # generators lost with their host (the run went on without them): why, each
         "generators_lost": list(handles.generators.lost.values()),
         "lost_requests": handles.generators.lost_requests,

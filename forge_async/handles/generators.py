@@ -11,6 +11,7 @@ rollout workers move to them). Once no generator is left, GeneratorFailed.
 """
 
 import asyncio
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class GeneratorPool:
         self.on_replaced: Callable[[int, object], Awaitable[None]] | None = None
         # generator i is busy while a generate call to it is in flight
         self.generating = [BusyClock() for _ in range(count)]
+        self.outstanding = [0] * count  # samples asked of generator i and not yet returned
+        self.returned = [0] * count  # samples generator i returned, over the run
         self._procs: list = [None] * count
         self._actors: list = [None] * count
         self._restart_locks = [asyncio.Lock() for _ in range(count)]
@@ -64,17 +67,29 @@ class GeneratorPool:
         """The generators not lost."""
         return [i for i in range(self.count) if i not in self.lost]
 
+    def stand_in(self, index: int) -> int:
+        """Generator `index` while it lives, else the live one that takes its work."""
+        live = self.live()
+        if not live:
+            raise GeneratorFailed(f"no generator is left: {'; '.join(self.lost.values())}")
+        return index if index in live else live[index % len(live)]
+
+    def least_outstanding(self, size: int) -> int:
+        """The live generator that would finish `size` more samples first: its samples in flight
+        plus `size`, at its pace so far (samples returned per second with a call in flight; one
+        not yet measured is taken at the others' mean pace, or all alike). Ties: the lowest index."""
+        live = self.live() or [self.stand_in(0)]  # (stand_in raises GeneratorFailed: none is left)
+        paces = {i: self.returned[i] / self.generating[i].busy_s for i in live if self.returned[i]}
+        unknown = statistics.fmean(paces.values()) if paces else 1.0
+        return min(live, key=lambda i: ((self.outstanding[i] + size) / paces.get(i, unknown), i))
+
     async def on_live(self, index: int, work: Callable[[int], Awaitable[T]]) -> T:
-        """`work(index)`; if generator `index` is lost meanwhile, `work` again on the live generator
-        that stands in for it (GeneratorFailed once none is left)."""
+        """`work(index)`; if generator `index` is lost meanwhile, `work` again on its stand-in."""
         while True:
             try:
                 return await work(index)
             except GeneratorLost:
-                live = self.live()
-                if not live:
-                    raise GeneratorFailed(f"no generator is left: {'; '.join(self.lost.values())}") from None
-                index = live[index % len(live)]
+                index = self.stand_in(index)
 
     # Calls (a lost call is made again on the respawned generator)
 
@@ -82,9 +97,15 @@ class GeneratorPool:
         self, index: int, prompt_ids: list[list[int]], sampling: SamplingConfig, n: int
     ) -> list[list[Completion]]:
         """`n` completions of each prompt from generator `index`."""
-        with self.generating[index]:
-            requests = len(prompt_ids) * n
-            return await self._call(index, lambda g: g.generate.call_one(prompt_ids, sampling, n), requests)
+        requests = len(prompt_ids) * n
+        self.outstanding[index] += requests  # before the first await: the next routing choice sees it
+        try:
+            with self.generating[index]:
+                groups = await self._call(index, lambda g: g.generate.call_one(prompt_ids, sampling, n), requests)
+            self.returned[index] += requests
+            return groups
+        finally:
+            self.outstanding[index] -= requests
 
     async def version(self, index: int) -> int:
         """The policy version generator `index` samples with now."""

@@ -1,27 +1,29 @@
-"""The rollout worker: one generator kept busy into the replay buffer, within max_policy_age.
+"""The rollout worker: generate calls kept going into the replay buffer, within max_policy_age.
 
 Every call is admitted on its own (admission.py): only as many samples go out as
-can still be trained on in time, given the version the generator samples with.
+can still be trained on in time, given the version the generator it goes to samples
+with (routing.py chooses the generator). A call whose generator is lost with its host
+releases its admission and the worker goes on (the next choice is a live generator).
 A worker keeps `shape.calls_in_flight` calls going at once: single-turn, one call
 of `prompts_per_rollout` prompts; multi-turn, that many groups, each buffered the
 moment its last episode ends (a slow group holds up nothing but itself).
 """
 
 import asyncio
-from collections.abc import Callable
 
 from forge_async.admission import AdmissionControl
 from forge_async.handles.buffer import BufferHandle
+from forge_async.handles.generators import GeneratorLost
+from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.types import Produce, WorkerShape
 from forge_async.trace import HELD_BACK
 from forge_async.tracing import TRACER
 
 
 async def run_worker(
-    produce: Produce,
+    routing: WorkerRouting,
     shape: WorkerShape,
     group_size: int,
-    generator_version: Callable[[], int],
     buffer: BufferHandle,
     admission: AdmissionControl,
     stop: asyncio.Event,
@@ -29,8 +31,7 @@ async def run_worker(
 ) -> None:
     """Produce into `buffer` until `stop` is set, then finish the calls in flight.
 
-    `generator_version()`: the oldest version the worker's generator can sample with from
-    now on. A call's error (a generator lost for good, a scorer's) ends the worker."""
+    A call's error (no generator left, a scorer's) ends the worker."""
     size = shape.prompts_per_call * group_size
     unit = group_size if shape.partial_calls else None
     pending: set[asyncio.Task] = set()
@@ -40,9 +41,10 @@ async def run_worker(
                 await _settle(pending)
                 continue
             with TRACER.span(HELD_BACK, lane):
-                admitted = await _admit(admission, size, generator_version, unit, pending)
+                admitted = await _admit(admission, size, routing.version, unit, pending)
             if not admitted:
                 break
+            produce = routing.produce_on(routing.take())
             call = _call_into_buffer(produce, admitted, group_size, buffer, admission, lane)
             if shape.calls_in_flight == 1:
                 await call  # the request goes out now, not after a pass of the event loop
@@ -61,7 +63,10 @@ async def _call_into_buffer(
     try:
         with TRACER.span("generate + score", lane):
             episodes, dropped = await produce(admitted // group_size)
-    except BaseException:  # its generator lost, or the worker cancelled: nothing of it will arrive
+    except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
+        await admission.lost(admitted)
+        return
+    except BaseException:  # the worker cancelled: nothing of it will arrive
         await admission.lost(admitted)
         raise
     with TRACER.span("buffer add", lane):

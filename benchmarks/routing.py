@@ -1,0 +1,86 @@
+"""Rollout routing with one slow generator host: least_outstanding vs round_robin, in one run (root).
+
+Three simulated hosts (benchmarks/cross_host_pipeline.py, forge_async/launch/netns.py):
+the trainer on node 0, a generator on each of nodes 1 and 2, and node 2 made a slow host:
+a CPU cgroup caps all its processes together at `--cpu` of one core (default 0.25), as
+if it had less compute of its own. `rollout_workers=4` keeps more calls going than there
+are generators, so the routing has a choice. For each routing, in turn `--rounds` times:
+steps/s over steps `--from`..`--steps`, and the samples each generator returned.
+
+    sudo .venv/bin/python -m benchmarks.routing [--steps 200] [--rounds 2] [--cpu 0.25]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks.cross_host_pipeline import across_hosts, steps_per_s
+from forge_async.launch.netns import available
+
+ROUTINGS = ("round_robin", "least_outstanding")
+_PERIOD_US = 100_000
+
+
+@contextmanager
+def cpu_capped(fraction: float) -> Iterator[list[str]]:
+    """A CPU cgroup capped at `fraction` of one core (cgroup v2, else v1's cpu controller);
+    yields Popen arguments that start a process in it (children stay in it)."""
+    name = f"forge_async-slow-{uuid.uuid4().hex[:6]}"
+    quota = int(fraction * _PERIOD_US)
+    v2, v1 = Path("/sys/fs/cgroup") / name, Path("/sys/fs/cgroup/cpu") / name
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        group, setting = v2, (v2 / "cpu.max", f"{quota} {_PERIOD_US}")
+    elif v1.parent.is_dir():
+        group, setting = v1, (v1 / "cpu.cfs_quota_us", str(quota))
+    else:
+        sys.exit("no CPU cgroup controller here to slow a host with")
+    group.mkdir()
+    try:
+        setting[0].write_text(setting[1])
+        procs = group / "cgroup.procs"
+        yield {"preexec_fn": lambda: procs.write_text(str(os.getpid()))}  # before entering the node
+    finally:
+        group.rmdir()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--from", dest="first", type=int, default=30, help="the steady state's first step")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cpu", type=float, default=0.25, help="the slow host's share of one core")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    args = parser.parse_args()
+    if available() is not None:
+        sys.exit(f"cannot simulate hosts here: {available()}")
+    root = Path(tempfile.mkdtemp(prefix="routing-"))
+    print(f"runs in {root}; node 2 capped at {args.cpu} of a core")
+    overrides = [
+        f"steps={args.steps}", "generator.count=2", "rollout_workers=4", "checkpoint.every_steps=0", *args.overrides,
+    ]
+    rates: dict[str, list[float]] = {routing: [] for routing in ROUTINGS}
+    for round_ in range(args.rounds):
+        for routing in ROUTINGS:
+            run_dir = root / f"round{round_}_{routing}"
+            with cpu_capped(args.cpu) as slow:
+                across_hosts(run_dir, 3, [*overrides, f"rollout_routing={routing}"], popen={2: slow})
+            rate, reward = steps_per_s(run_dir, args.first, args.steps)
+            samples = json.loads((run_dir / "summary.json").read_text())["generator_samples"]
+            rates[routing].append(rate)
+            print(
+                f"{routing:>17}: {rate:6.2f} steps/s, mean reward {reward:.3f}, samples from node 1 / node 2: "
+                f"{samples[0]} / {samples[1]}", flush=True,
+            )
+    base, routed = (statistics.median(rates[r]) for r in ROUTINGS)
+    print(f"least_outstanding / round_robin: {routed / base:.2f} (medians {routed:.2f} / {base:.2f} steps/s)")
+
+
+if __name__ == "__main__":
+    main()
