@@ -12,7 +12,8 @@ a link (gloo, `weights.cross_host`) to each generator host's relay:
 Every "host" shares this box's cores: the ratio is the cost of crossing hosts, not
 more compute. Printed per run: steps/s over steps `--from`..`--steps`, mean reward
 per step (learning must not change), the version each relay held at the end, the
-versions it skipped and its failed links; then the ratio of the medians.
+versions it skipped and its failed links, and the CPU time each proc used a step
+(/proc, over the same steps); then the ratio of the medians.
 
     sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4]
 """
@@ -23,9 +24,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from apps.grpo.subprocess_run import run_app
+from benchmarks.proc_cpu import ProcCpu
 from forge_async.launch.netns import available, launch_command, simulated_hosts
 from forge_async.metrics import read_rows
 
@@ -35,6 +39,34 @@ def steps_per_s(run_dir: Path, first: int, last: int) -> tuple[float, float]:
     rows = {r["step"]: r for r in read_rows(run_dir)[0]}
     rate = (last - first) / (rows[last]["time/wall_s"] - rows[first]["time/wall_s"])
     return rate, statistics.fmean(r["reward/mean"] for r in rows.values())
+
+
+class CpuPerStep(threading.Thread):
+    """Every proc's CPU time at steps `first` and `last` of the run writing `run_dir` (read
+    from metrics.jsonl as it grows); `ms_per_step()` after the run."""
+
+    def __init__(self, run_dir: Path, first: int, last: int):
+        super().__init__(daemon=True)
+        self.run_dir, self.first, self.last = run_dir, first, last
+        self.cpu = ProcCpu(run_dir / "procs.json", every_host=True)
+
+    def run(self) -> None:
+        for step in (self.first, self.last):
+            while self._step() < step:
+                time.sleep(0.05)
+            self.cpu.mark()
+
+    def _step(self) -> int:
+        try:
+            rows = read_rows(self.run_dir)[0]
+        except (OSError, ValueError):
+            return 0
+        return rows[-1]["step"] if rows else 0
+
+    def ms_per_step(self) -> dict[str, float]:
+        cores = self.cpu.cores()
+        (start, _), (end, _) = self.cpu.marks[0], self.cpu.marks[-1]
+        return {role: round(c * (end - start) / (self.last - self.first) * 1e3, 1) for role, c in cores.items()}
 
 
 def one_host(run_dir: Path, overrides: list[str]) -> dict:
@@ -80,10 +112,13 @@ def main() -> None:
             for label in rates:
                 run_dir = root / f"{hosts}hosts_round{round_}_{label.replace(' ', '_')}"
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
+                cpu = CpuPerStep(run_dir, args.first, args.steps - 5)  # before the end: the procs still run
+                cpu.start()
                 extra = one_host(run_dir, overrides) if label == "one host" else across_hosts(run_dir, hosts, overrides)
                 rate, reward = steps_per_s(run_dir, args.first, args.steps)
                 rates[label].append(rate)
                 print(f"{hosts} hosts layout, {label:>8}: {rate:6.2f} steps/s, mean reward {reward:.3f} {extra or ''}", flush=True)
+                print(f"    CPU ms a step: {cpu.ms_per_step()}", flush=True)
         one, across = (statistics.median(v) for v in rates.values())
         print(f"{hosts} hosts / one host: {across / one:.2f} (medians {across:.2f} / {one:.2f} steps/s)", flush=True)
 
