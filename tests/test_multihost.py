@@ -212,3 +212,22 @@ def test_a_generator_host_that_dies_is_reported_and_the_run_goes_on_without_it(t
     assert relays[0]["version"] >= 148 and not relays[0]["lost"] and relays[1]["lost"], relays
     rewards = [m["reward/mean"] for m in read_metrics(run_dir)]
     assert statistics.fmean(rewards[-10:]) > statistics.fmean(rewards[:10]) + 0.1, rewards  # still learning
+
+
+def test_a_slow_link_skips_versions_without_holding_the_trainer(tmp_path):
+    """Node 0's egress shaped to 10 Mbit/s (tc's token bucket): a version of the tiny model takes
+    ~0.4 s to cross, several steps' worth. The relay skips to the newest each time (counted),
+    generation on node 1 stays within max_policy_age, and the run ends as usual."""
+    run_dir = tmp_path / "run"
+    with simulated_hosts(2) as cluster:
+        shaped = cluster.run(0, ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "10mbit", "burst", "16kb", "latency", "2s"])
+        assert shaped.returncode == 0, shaped.stderr  # iproute2's tc and the kernel's sch_tbf
+        procs = launch(cluster, run_dir, "steps=60", "placement.generator_hosts=[1]", "max_policy_age=4", nodes=2)
+        codes = wait_all(procs, timeout=400)
+        assert codes == [0, 0], output(run_dir, 0)[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [relay] = summary["weight_receivers"]
+    assert relay["versions_skipped"] > 0 and relay["link_failures"] == 0, relay
+    metrics = read_metrics(run_dir)
+    assert max(m["policy/age_max"] for m in metrics) <= 4 and summary["accounting_ok"] and summary["steps"] == 60
+    assert max(m["policy/age_max"] for m in metrics) >= 2  # generation used older versions: the link was slow
