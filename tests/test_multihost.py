@@ -46,6 +46,14 @@ def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[int]:
     return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
 
 
+def wait_for_step(node0: subprocess.Popen, run_dir, step: int, timeout: float = 300) -> None:
+    """Until node 0's console shows step `step` (failing if the run ends or takes too long)."""
+    deadline = time.monotonic() + timeout
+    while f"step {step:>4}/" not in output(run_dir, 0):
+        assert time.monotonic() < deadline and node0.poll() is None, output(run_dir, 0)[-3000:]
+        time.sleep(0.2)
+
+
 def read_metrics(run_dir) -> list[dict]:
     """metrics.jsonl's step rows (evaluation rows aside)."""
     return read_rows(run_dir)[0]
@@ -105,10 +113,7 @@ def test_a_generator_host_that_dies_stops_the_run_naming_it(tmp_path):
     run_dir = tmp_path / "run"
     with simulated_hosts(2) as cluster:
         procs = launch(cluster, run_dir, "steps=400", "placement.generator_hosts=[1]", nodes=2)
-        deadline = time.monotonic() + 300
-        while "step   10/" not in output(run_dir, 0):
-            assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
-            time.sleep(0.5)
+        wait_for_step(procs[0], run_dir, 10)
         killed_at = time.monotonic()
         cluster.kill_node(1)
         code = procs[0].wait(timeout=90)
@@ -165,10 +170,7 @@ def test_a_link_that_goes_down_mid_run_is_reported_and_the_run_goes_on(tmp_path)
         procs = launch(
             cluster, run_dir, "steps=400", "placement.generator_hosts=[1]", "weights.link_timeout_s=2", nodes=2
         )
-        deadline = time.monotonic() + 300
-        while "step   20/" not in output(run_dir, 0):
-            assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
-            time.sleep(0.2)
+        wait_for_step(procs[0], run_dir, 20)
         cluster.run(1, ["ip", "link", "set", "eth0", "down"])
         time.sleep(5)
         cluster.run(1, ["ip", "link", "set", "eth0", "up"])
@@ -192,10 +194,7 @@ def test_a_generator_host_that_dies_is_reported_and_the_run_goes_on_without_it(t
         procs = launch(
             cluster, run_dir, "steps=150", "generator.count=2", "placement.generator_hosts=[1,2]", nodes=3
         )
-        deadline = time.monotonic() + 300
-        while "step   10/" not in output(run_dir, 0):
-            assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
-            time.sleep(0.2)
+        wait_for_step(procs[0], run_dir, 10)
         cluster.kill_node(2)
         killed_at = time.monotonic()
         while "the run goes on with generators [0]" not in output(run_dir, 0):
