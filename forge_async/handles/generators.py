@@ -74,14 +74,15 @@ class GeneratorPool:
             raise GeneratorFailed(f"no generator is left: {'; '.join(self.lost.values())}")
         return index if index in live else live[index % len(live)]
 
-    def least_outstanding(self, size: int) -> int:
-        """The live generator that would finish `size` more samples first: its samples in flight
-        plus `size`, at its pace so far (samples returned per second with a call in flight; one
-        not yet measured is taken at the others' mean pace, or all alike). Ties: the lowest index."""
+    def by_finish_time(self, size: int) -> list[int]:
+        """The live generators, the one that would finish `size` more samples first first: its
+        samples in flight plus `size`, at its pace so far (samples returned per second with a call
+        in flight; one not yet measured is taken at the others' mean pace, or all alike). Ties:
+        the lowest index."""
         live = self.live() or [self.stand_in(0)]  # (stand_in raises GeneratorFailed: none is left)
         paces = {i: self.returned[i] / self.generating[i].busy_s for i in live if self.returned[i]}
         unknown = statistics.fmean(paces.values()) if paces else 1.0
-        return min(live, key=lambda i: ((self.outstanding[i] + size) / paces.get(i, unknown), i))
+        return sorted(live, key=lambda i: ((self.outstanding[i] + size) / paces.get(i, unknown), i))
 
     async def on_live(self, index: int, work: Callable[[int], Awaitable[T]]) -> T:
         """`work(index)`; if generator `index` is lost meanwhile, `work` again on its stand-in."""
@@ -189,7 +190,7 @@ class GeneratorPool:
         role = roles.generator(index)
         where = self.procs_file.where[str(role)]
         if not self.procs_file.hosts.reachable(where["node"]):  # the host is gone: no respawn to count
-            self._lose(index, where, f"node {where['node']} does not answer")
+            self._lose(index, f"node {where['node']} does not answer")
         if self.restarts >= self.max_restarts:
             raise GeneratorFailed(
                 f"generator {index} ({located(where)}) failed and "
@@ -206,18 +207,25 @@ class GeneratorPool:
         try:
             await within(self._spawn(index), _RESPAWN_TIMEOUT_S)
         except Exception as respawn_err:  # its node is gone (or cannot start procs)
-            self._lose(index, where, f"{type(respawn_err).__name__} {respawn_err}")
+            self._lose(index, f"{type(respawn_err).__name__} {respawn_err}")
         if self.on_replaced is not None:
             await self.on_replaced(index, self._actors[index])
         print(f"generator {index} back in {time.perf_counter() - start:.1f}s", flush=True)
 
-    def _lose(self, index: int, where: dict, why: str) -> None:
-        """Generator `index` cannot be brought back: lost (GeneratorLost), or the last (GeneratorFailed)."""
-        self.lost[index] = f"generator {index} ({located(where)}) failed and cannot be respawned on node {where['node']}: {why}"
+    def _lose(self, index: int, why: str) -> None:
+        """Generator `index` failed and cannot be brought back: lost (GeneratorLost), or the last (GeneratorFailed)."""
+        where = self.procs_file.where[str(roles.generator(index))]
+        self.lose(index, f"failed and cannot be respawned on node {where['node']}: {why}")
+        raise GeneratorLost(self.lost[index])
+
+    def lose(self, index: int, why: str) -> None:
+        """Generator `index` is lost (`why`): no more calls go to it; GeneratorFailed if it was the last."""
+        if index in self.lost:
+            return
+        self.lost[index] = f"generator {index} ({located(self.procs_file.where[str(roles.generator(index))])}) {why}"
         if not self.live():
             raise GeneratorFailed(self.lost[index])
         print(f"{self.lost[index]}; the run goes on with generators {self.live()}", flush=True)
-        raise GeneratorLost(self.lost[index])
 
     async def stop(self) -> None:
         await asyncio.gather(

@@ -2,7 +2,9 @@
 
 - least_outstanding (default): the live generator that would finish the call first, asked
   anew for every call: its samples in flight plus the call's, at the pace it has kept so far
-  (handles/generators.py). A slow generator gets a call only when the fast ones are that
+  (handles/generators.py), among those whose weights are recent enough for admission control
+  to admit the call now (a generator whose weights lag, behind a slow link, is passed over
+  rather than waited for). A slow generator gets a call only when the fast ones are that
   much deeper in work; a lost one (its host died) gets none.
 - round_robin: worker w stays on generator w % count, or on the live generator standing
   in for it once that one is lost.
@@ -26,16 +28,19 @@ class WorkerRouting:
         routing: str,
         call_size: int,
         version_of: Callable[[int], int],
+        admissible: Callable[[int], bool],
         producer: Callable[[Generate], Produce],
     ):
         """`call_size`: the samples of one of the worker's calls; `version_of(i)`: the oldest
-        version generator i samples with from now on; `producer(generate)`: the worker's Produce
-        over one generator's calls."""
+        version generator i samples with from now on; `admissible(version)`: whether admission
+        control would admit a call sampled at `version` now; `producer(generate)`: the worker's
+        Produce over one generator's calls."""
         self.pool = pool
         self.worker = worker
         self.routing = routing
         self.call_size = call_size
         self.version_of = version_of
+        self.admissible = admissible
         self.producer = producer
         self._chosen: int | None = None
         self._producers: dict[int, Produce] = {}  # one per generator: multi-turn batches a worker's turns per producer
@@ -43,7 +48,8 @@ class WorkerRouting:
     def pick(self) -> int:
         if self.routing == "round_robin":
             return self.pool.stand_in(self.worker % self.pool.count)
-        return self.pool.least_outstanding(self.call_size)
+        soonest = self.pool.by_finish_time(self.call_size)
+        return next((i for i in soonest if self.admissible(self.version_of(i))), soonest[0])
 
     def version(self) -> int:
         """Choose the generator for the next call; its version (admission's `generator_version`)."""

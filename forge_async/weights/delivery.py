@@ -36,6 +36,8 @@ class Generators(Protocol):
 
     async def live_versions(self) -> list[int]: ...
 
+    def lose(self, index: int, why: str) -> None: ...
+
     async def hold_weights(self, index: int, hold: bool) -> int: ...
 
 
@@ -154,9 +156,12 @@ class WeightDelivery:
                 start = time.perf_counter()
                 result = await receiver.load(version)
                 self.last_load_ms = (time.perf_counter() - start) * 1e3
-            if "lost" in result:  # its node is gone: nothing more to bring it
+            if "lost" in result:  # its node is gone: nothing more to bring it, nor to its generators
                 self.lost.add(index)
                 print(f"{result['lost']}: weights go to the other nodes", flush=True)
+                for generator, receiver in enumerate(self.route.receiver_of):
+                    if receiver == index:
+                        self.generators.lose(generator, "is lost with its node's weight relay")
                 return
             if "error" in result:
                 self._link_failed(index, result["error"])
