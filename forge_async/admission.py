@@ -42,6 +42,12 @@ class AdmissionControl:
         lag = next_batch_version - generator_version
         return lag + (self.queued + n - 1) // self.batch_size <= self.max_policy_age
 
+    def recent_enough(self, n: int, generator_version: int) -> bool:
+        """Whether n samples from a generator at `generator_version` would fit with nothing else
+        queued: its weights are not too old for any call (rollout/routing.py passes it over if not)."""
+        next_batch_version = self.trainer_version + int(self.training)
+        return next_batch_version - generator_version + (n - 1) // self.batch_size <= self.max_policy_age
+
     def _largest_fit(self, n: int, unit: int, generator_version: int) -> int:
         """The most samples, a multiple of `unit` up to n, that fit now (0: none)."""
         while n > 0 and not self.fits(n, generator_version):

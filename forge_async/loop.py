@@ -120,7 +120,7 @@ class GRPOLoop(TrainingLoop):
         unit = group if shape.partial_calls else shape.prompts_per_call * group  # what admission admits at least
         routing = WorkerRouting(
             self.handles.generators, index, self.config.rollout_routing, shape.prompts_per_call * group,
-            self.delivery.generator_version, partial(self.admission.fits, unit), self.rollouts.producer,
+            self.delivery.generator_version, partial(self.admission.recent_enough, unit), self.rollouts.producer,
         )
         await run_worker(
             routing, shape, self.config.group_size, self.handles.buffer, self.admission, stop,

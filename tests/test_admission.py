@@ -36,6 +36,16 @@ def test_a_running_step_counts_as_one_version_of_lag():
     assert gate.fits(2 * B, generator_version=1)
 
 
+def test_weights_recent_enough_for_a_call_regardless_of_the_queue():
+    """What routing asks before passing a generator over: its lag alone, not the room left."""
+    gate = AdmissionControl(batch_size=B, max_policy_age=1)
+    run(gate.admit(2 * B, lambda: 0))  # the queue is full for now
+    assert not gate.fits(B, generator_version=0) and gate.recent_enough(B, generator_version=0)
+    run(gate.step_finished(version=2))  # weights at version 0 are now too old for any call
+    assert not gate.recent_enough(1, generator_version=0) and gate.recent_enough(1, generator_version=1)
+    assert not gate.recent_enough(B + 1, generator_version=1)  # a call past one batch lags one more
+
+
 def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
     """A producer that always wants more and a slow consumer: the producer waits."""
 
