@@ -9,7 +9,7 @@ import torch
 
 from forge_async.launch.hosts import free_port
 from forge_async.weights import link
-from forge_async.weights.link import RELAY, SENDER, ReceivedVersion, Rendezvous, StagedVersions
+from forge_async.weights.link import RELAY, SENDER, ReceivedVersion, Rendezvous, StagedVersions, relay_version
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 LOOPBACK = "127.0.0.1"
@@ -66,18 +66,16 @@ def channels(tmp_path):
 
 
 def transfer(sender_pair, relay_pair, staged: StagedVersions, relay: SharedMemoryChannel) -> int:
-    """One version over the pair into the relay's channel; returns it."""
-    received = ReceivedVersion()
-    thread, out = in_thread(received.receive, relay_pair)
+    """One version over the pair into the relay's channel (the send returns once it is written); returns it."""
+    thread, out = in_thread(relay_version, relay_pair, ReceivedVersion(), relay, threading.Lock())
     version = staged.acquire()
     try:
         link.send_version(sender_pair, version)
+        assert relay.latest() >= version.version  # written (or a newer one) before the sender hears back
     finally:
         staged.release(version)
     thread.join()
-    number, header = out["result"]
-    relay.write_slot(number, header, received.buffer)
-    return number
+    return out["result"]
 
 
 def test_versions_arrive_whole_and_the_newest_is_sent(channels):
@@ -119,8 +117,7 @@ def test_a_link_that_stalls_mid_version_leaves_the_old_version_and_a_new_pair_wo
 
     trainer.write(2, state_dict(2))
     version = staged.acquire()
-    received = ReceivedVersion()
-    thread, out = in_thread(received.receive, relay_pair)
+    thread, out = in_thread(relay_version, relay_pair, ReceivedVersion(), relay, threading.Lock())
     header = torch.frombuffer(bytearray(version.header), dtype=torch.uint8)
     frame = torch.tensor([version.version, header.numel(), version.buffer.numel()], dtype=torch.int64)
     for piece in (frame, header, version.buffer[: link.CHUNK_BYTES]):  # then the link goes quiet
@@ -132,4 +129,14 @@ def test_a_link_that_stalls_mid_version_leaves_the_old_version_and_a_new_pair_wo
 
     sender_pair, relay_pair = pairs.open(attempt=2)
     assert transfer(sender_pair, relay_pair, staged, relay) == 2
+    assert_holds(relay, 2)
+
+
+def test_a_version_older_than_the_channels_is_acknowledged_but_not_written(channels):
+    """An old pair's thread may finish a version after a new pair wrote a newer one: it must not go back."""
+    trainer, relay = channels
+    sender_pair, relay_pair = Pairs(timeout_s=10).open(attempt=1)
+    trainer.write(1, state_dict(1))
+    relay.write(2, state_dict(2))
+    assert transfer(sender_pair, relay_pair, StagedVersions(trainer), relay) == 1  # the sender hears 1
     assert_holds(relay, 2)

@@ -6,11 +6,14 @@ as on the trainer's own node. The copy arrives by one of two ways
 (`weights.cross_host`):
 
 - gloo: the WeightSender on the trainer's node sends it over this relay's gloo pair
-  (weights/link.py); a version is written into the channel only once whole.
+  (weights/link.py), and a thread of the relay receives each version, writes it into the
+  channel once whole and tells the sender: no call per version. A pair that fails ends
+  its thread; the next pair starts a new one.
 - torchstore: the relay fetches it from the store, where the trainer put it.
 """
 
 import asyncio
+import threading
 import time
 
 from monarch.actor import endpoint
@@ -18,7 +21,7 @@ from monarch.actor import endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.launch.hosts import node_address
 from forge_async.weights import scratch
-from forge_async.weights.link import RELAY, ReceivedVersion, Rendezvous, join_rendezvous, open_pair
+from forge_async.weights.link import RELAY, ReceivedVersion, Rendezvous, join_rendezvous, open_pair, relay_version
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -26,10 +29,9 @@ class WeightRelay(ProcActor):
     def __init__(self, channel_dir: str, node: int):
         self.channel = SharedMemoryChannel(scratch.claim(channel_dir))
         self.node = node
-        self.received = ReceivedVersion()
+        self.writing = threading.Lock()  # one pair's thread writes the channel at a time
         self.store = None
         self.timeout_s = 0.0
-        self.pair = None
 
     @endpoint
     async def join(self, point: Rendezvous, timeout_s: float) -> None:
@@ -39,28 +41,24 @@ class WeightRelay(ProcActor):
 
     @endpoint
     async def open_pair(self, attempt: int) -> dict:
-        """Open this relay's side of its pair with the sender; {"error"} if it fails."""
-        self.pair = None
+        """Open this relay's side of its pair with the sender and receive over it from now on;
+        {"error"} if it fails."""
         try:
-            self.pair = await asyncio.to_thread(open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s)
+            pair = await asyncio.to_thread(open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s)
         except RuntimeError as err:
             return {"error": f"could not connect: {err}"}
+        threading.Thread(target=self._receive_forever, args=(pair,), name=f"relay pair {attempt}", daemon=True).start()
         return {}
 
-    @endpoint
-    async def receive_version(self) -> dict:
-        """The version the sender sends now, into this node's channel once whole:
-        {"version", "receive_ms", "load_ms"}, or {"error"} (nothing written; the pair must be opened again)."""
-        start = time.perf_counter()
-        try:
-            version, header = await asyncio.to_thread(self.received.receive, self.pair)
-        except RuntimeError as err:
-            self.pair = None
-            return {"error": str(err)}
-        received = time.perf_counter()
-        self.channel.write_slot(version, header, self.received.buffer)
-        end = time.perf_counter()
-        return {"version": version, "receive_ms": (received - start) * 1e3, "load_ms": (end - received) * 1e3}
+    def _receive_forever(self, pair) -> None:
+        """Every version the sender sends over `pair` into this node's channel, until the pair fails
+        (the sender reports it; a new pair gets a new thread, with a buffer of its own)."""
+        received = ReceivedVersion()
+        while True:
+            try:
+                relay_version(pair, received, self.channel, self.writing)
+            except RuntimeError:
+                return
 
     @endpoint
     async def load_version(self, version: int) -> dict[str, float]:

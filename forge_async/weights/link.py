@@ -5,10 +5,12 @@ A version travels as the bytes of a shared-memory slot (shared_memory.py): the s
 copies the newest published slot out of the trainer's channel (holding its lock only
 for that copy, so the trainer never waits on the network), then sends, in chunks of
 `CHUNK_BYTES`, a small frame (version, header length, size), the slot's JSON header
-and its tensor bytes. The relay receives into a buffer of its own and writes it into
-its host's channel only once every byte has arrived: a link that stalls or breaks
-mid-version leaves that host on the version it had, and nothing half-received is
-ever published.
+and its tensor bytes. The relay, which receives in a loop of its own, takes it into a
+buffer of its own, writes it into its host's channel only once every byte has arrived,
+and answers with the version written: the sender's send returns when the version is in
+the relay's channel, with no call to the relay. A link that stalls or breaks
+mid-version leaves that host on the version it had, and nothing half-received is ever
+published.
 
 Each pair is a `ProcessGroupGloo` of two ranks (sender 0, relay 1) of its own,
 rendezvousing through the sender's TCPStore under a prefix naming the relay and the
@@ -18,6 +20,7 @@ is replaced by a fresh one, never reused.
 
 import datetime
 from dataclasses import dataclass
+from threading import Lock
 
 import torch
 from torch.distributed import PrefixStore, ProcessGroupGloo, Store, TCPStore
@@ -106,11 +109,16 @@ class StagedVersions:
 
 
 def send_version(pair: ProcessGroupGloo, staged: StagedVersion) -> int:
-    """Send a staged version over `pair`; returns the bytes sent."""
+    """Send a staged version over `pair` and wait until the relay has it in its channel;
+    returns the bytes sent."""
     header = torch.frombuffer(bytearray(staged.header), dtype=torch.uint8)
     frame = torch.tensor([staged.version, header.numel(), staged.buffer.numel()], dtype=torch.int64)
     for piece in (frame, header, *_chunks(staged.buffer)):
         pair.send([piece], RELAY, 0).wait()
+    written = torch.empty(1, dtype=torch.int64)
+    pair.recv([written], RELAY, 0).wait()
+    if written.item() != staged.version:
+        raise RuntimeError(f"the relay wrote version {written.item()}, not {staged.version}")
     return frame.numel() * 8 + header.numel() + staged.buffer.numel()
 
 
@@ -132,6 +140,18 @@ class ReceivedVersion:
         for piece in _chunks(self.buffer):
             pair.recv([piece], SENDER, 0).wait()
         return version, header.numpy().tobytes()
+
+
+def relay_version(pair: ProcessGroupGloo, received: ReceivedVersion, channel: SharedMemoryChannel, writing: Lock) -> int:
+    """The next version over `pair` into `channel` once whole, then its number back to the sender;
+    returns it. `writing` serialises the writes of a relay's pairs (an old pair's thread may still
+    be receiving as a new one starts), and a version never goes over a newer one."""
+    version, header = received.receive(pair)
+    with writing:
+        if version > (channel.latest() or 0):
+            channel.write_slot(version, header, received.buffer)
+    pair.send([torch.tensor([version], dtype=torch.int64)], SENDER, 0).wait()
+    return version
 
 
 def _chunks(buffer: torch.Tensor) -> list[torch.Tensor]:
