@@ -76,17 +76,18 @@ def one_host(run_dir: Path, overrides: list[str]) -> dict:
     return {}
 
 
-def across_hosts(run_dir: Path, hosts: int, overrides: list[str], popen: dict[int, dict] | None = None) -> dict:
-    """The run across `hosts` simulated hosts (node i's launcher started with Popen arguments
-    `popen[i]`, if given); returns its relays' report (summary.json)."""
+def across_hosts(run_dir: Path, hosts: int, overrides: list[str], while_running=None) -> dict:
+    """The run across `hosts` simulated hosts (`while_running(cluster)`, if given, is called once
+    every node is started); returns its relays' report (summary.json)."""
     app = ["apps.grpo", f"hydra.run.dir={run_dir}", *overrides, f"placement.generator_hosts=[{','.join(map(str, range(1, hosts)))}]"]
     logs = [open(run_dir.parent / f"{run_dir.name}.node{i}.log", "w") for i in range(hosts)]
-    popen = popen or {}
     with simulated_hosts(hosts) as cluster:
         procs = [
-            cluster.start(i, launch_command(hosts, i, *app), stdout=logs[i], stderr=subprocess.STDOUT, **popen.get(i, {}))
+            cluster.start(i, launch_command(hosts, i, *app), stdout=logs[i], stderr=subprocess.STDOUT)
             for i in reversed(range(hosts))
         ]
+        if while_running is not None:
+            while_running(cluster)
         codes = [p.wait(timeout=900) for p in procs]
     if any(codes):
         sys.exit(f"the {hosts}-host run failed ({codes}); see {logs[0].name}")

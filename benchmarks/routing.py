@@ -2,8 +2,9 @@
 
 Three simulated hosts (benchmarks/cross_host_pipeline.py, forge_async/launch/netns.py):
 the trainer on node 0, a generator on each of nodes 1 and 2, and node 2 made a slow host:
-a CPU cgroup caps all its processes together at `--cpu` of one core (default 0.25), as
-if it had less compute of its own. `rollout_workers=4` keeps more calls going than there
+once the run has started (a cap from the start slows node 2's joining past Monarch's
+attach timeout), a CPU cgroup caps all its processes together at `--cpu` of one core
+(default 0.25), as if it had less compute of its own. `rollout_workers=4` keeps more calls going than there
 are generators, so the routing has a choice. For each routing, in turn `--rounds` times:
 steps/s over steps `--from`..`--steps`, and the samples each generator returned.
 
@@ -12,13 +13,14 @@ steps/s over steps `--from`..`--steps`, and the samples each generator returned.
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from benchmarks.cross_host_pipeline import across_hosts, steps_per_s
@@ -31,7 +33,7 @@ _PERIOD_US = 100_000
 @contextmanager
 def cpu_capped(fraction: float) -> Iterator[list[str]]:
     """A CPU cgroup capped at `fraction` of one core (cgroup v2, else v1's cpu controller);
-    yields Popen arguments that start a process in it (children stay in it)."""
+    yields its `cgroup.procs` file (a pid written there moves into it)."""
     name = f"forge_async-slow-{uuid.uuid4().hex[:6]}"
     quota = int(fraction * _PERIOD_US)
     v2, v1 = Path("/sys/fs/cgroup") / name, Path("/sys/fs/cgroup/cpu") / name
@@ -44,10 +46,20 @@ def cpu_capped(fraction: float) -> Iterator[list[str]]:
     group.mkdir()
     try:
         setting[0].write_text(setting[1])
-        procs = group / "cgroup.procs"
-        yield {"preexec_fn": lambda: procs.write_text(str(os.getpid()))}  # before entering the node
+        yield group / "cgroup.procs"
     finally:
         group.rmdir()
+
+
+def slow_down(run_dir: Path, cgroup_procs: Path, cluster) -> None:
+    """Once the run's first step is out, move every process of node 2 into the capped cgroup."""
+    while not (run_dir / "metrics.jsonl").exists():
+        time.sleep(0.2)
+    for pid in cluster.pids(2):
+        try:
+            cgroup_procs.write_text(str(pid))
+        except OSError:  # gone meanwhile
+            pass
 
 
 def main() -> None:
@@ -69,8 +81,8 @@ def main() -> None:
     for round_ in range(args.rounds):
         for routing in ROUTINGS:
             run_dir = root / f"round{round_}_{routing}"
-            with cpu_capped(args.cpu) as slow:
-                across_hosts(run_dir, 3, [*overrides, f"rollout_routing={routing}"], popen={2: slow})
+            with cpu_capped(args.cpu) as procs:
+                across_hosts(run_dir, 3, [*overrides, f"rollout_routing={routing}"], partial(slow_down, run_dir, procs))
             rate, reward = steps_per_s(run_dir, args.first, args.steps)
             samples = json.loads((run_dir / "summary.json").read_text())["generator_samples"]
             rates[routing].append(rate)
