@@ -117,13 +117,13 @@ class GRPOLoop(TrainingLoop):
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:
         """Rollout worker `index`, its calls routed over the generators as `rollout_routing` says."""
         shape, group = self.rollouts.shape, self.config.group_size
-        unit = group if shape.partial_calls else shape.prompts_per_call * group  # what admission admits at least
         routing = WorkerRouting(
-            self.handles.generators, index, self.config.rollout_routing, shape.prompts_per_call * group,
-            self.delivery.generator_version, partial(self.admission.recent_enough, unit), self.rollouts.producer,
+            self.handles.generators, index, self.config.rollout_routing, shape.samples_per_call(group),
+            self.delivery.generator_version, partial(self.admission.recent_enough, shape.least_admitted(group)),
+            self.rollouts.producer,
         )
         await run_worker(
-            routing, shape, self.config.group_size, self.handles.buffer, self.admission, stop,
+            routing, shape, group, self.handles.buffer, self.admission, stop,
             lane=f"rollout worker {index}",
         )
 

@@ -67,19 +67,24 @@ class GeneratorPool:
         """The generators not lost."""
         return [i for i in range(self.count) if i not in self.lost]
 
-    def stand_in(self, index: int) -> int:
-        """Generator `index` while it lives, else the live one that takes its work."""
+    def _live_or_fail(self) -> list[int]:
+        """The live generators; GeneratorFailed if none is left."""
         live = self.live()
         if not live:
             raise GeneratorFailed(f"no generator is left: {'; '.join(self.lost.values())}")
+        return live
+
+    def stand_in(self, index: int) -> int:
+        """Generator `index` while it lives, else the live one that takes its work."""
+        live = self._live_or_fail()
         return index if index in live else live[index % len(live)]
 
     def by_finish_time(self, size: int) -> list[int]:
-        """The live generators, the one that would finish `size` more samples first first: its
+        """The live generators, soonest first to finish `size` more samples: each one's
         samples in flight plus `size`, at its pace so far (samples returned per second with a call
         in flight; one not yet measured is taken at the others' mean pace, or all alike). Ties:
         the lowest index."""
-        live = self.live() or [self.stand_in(0)]  # (stand_in raises GeneratorFailed: none is left)
+        live = self._live_or_fail()
         paces = {i: self.returned[i] / self.generating[i].busy_s for i in live if self.returned[i]}
         unknown = statistics.fmean(paces.values()) if paces else 1.0
         return sorted(live, key=lambda i: ((self.outstanding[i] + size) / paces.get(i, unknown), i))

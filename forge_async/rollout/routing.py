@@ -2,10 +2,11 @@
 
 - least_outstanding (default): the live generator that would finish the call first, asked
   anew for every call: its samples in flight plus the call's, at the pace it has kept so far
-  (handles/generators.py), among those whose weights are recent enough for admission control
-  to admit the call at all (a generator whose weights lag too far, behind a slow link, is
-  passed over rather than waited for; one that only waits for room in the queue is not). A slow generator gets a call only when the fast ones are that
-  much deeper in work; a lost one (its host died) gets none.
+  (handles/generators.py), among those whose weights are recent enough for admission
+  control to admit the call at all (one whose weights lag too far, behind a slow link, is
+  passed over rather than waited for; one that only waits for room in the queue is not).
+  A slow generator gets a call only when the fast ones are that much deeper in work; a
+  lost one (its host died) gets none.
 - round_robin: worker w stays on generator w % count, or on the live generator standing
   in for it once that one is lost.
 
@@ -33,8 +34,8 @@ class WorkerRouting:
     ):
         """`call_size`: the samples of one of the worker's calls; `version_of(i)`: the oldest
         version generator i samples with from now on; `admissible(version)`: whether weights of
-        `version` are recent enough for admission control to admit the call at all; `producer(generate)`: the worker's
-        Produce over one generator's calls."""
+        `version` are recent enough for admission control to admit the call at all;
+        `producer(generate)`: the worker's Produce over one generator's calls."""
         self.pool = pool
         self.worker = worker
         self.routing = routing

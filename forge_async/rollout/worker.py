@@ -32,8 +32,7 @@ async def run_worker(
     """Produce into `buffer` until `stop` is set, then finish the calls in flight.
 
     A call's error (no generator left, a scorer's) ends the worker."""
-    size = shape.prompts_per_call * group_size
-    unit = group_size if shape.partial_calls else None
+    size, unit = shape.samples_per_call(group_size), shape.least_admitted(group_size)
     pending: set[asyncio.Task] = set()
     try:
         while not stop.is_set():
