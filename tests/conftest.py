@@ -45,6 +45,12 @@ def tiny_llama_checkpoint(tmp_path_factory) -> Checkpoint:
     return Checkpoint.open(create_tiny_checkpoint(model, TinyModelConfig(family="llama")))
 
 
+@pytest.fixture(scope="session")
+def tiny_moe_checkpoint(tmp_path_factory) -> Checkpoint:
+    model = tmp_path_factory.mktemp("tiny_moe") / "model"
+    return Checkpoint.open(create_tiny_checkpoint(model, TinyModelConfig(family="qwen3_moe")))
+
+
 def spawn_generator(
     checkpoint: Checkpoint, weights: WeightsConfig | None = None, lora: LoraConfig | None = None, **overrides
 ):

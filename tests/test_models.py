@@ -40,7 +40,7 @@ def test_tiny_checkpoint_is_deterministic_from_seed(tmp_path):
     assert not torch.equal(sa["lm_head.weight"], sc["lm_head.weight"])
 
 
-@pytest.mark.parametrize("checkpoint_fixture", ["tiny_checkpoint", "tiny_llama_checkpoint"])
+@pytest.mark.parametrize("checkpoint_fixture", ["tiny_checkpoint", "tiny_llama_checkpoint", "tiny_moe_checkpoint"])
 def test_titan_model_matches_transformers(checkpoint_fixture, request):
     tiny_checkpoint = request.getfixturevalue(checkpoint_fixture)
     model = build_titan_model(tiny_checkpoint.shape)

@@ -116,10 +116,13 @@ def test_prompt_longer_than_context_names_the_prompt(generator, tiny_checkpoint)
         generator.generate.call_one([too_long], SamplingConfig(max_tokens=4)).get()
 
 
-def test_llama_parity_before_and_after_a_weight_sync(tiny_llama_checkpoint, weight_store):
-    """Llama (TorchTitan's Llama 3 model and adapter, Llama 3.1 RoPE scaling) against vLLM's Llama."""
-    generator_procs, generator = spawn_generator(tiny_llama_checkpoint)
-    trainer_procs, trainer = spawn_trainer(tiny_llama_checkpoint, procs=1)
+@pytest.mark.parametrize("checkpoint_fixture", ["tiny_llama_checkpoint", "tiny_moe_checkpoint"])
+def test_parity_of_other_families_before_and_after_a_weight_sync(checkpoint_fixture, weight_store, request):
+    """Llama (TorchTitan's Llama 3 model and adapter, Llama 3.1 RoPE scaling) against vLLM's Llama;
+    Qwen3-MoE (TorchTitan's MoE, its experts packed by vLLM's CPU kernel) against vLLM's."""
+    checkpoint = request.getfixturevalue(checkpoint_fixture)
+    generator_procs, generator = spawn_generator(checkpoint)
+    trainer_procs, trainer = spawn_trainer(checkpoint, procs=1)
     try:
         assert_parity_across_one_step(generator, trainer)
     finally:

@@ -70,3 +70,14 @@ def _load_in_place(worker, weights: list[tuple[str, "torch.Tensor"]]) -> None:
     with plain_cpu_weights():
         for layer in _cpu_gemm_layers(model):
             dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+    _pack_experts(model)
+
+
+def _pack_experts(model: "torch.nn.Module") -> None:
+    """Lay each MoE layer's experts out for its kernel again. vLLM's CPU experts keep their
+    weights in a packed layout of the same shape, which its loader writes over with plain
+    rows; its own weight-update path does not pack them again (vLLM 0.32), so it is done here."""
+    for layer in model.modules():
+        kernel = getattr(getattr(layer, "quant_method", None), "moe_kernel", None)
+        if kernel is not None:
+            kernel.fused_experts.process_weights_after_loading(layer)

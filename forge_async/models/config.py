@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
-from forge_async.models.shape import MODEL_FAMILIES
+from forge_async.models.shape import MAX_EXPERTS, MODEL_FAMILIES
 
 
 # model.tiny.tokenizer: the tiny model's tokenizer (models/tokenizer.py), and the context
@@ -20,7 +20,9 @@ TINY_CONTEXT = {
 class TinyModelConfig:
     """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...).
 
-    family: "qwen3" (Qwen3ForCausalLM) or "llama" (LlamaForCausalLM, Llama 3.1 RoPE scaling).
+    family: "qwen3" (Qwen3ForCausalLM), "llama" (LlamaForCausalLM, Llama 3.1 RoPE scaling) or
+    "qwen3_moe" (Qwen3MoeForCausalLM: every layer's MLP is `num_experts` experts of `moe_ffn_dim`,
+    `top_k` per token; ffn_dim is then unused).
     tokenizer: "digits" (14 tokens: the digit tasks) or "bytes" (any text, one token per UTF-8
     byte, with chat role markers); the vocabulary follows it.
     max_seq_len: the context; null (None) = the tokenizer's (TINY_CONTEXT), set in __post_init__.
@@ -35,14 +37,19 @@ class TinyModelConfig:
     max_seq_len: int | None = None
     seed: int = 0
     tokenizer: str = "digits"
+    num_experts: int = 8
+    top_k: int = 2
+    moe_ffn_dim: int = 64
 
     def __post_init__(self) -> None:
         check_choice("model.tiny.family", self.family, MODEL_FAMILIES)
         check_choice("model.tiny.tokenizer", self.tokenizer, TINY_TOKENIZERS)
         if self.max_seq_len is None:
             self.max_seq_len = TINY_CONTEXT[self.tokenizer]
-        for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len"):
+        for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len", "moe_ffn_dim"):
             check_range(f"model.tiny.{name}", getattr(self, name), AT_LEAST_1)
+        check_range("model.tiny.num_experts", self.num_experts, Range(1, MAX_EXPERTS))
+        check_range("model.tiny.top_k", self.top_k, Range(1, self.num_experts), note="at most model.tiny.num_experts")
         if self.head_dim % 2:
             raise ConfigError(f"model.tiny.head_dim={self.head_dim}: must be even (RoPE rotates pairs)")
 

@@ -11,12 +11,18 @@ from typing import Any
 from forge_async.errors import UserError
 
 # The HF architecture of each model family this library maps onto TorchTitan.
-FAMILY_OF_ARCHITECTURE = {"Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama"}
+FAMILY_OF_ARCHITECTURE = {
+    "Qwen3ForCausalLM": "qwen3",
+    "LlamaForCausalLM": "llama",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+}
 SUPPORTED_ARCHITECTURES = tuple(FAMILY_OF_ARCHITECTURE)
 MODEL_FAMILIES = tuple(FAMILY_OF_ARCHITECTURE.values())
 # HF rope types per family: TorchTitan's Llama 3 RoPE implements Llama 3.1's frequency
 # scaling ("llama3"); its Qwen3 RoPE (cos/sin) implements none.
-ROPE_TYPES = {"qwen3": ("default",), "llama": ("default", "llama3")}
+ROPE_TYPES = {"qwen3": ("default",), "llama": ("default", "llama3"), "qwen3_moe": ("default",)}
+# The most experts a layer may have: a token's routes travel as uint8, 255 marking "unknown".
+MAX_EXPERTS = 255
 _LLAMA3_ROPE_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -32,6 +38,20 @@ class Llama3RopeScaling:
     low_freq_factor: float
     high_freq_factor: float
     original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """A Mixture-of-Experts block's settings (Qwen3-MoE's config.json keys in comments).
+
+    Every layer is sparse (decoder_sparse_step 1, no mlp_only_layers), with no shared
+    expert and no expert bias: each token goes to its `top_k` highest softmax scores,
+    weighted by those scores (renormalised over the k when `norm_topk_prob`)."""
+
+    num_experts: int  # num_experts
+    top_k: int  # num_experts_per_tok
+    ffn_dim: int  # moe_intermediate_size: each expert's hidden size
+    norm_topk_prob: bool
 
 
 @dataclass(frozen=True)
@@ -51,13 +71,15 @@ class ModelShape:
     max_seq_len: int
     tie_embeddings: bool
     rope_scaling: Llama3RopeScaling | None = None
+    moe: MoeShape | None = None  # None: a dense model
 
     @property
     def token_cost_in_attention_pairs(self) -> float:
         """FLOPs of one token through a layer's linear projections over those of one query-key
         pair of its attention (scores and weighted values): what packing trades (data/batch.py)."""
         q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        linear = self.dim * (2 * q + 2 * kv) + 3 * self.dim * self.ffn_dim  # weights: 2 FLOPs each
+        ffn = self.ffn_dim if self.moe is None else self.moe.top_k * self.moe.ffn_dim
+        linear = self.dim * (2 * q + 2 * kv) + 3 * self.dim * ffn  # weights: 2 FLOPs each
         return 2 * linear / (4 * q)
 
     @classmethod
@@ -79,6 +101,7 @@ class ModelShape:
             max_seq_len=hf["max_position_embeddings"],
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
             rope_scaling=_rope_scaling(rope, family, source),
+            moe=_moe_shape(hf, source) if family == "qwen3_moe" else None,
         )
 
     def kv_cache_bytes_per_token(self, dtype_bytes: int) -> int:
@@ -98,6 +121,30 @@ def _family(hf: dict[str, Any], source: str) -> str:
     if biased:
         raise UnsupportedModelError(f"{source}: {', '.join(biased)}=true is not supported (no bias terms)")
     return family
+
+
+def _moe_shape(hf: dict[str, Any], source: str) -> MoeShape:
+    """The MoE settings of a Qwen3-MoE config.json; the layouts TorchTitan's Qwen3 MoE cannot
+    express (dense layers between sparse ones) are named."""
+    if hf.get("decoder_sparse_step", 1) != 1 or hf.get("mlp_only_layers"):
+        raise UnsupportedModelError(
+            f"{source}: decoder_sparse_step={hf.get('decoder_sparse_step', 1)}, "
+            f"mlp_only_layers={hf.get('mlp_only_layers')}: only models whose every layer is sparse "
+            "(decoder_sparse_step=1, mlp_only_layers=[]) are supported"
+        )
+    shape = MoeShape(
+        # config.json files written by transformers 5 say num_local_experts
+        num_experts=hf.get("num_experts") or hf["num_local_experts"],
+        top_k=hf["num_experts_per_tok"],
+        ffn_dim=hf["moe_intermediate_size"],
+        norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
+    )
+    if not 1 <= shape.top_k <= shape.num_experts <= MAX_EXPERTS:
+        raise UnsupportedModelError(
+            f"{source}: num_experts={shape.num_experts}, num_experts_per_tok={shape.top_k}: "
+            f"need 1 <= num_experts_per_tok <= num_experts <= {MAX_EXPERTS}"
+        )
+    return shape
 
 
 def _rope_settings(hf: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Create a tiny Qwen3 or Llama checkpoint locally, deterministically from a seed.
+"""Create a tiny Qwen3, Qwen3-MoE or Llama checkpoint locally, deterministically from a seed.
 
 No model hub: the weights come from TorchTitan's own initialisation (seeded),
 converted to Hugging Face names with TorchTitan's state-dict adapter, and saved
@@ -20,13 +20,17 @@ from forge_async.models.shape import ModelShape
 
 _ROPE_THETA = 10000.0
 # The HF config class and architecture of each family's tiny model.
-_HF_CLASSES = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM")}
+_HF_CLASSES = {
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+}
 
 
 def _rope_parameters(cfg: TinyModelConfig) -> dict:
     """Qwen3: plain RoPE. Llama: Llama 3.1's scaling, shrunk to the tiny context so that
     it changes some frequencies (its one knob the tiny model can show)."""
-    if cfg.family == "qwen3":
+    if cfg.family != "llama":
         return {"rope_type": "default", "rope_theta": _ROPE_THETA}
     return {
         "rope_type": "llama3",
@@ -35,6 +39,20 @@ def _rope_parameters(cfg: TinyModelConfig) -> dict:
         "low_freq_factor": 1.0,
         "high_freq_factor": 4.0,
         "original_max_position_embeddings": max(1, cfg.max_seq_len // 2),
+    }
+
+
+def _moe_keys(cfg: TinyModelConfig) -> dict:
+    """Qwen3-MoE's keys: every layer sparse, top-k weights renormalised (as Qwen3-30B-A3B)."""
+    if cfg.family != "qwen3_moe":
+        return {}
+    return {
+        "num_experts": cfg.num_experts,
+        "num_experts_per_tok": cfg.top_k,
+        "moe_intermediate_size": cfg.moe_ffn_dim,
+        "norm_topk_prob": True,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
     }
 
 
@@ -59,6 +77,7 @@ def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
         pad_token_id=tokenizer.pad_token_id,
         architectures=[architecture],
         dtype="float32",
+        **_moe_keys(cfg),
     ).to_dict()
 
 

@@ -1,10 +1,11 @@
-"""Build a TorchTitan model (Qwen3 or Llama 3) from a Hugging Face `config.json`.
+"""Build a TorchTitan model (Qwen3, Qwen3-MoE or Llama 3) from a Hugging Face `config.json`.
 
 TorchTitan ships model configs by named flavour; here the flavour is whatever the
 checkpoint's config.json says, so any Qwen3- or Llama-architecture checkpoint (the
 tiny one this library creates, or a downloaded one) maps onto TorchTitan's own
 modules and its own HF <-> TorchTitan state-dict adapter for that family.
-Attention is SDPA, causal, or under the mask of rows that pack a prompt's responses
+Mixture-of-Experts layers are TorchTitan's, set to compute what the checkpoint does
+(models/moe.py). Attention is SDPA, causal, or under the mask of rows that pack a prompt's responses
 behind it (models/attention.py); SDPA has a CPU backward (flex has none).
 """
 
@@ -30,6 +31,7 @@ from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 from forge_async.models.attention import MaskableAttention
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
+from forge_async.models.moe import moe_config
 from forge_async.models.shape import ModelShape
 
 # TorchTitan logs every config build at INFO; only its warnings matter here.
@@ -59,6 +61,7 @@ class _Family:
 _FAMILIES = {
     "qwen3": _Family(Qwen3Model, Qwen3TransformerBlock, Qwen3StateDictAdapter, CosSinRoPE, qk_norm=True),
     "llama": _Family(Llama3Model, Llama3TransformerBlock, Llama3StateDictAdapter, ComplexRoPE, qk_norm=False),
+    "qwen3_moe": _Family(Qwen3Model, Qwen3TransformerBlock, Qwen3StateDictAdapter, CosSinRoPE, qk_norm=True),
 }
 
 
@@ -93,16 +96,17 @@ def _block(shape: ModelShape, family: _Family) -> TransformerBlock.Config:
         rope=_rope(shape, family.rope),
         qk_norm=_norm(shape.head_dim, shape.norm_eps) if family.qk_norm else None,
     )
+    if shape.moe is not None:
+        feed_forward = {"moe": moe_config(shape.dim, shape.moe, _LINEAR_INIT)}
+    else:
+        feed_forward = {"feed_forward": make_ffn_config(
+            dim=shape.dim, hidden_dim=shape.ffn_dim, w1_param_init=_LINEAR_INIT, w2w3_param_init=_LINEAR_INIT
+        )}
     return family.block.Config(
         attention_norm=_norm(shape.dim, shape.norm_eps),
         ffn_norm=_norm(shape.dim, shape.norm_eps),
         attention=attention,
-        feed_forward=make_ffn_config(
-            dim=shape.dim,
-            hidden_dim=shape.ffn_dim,
-            w1_param_init=_LINEAR_INIT,
-            w2w3_param_init=_LINEAR_INIT,
-        ),
+        **feed_forward,
     )
 
 
