@@ -6,6 +6,7 @@ checks its values' ranges (forge_async/config_checks.py) and names the offending
 key; GRPOConfig's also checks what spans sections.
 """
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.registry import check_environment_name
 from forge_async.evaluation.config import EvalConfig
-from forge_async.models.config import ModelConfig
+from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
+from forge_async.models.shape import ModelShape
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
 from forge_async.tracing import TraceConfig
 from forge_async.weights.config import WeightsConfig
@@ -44,6 +46,8 @@ class RunConfig:
     # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
     verbose: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
+    # Mixture-of-Experts models: rollout routing replay (docs/moe.md).
+    moe: MoeConfig = field(default_factory=MoeConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
@@ -163,6 +167,7 @@ class GRPOConfig(RunConfig):
         loaders check again, in detail)."""
         if self.model.path is not None and not Path(self.model.path).expanduser().is_dir():
             raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
+        self.check_model()
         if self.task.name == "dataset" and self.task.dataset and not Path(self.task.dataset).exists():
             raise ConfigError(f"task.dataset not found: {self.task.dataset}")
         if self.eval.dataset is not None and not Path(self.eval.dataset).exists():
@@ -180,6 +185,28 @@ class GRPOConfig(RunConfig):
             from forge_async.tasks.reasoning_gym import check_config  # reasoning-gym: only for this task
 
             check_config(self.task.reasoning_gym)
+
+    def check_model(self) -> None:
+        """The settings that need a Mixture-of-Experts model, or a dense one, against model.path's
+        config.json (whose architecture is checked here too) or model.tiny.family."""
+        if self.model.path is None:
+            moe = self.model.tiny.family == "qwen3_moe"
+        else:
+            config_file = Path(self.model.path).expanduser() / "config.json"
+            if not config_file.is_file():
+                return  # the checkpoint loader names what is missing
+            moe = ModelShape.from_hf_config(json.loads(config_file.read_text()), f"model.path={self.model.path}").moe is not None
+        if self.moe.replay and not moe:
+            raise ConfigError(
+                "moe.routing_replay=rollout: the model is dense (no Mixture-of-Experts layers whose routes "
+                "could be replayed); set moe.routing_replay=off"
+            )
+        dense_targets = [t for t in self.model.lora.targets if t in DENSE_MLP_PROJECTIONS]
+        if moe and self.model.lora.enabled and dense_targets:
+            raise ConfigError(
+                f"model.lora.targets: {', '.join(dense_targets)} are dense MLP projections; a Mixture-of-Experts "
+                "model's experts take no adapters (they stay frozen): set model.lora.targets=[q_proj,k_proj,v_proj,o_proj]"
+            )
 
     @property
     def multi_turn(self) -> bool:

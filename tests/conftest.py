@@ -14,7 +14,7 @@ from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch import meshes
 from forge_async.launch.procs import keep_controller_alive_on_faults
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.models.config import LoraConfig, TinyModelConfig
+from forge_async.models.config import LoraConfig, MoeConfig, TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.weights import store
@@ -71,12 +71,12 @@ def generator(tiny_checkpoint, weight_store):
 
 def spawn_trainer(
     checkpoint: Checkpoint, procs: int, weights: WeightsConfig | None = None, lora: LoraConfig | None = None,
-    **overrides,
+    moe: MoeConfig | None = None, **overrides,
 ):
     """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
     config = TrainerConfig(procs=procs, **overrides)
     weights = weights or WeightsConfig("torchstore")
-    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID, weights, lora=lora))
+    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID, weights, lora=lora, moe=moe))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -50,8 +50,9 @@ from forge_async.losses.grpo import (
 )
 from forge_async.losses.sft import demonstration_nll
 from forge_async.models.checkpoint import Checkpoint, save_checkpoint
-from forge_async.models.config import LoraConfig
+from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
+from forge_async.models.routes import RouteMismatch, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.parallelize import parallelize, unsharded
 from forge_async.models.peft import save_adapter
 from forge_async.tracing import TRACER
@@ -78,8 +79,10 @@ class Trainer(ProcActor):
         kl_coef: float = 0.0,
         reference_path: str | None = None,
         lora: LoraConfig | None = None,
+        moe: MoeConfig | None = None,
     ):
         self.checkpoint = Checkpoint.open(checkpoint_path)
+        self.replay_routes = moe is not None and moe.replay  # rollout routing replay (models/moe.py)
         self.lora = lora if lora is not None and lora.enabled else None
         self.config = config
         self.loss = loss or LossConfig()
@@ -123,6 +126,7 @@ class Trainer(ProcActor):
             weight_decay=c.weight_decay,
         )
         self.lr_scheduler = _lr_scheduler(self.optimizer, c)
+        self.moe = shape.moe is not None
 
     def _load_base(self, model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
         """The checkpoint's weights (TorchTitan names) into `model`; with LoRA the adapters keep
@@ -191,8 +195,9 @@ class Trainer(ProcActor):
         num_tokens = sum(len(e.completion.token_ids) for e in episodes)
         loss, entropy = torch.zeros(2, device=self.device_type)
         off_policy = []
+        mismatch = RouteMismatch(self.model) if self.moe else None
         for micro in self._micro_batches(episodes):
-            step = self._forward_backward(micro, len(episodes), num_tokens)
+            step = self._forward_backward(micro, len(episodes), num_tokens, mismatch)
             if step is not None:
                 loss, entropy = loss + step[0], entropy + step[1]
                 off_policy.append(step[2])
@@ -209,8 +214,10 @@ class Trainer(ProcActor):
                 off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
                 if not self.kl_coef:
                     del off_policy_metrics["kl/reference"]  # no reference: no KL to report
+            moe_metrics = self._moe_metrics(mismatch) if mismatch is not None else {}
         return {
             **off_policy_metrics,
+            **moe_metrics,
             "train/loss": global_loss,
             "train/grad_norm": unsharded(grad_norm).item(),
             "train/entropy": global_entropy / max(num_tokens, 1),
@@ -221,28 +228,47 @@ class Trainer(ProcActor):
             "version": self.version,
         }
 
-    def _forward_backward(self, rows: list[Row], num_sequences: int, num_tokens: int):
+    def _forward_backward(
+        self, rows: list[Row], num_sequences: int, num_tokens: int, mismatch: RouteMismatch | None = None
+    ):
         """One micro-batch's forward and backward; returns its (loss, entropy sum, off-policy sums),
-        or None for an empty micro-batch (a zero-loss pass that only joins the collectives)."""
-        with TRACER.span("forward"):
-            if not rows:
+        or None for an empty micro-batch (a zero-loss pass that only joins the collectives).
+        An MoE model's routers hold the generator's routes through both (a recomputation in the
+        backward routes as the forward did), replaying them with moe.routing_replay=rollout."""
+        if not rows:
+            with TRACER.span("forward"):
                 tokens = torch.full((1, 2), self.pad_id, device=self.device_type)
                 if self.reference is not None:
                     self.reference(tokens)  # its collectives too
                 loss = self.model(tokens).sum() * 0.0
-            else:
-                batch = pack_rows(rows, self.pad_id).to(self.device_type)
+            with TRACER.span("backward"):
+                loss.backward()
+            return None
+        batch = pack_rows(rows, self.pad_id).to(self.device_type)
+        with routes_given(self.model, batch.routes, self.replay_routes):
+            with TRACER.span("forward"):
                 if self.reference is not None:
                     batch = replace(batch, reference_logprobs=frozen_logprobs(self.reference, batch))
                 log_probs = response_log_probs(self.model, batch)  # one softmax for both
+                if mismatch is not None:
+                    mismatch.add_last_forward()
                 logprobs = sampled_logprobs(log_probs, batch.targets)
                 # A graph through the entropy only when loss.entropy_coef trains on it.
                 entropy = token_entropy(log_probs if self.loss.entropy_coef else log_probs.detach())
                 loss, off_policy = self._loss(logprobs, entropy, batch, num_sequences, num_tokens)
                 entropy = (entropy.detach() * batch.response_mask).sum()
-        with TRACER.span("backward"):
-            loss.backward()
-        return None if not rows else (loss.detach(), entropy, off_policy)
+            with TRACER.span("backward"):
+                loss.backward()
+        return loss.detach(), entropy, off_policy
+
+    def _moe_metrics(self, mismatch: RouteMismatch) -> dict[str, float]:
+        """The step's route mismatch and expert load over every rank (one collective)."""
+        load = take_expert_load(self.model)
+        layers = len(mismatch.layers)
+        totals = torch.cat([mismatch.differ, mismatch.compared, load.flatten()]).to(self.device_type)
+        dist.all_reduce(totals)
+        totals = totals.cpu()
+        return moe_step_metrics(totals[:layers], totals[layers : 2 * layers], totals[2 * layers :].view_as(load))
 
     def _loss(
         self, logprobs: torch.Tensor, entropy: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int

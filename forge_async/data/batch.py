@@ -12,9 +12,11 @@ prompt, or sharing is off, a row is one sequence under plain causal attention.
 from dataclasses import dataclass, fields
 from functools import partial
 
+import numpy as np
 import torch
 
 from forge_async.data.episode import Episode
+from forge_async.models.shape import UNKNOWN_ROUTE
 
 Row = list[Episode]  # the episodes one row of the forward holds; all have the first one's prompt
 _PAD_SEGMENT = -1  # segment ids of a row's tokens: 0 the prompt, i the row's i-th response, -1 padding
@@ -39,6 +41,9 @@ class TrainBatch:
     versions: torch.Tensor  # [B, W] int64 policy version of the token (-1 if none)
     advantages: torch.Tensor  # [B, W] advantage of the token
     reference_logprobs: torch.Tensor  # [B, W] log pi_ref of the token (0 if no reference)
+    # [R, L, MoE layers, top_k] uint8: the experts the generator routed each row token to
+    # (UNKNOWN_ROUTE where it recorded none); None: no episode brought routes
+    routes: torch.Tensor | None = None
 
     @property
     def num_response_tokens(self) -> int:
@@ -134,7 +139,31 @@ def pack_rows(rows: list[Row], pad_id: int) -> TrainBatch:
         # the outcome advantage and the per-token part, each in float32, summed in float32
         advantages=as_float(columns["advantage"]) + as_float(columns["token"]),
         reference_logprobs=as_float(columns["reference"]),
+        routes=_packed_routes(rows, length),
     )
+
+
+def _packed_routes(rows: list[Row], length: int) -> torch.Tensor | None:
+    """Each row token's route, laid out as `pack_rows` lays out the tokens: the prompt's from the
+    row's first episode, each response's from its own completion. A response's last token has
+    none (it was never fed to the generator's model): it stays UNKNOWN_ROUTE, as does padding."""
+    recorded = [e.completion.routes for row in rows for e in row if e.completion.routes is not None]
+    if not recorded:
+        return None
+    packed = np.full((len(rows), length, *recorded[0].shape[1:]), UNKNOWN_ROUTE, dtype=np.uint8)
+    for r, row in enumerate(rows):
+        prompt = len(row[0].completion.prompt_ids)
+        if row[0].completion.routes is not None:
+            prompt_routes = row[0].completion.routes[:prompt]
+            packed[r, : len(prompt_routes)] = prompt_routes
+        start = prompt
+        for episode in row:
+            c = episode.completion
+            if c.routes is not None:
+                response_routes = c.routes[len(c.prompt_ids) :]
+                packed[r, start : start + len(response_routes)] = response_routes
+            start += len(c.token_ids)
+    return torch.from_numpy(packed)
 
 
 def _append_columns(columns: dict[str, list[list]], episode: Episode, index: list[int], width: int) -> None:

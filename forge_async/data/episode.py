@@ -6,9 +6,16 @@ version minus the oldest token version in the sample. A multi-turn episode's
 completion interleaves model turns with environment tokens (tool output,
 observations); those carry version -1 (ENV_TOKEN): no policy sampled them, they
 are masked from the loss and do not count towards the sample's age.
+
+A Mixture-of-Experts model's completion also carries the experts the generator routed
+each token to (`routes`), for the trainer to replay (models/moe.py).
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ENV_TOKEN = -1  # the version of a token the environment wrote (not sampled by any policy)
 
@@ -28,6 +35,10 @@ class Completion:
     turns: int = 1  # model turns (multi-turn episodes)
     env_reward: float | None = None  # the sum of the environment's rewards (multi-turn episodes)
     answer: str | None = None  # the episode's final answer, when its environment gave one (EnvStep.answer)
+    # MoE models: [prompt + tokens - 1, MoE layers, top_k] uint8, the experts each token (but the
+    # last, never fed back) was routed to; models.moe.UNKNOWN_ROUTE where none was recorded.
+    # None: a dense model, or no routes recorded.
+    routes: "np.ndarray | None" = None
 
     def __post_init__(self) -> None:
         if not (len(self.token_ids) == len(self.logprobs) == len(self.versions)):
@@ -35,6 +46,9 @@ class Completion:
                 f"completion has {len(self.token_ids)} tokens, {len(self.logprobs)} logprobs "
                 f"and {len(self.versions)} versions; they must match"
             )
+        rows = len(self.prompt_ids) + len(self.token_ids) - 1
+        if self.routes is not None and len(self.routes) != rows:
+            raise ValueError(f"completion has {rows} tokens that were fed to the model but {len(self.routes)} routes")
 
     @property
     def model_mask(self) -> list[bool]:

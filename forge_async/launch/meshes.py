@@ -25,7 +25,7 @@ from forge_async.actors.weight_sender import WeightSender
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.launch.procs import spawn_procs
 from forge_async.models.checkpoint import Checkpoint
-from forge_async.models.config import LoraConfig
+from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.weights.config import WeightsConfig
 
 
@@ -42,6 +42,7 @@ async def spawn_trainer(
     kl_coef: float = 0.0,
     reference_path: str | None = None,
     lora: LoraConfig | None = None,
+    moe: MoeConfig | None = None,
 ):
     """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
 
@@ -52,7 +53,7 @@ async def spawn_trainer(
         procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
     trainer = procs.spawn(
         "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef,
-        reference_path, lora,
+        reference_path, lora, moe,
     )
     if hosts is None:
         await setup_torch_elastic_env_async(procs)

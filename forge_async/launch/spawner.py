@@ -32,7 +32,7 @@ class RoleSpawner:
         return await meshes.spawn_trainer(
             self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host(roles.TRAINER),
             procs=self.procs.take(roles.TRAINER), loss=c.loss, importance=c.importance, kl_coef=c.kl_coef,
-            reference_path=reference, lora=c.model.lora,
+            reference_path=reference, lora=c.model.lora, moe=c.moe,
         )
 
     async def generator(self, index: int):

@@ -57,6 +57,7 @@ class TinyModelConfig:
 # The linear layers LoRA can adapt, by their Hugging Face module names (what PEFT and vLLM
 # call them): the attention and MLP projections of every transformer block.
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+DENSE_MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")  # none in a Mixture-of-Experts model
 MAX_LORA_RANK = 512  # the largest adapter rank vLLM serves
 
 
@@ -93,6 +94,28 @@ class LoraConfig:
     def scale(self) -> float:
         """The adapter product's factor in the forward: alpha / rank."""
         return self.alpha / self.rank
+
+
+ROUTING_REPLAY = ("off", "rollout")
+
+
+@dataclass
+class MoeConfig:
+    """Mixture-of-Experts training (docs/moe.md).
+
+    routing_replay: "off" (the trainer's routers choose their own experts) or "rollout" (each
+    token goes to the experts the generator routed it to; their weights are still the trainer's
+    gate scores). Either way the generator records the routes and the mismatch is logged.
+    """
+
+    routing_replay: str = "off"
+
+    def __post_init__(self) -> None:
+        check_choice("moe.routing_replay", self.routing_replay, ROUTING_REPLAY)
+
+    @property
+    def replay(self) -> bool:
+        return self.routing_replay == "rollout"
 
 
 @dataclass

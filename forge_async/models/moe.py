@@ -8,16 +8,15 @@ of its defaults do not match a Qwen3-MoE checkpoint and are changed here:
   which costs an fp32 trainer its parity with the checkpoint).
 
 Rollout routing replay (R3, arXiv 2510.11370): the generator records the top-k experts each
-token went to (rollout/routes.py); with replay on, the trainer's routers take those experts
+token went to (generation/route_capture.py); with replay on, the trainer's routers take those experts
 and weight them by their own gate's scores, so the gate still gets gradients. `routes_given`
-hands a forward's routes to every router; each router also compares them with the experts it
-would have chosen itself (the route mismatch rate, logged with replay on and off).
+(models/routes.py) hands a forward's routes to every router; each router also compares them
+with the experts it would have chosen itself (the route mismatch rate, logged with replay on
+and off).
 """
 
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -27,12 +26,11 @@ from torchtitan.models.common.config_utils import make_moe_config, make_routed_e
 from torchtitan.models.common.linear import Linear
 from torchtitan.models.common.moe import MoE, GroupedExperts, TokenChoiceTopKRouter
 
-from forge_async.models.shape import MAX_EXPERTS, MoeShape
-
-UNKNOWN_ROUTE = MAX_EXPERTS  # a uint8 route entry the generator could not record: route freely
+from forge_async.models.routes import GivenRoutes
+from forge_async.models.shape import MoeShape
 
 # TorchTitan's router computes its gate under an fp32 autocast, which CPU autocast does not
-# offer: it warns and computes in the input's dtype, fp32 or FSDP's bf16 (as vLLM's CPU gate).
+# offer: it warns and computes in the input's dtype (fp32, or FSDP's bf16).
 warnings.filterwarnings("ignore", message="In CPU autocast, but the target dtype is not supported")
 
 
@@ -53,15 +51,6 @@ class ExactGroupedExperts(GroupedExperts):
 
         hidden = F.silu(project(x_RD, self.w1_EFD)) * project(x_RD, self.w3_EFD)
         return project(hidden, self.w2_EDF)
-
-
-@dataclass
-class GivenRoutes:
-    """One forward's routes from the generator, for one MoE layer."""
-
-    experts: torch.Tensor  # [B, L, K] int64 expert ids (0 where unknown)
-    known: torch.Tensor  # [B, L] bool: the generator recorded this token's route
-    replay: bool  # route by `experts` where known (else: only compare)
 
 
 class ReplayableRouter(TokenChoiceTopKRouter):
@@ -118,47 +107,3 @@ def moe_config(dim: int, moe: MoeShape, linear_init: dict) -> MoE.Config:
         route_norm=moe.norm_topk_prob,
     )
     return make_moe_config(num_experts=moe.num_experts, router=router, routed_experts=routed, load_balance_coeff=None)
-
-
-def moe_layers(model: nn.Module) -> list[MoE]:
-    """The model's MoE blocks, in layer order (the order of a route's layer axis)."""
-    return [module for module in model.modules() if isinstance(module, MoE)]
-
-
-@contextmanager
-def routes_given(model: nn.Module, routes: torch.Tensor | None, replay: bool) -> Iterator[None]:
-    """Within: each MoE layer's router holds its slice of `routes` ([B, L, layers, K] uint8, the
-    generator's, UNKNOWN_ROUTE where it recorded none), replaying them when `replay`. Hold it over
-    the backward too when activations are recomputed there, so the recomputation routes alike."""
-    layers = moe_layers(model)
-    if routes is None or not layers:
-        yield
-        return
-    if routes.shape[2] != len(layers):
-        raise ValueError(f"routes for {routes.shape[2]} MoE layers, the model has {len(layers)}")
-    known = routes[..., 0] != UNKNOWN_ROUTE
-    experts = torch.where(known.unsqueeze(-1), routes, 0).long()
-    for i, layer in enumerate(layers):
-        layer.router.given = GivenRoutes(experts[:, :, i], known[:, :, i], replay)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            layer.router.given = None
-
-
-def route_mismatch(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per MoE layer, (routes that differ, routes compared) of the last forward given routes."""
-    return [layer.router.last_mismatch for layer in moe_layers(model) if layer.router.last_mismatch is not None]
-
-
-def take_expert_load(model: nn.Module) -> torch.Tensor | None:
-    """[layers, experts]: tokens each expert received in training forwards since the last call
-    (TorchTitan's own count; recomputed forwards count twice, which shares do not see), then zeroed."""
-    layers = moe_layers(model)
-    if not layers:
-        return None
-    load = torch.stack([layer.tokens_per_expert_E.detach().clone() for layer in layers])
-    for layer in layers:
-        layer.tokens_per_expert_E.zero_()
-    return load

@@ -21,8 +21,10 @@ MODEL_FAMILIES = tuple(FAMILY_OF_ARCHITECTURE.values())
 # HF rope types per family: TorchTitan's Llama 3 RoPE implements Llama 3.1's frequency
 # scaling ("llama3"); its Qwen3 RoPE (cos/sin) implements none.
 ROPE_TYPES = {"qwen3": ("default",), "llama": ("default", "llama3"), "qwen3_moe": ("default",)}
-# The most experts a layer may have: a token's routes travel as uint8, 255 marking "unknown".
+# The most experts a layer may have: a token's routes travel as uint8, UNKNOWN_ROUTE (255)
+# marking a route the generator did not record.
 MAX_EXPERTS = 255
+UNKNOWN_ROUTE = 255
 _LLAMA3_ROPE_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 

@@ -1,0 +1,176 @@
+"""Mixture-of-Experts: routing replay in the trainer's routers, routes packed beside the tokens,
+and the settings that need (or refuse) an MoE model."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from forge_async.config import GRPOConfig
+from forge_async.data.batch import pack_rows
+from forge_async.data.episode import Completion, Episode
+from forge_async.errors import ConfigError
+from forge_async.models.config import LoraConfig, ModelConfig, MoeConfig, TinyModelConfig
+from forge_async.models.routes import RouteMismatch, moe_layers, moe_step_metrics, routes_given, take_expert_load
+from forge_async.models.shape import UNKNOWN_ROUTE, ModelShape, UnsupportedModelError
+from forge_async.models.titan import build_titan_model, state_dict_adapter
+
+TOKENS = torch.tensor([[11, 3, 1, 4, 13, 4, 12, 5], [11, 9, 9, 2, 13, 9, 12, 0]])
+
+
+def experts_taken(model) -> list[torch.Tensor]:
+    """A forward's expert ids per MoE layer ([B, L, K], sorted), as the experts received them."""
+    taken = []
+    for layer in moe_layers(model):
+        layer.routed_experts.register_forward_hook(
+            lambda module, args, out: taken.append(args[2].sort(-1).values.clone())
+        )
+    return taken
+
+
+@pytest.fixture(scope="module")
+def moe_model(tiny_moe_checkpoint):
+    model = build_titan_model(tiny_moe_checkpoint.shape)
+    model.load_state_dict(state_dict_adapter(tiny_moe_checkpoint.shape).from_hf(tiny_moe_checkpoint.load_hf_state_dict()))
+    return model
+
+
+def other_routes(free: list[torch.Tensor], num_experts: int) -> torch.Tensor:
+    """[B, L, layers, K] uint8 routes that differ from `free` on every other token (each expert
+    id shifted by one), UNKNOWN_ROUTE on the last position."""
+    routes = torch.stack(free, dim=2).clone()
+    routes[:, ::2] = (routes[:, ::2] + 1) % num_experts
+    routes[:, -1] = UNKNOWN_ROUTE
+    return routes.to(torch.uint8)
+
+
+def test_replayed_forward_routes_as_the_generator_did(moe_model, tiny_moe_checkpoint):
+    taken = experts_taken(moe_model)
+    with torch.no_grad():
+        free_logits = moe_model(TOKENS)
+    free = list(taken)
+    num_experts = tiny_moe_checkpoint.shape.moe.num_experts
+    given = other_routes(free, num_experts)
+    known = given[..., 0] != UNKNOWN_ROUTE  # [B, L, layers]
+
+    # Replay off: the routers choose their own experts, and count where the given ones differ.
+    taken.clear()
+    mismatch = RouteMismatch(moe_model)
+    with routes_given(moe_model, given, replay=False), torch.no_grad():
+        assert torch.equal(moe_model(TOKENS), free_logits)
+    mismatch.add_last_forward()
+    assert all(torch.equal(a, b) for a, b in zip(taken, free))
+    differs = known.sum(dim=(0, 1)).float()  # every known token at an even position was shifted
+    even = torch.zeros_like(known)
+    even[:, ::2] = True
+    assert torch.equal(mismatch.differ, (known & even).sum(dim=(0, 1)).float())
+    assert torch.equal(mismatch.compared, differs)
+
+    # Replay on: the given experts where known, the router's own on the last token.
+    taken.clear()
+    moe_model.train()
+    with routes_given(moe_model, given, replay=True):
+        logits = moe_model(TOKENS)
+        logits.logsumexp(-1).mean().backward()
+    for layer, (got, own) in enumerate(zip(taken, free)):
+        expected = torch.where(known[:, :, layer, None], given[:, :, layer].long().sort(-1).values, own)
+        assert torch.equal(got, expected)
+    assert not torch.allclose(logits, free_logits)
+    # The gate still learns: its scores weight the replayed experts.
+    assert all(layer.router.gate.weight.grad.abs().sum() > 0 for layer in moe_layers(moe_model))
+    assert all(layer.router.given is None for layer in moe_layers(moe_model))  # handed back
+    moe_model.zero_grad()
+
+
+def test_replaying_the_routers_own_routes_changes_nothing(moe_model):
+    taken = experts_taken(moe_model)
+    with torch.no_grad():
+        free_logits = moe_model(TOKENS)
+        own = torch.stack(list(taken), dim=2).to(torch.uint8)
+        with routes_given(moe_model, own, replay=True):
+            assert torch.allclose(moe_model(TOKENS), free_logits, atol=1e-6)
+
+
+def test_expert_load_and_step_metrics(moe_model):
+    moe_model.train()
+    take_expert_load(moe_model)
+    with torch.no_grad():
+        moe_model(TOKENS)
+    load = take_expert_load(moe_model)
+    k = moe_layers(moe_model)[0].router.top_k
+    assert load.shape[0] == len(moe_layers(moe_model)) and torch.all(load.sum(-1) == TOKENS.numel() * k)
+    assert take_expert_load(moe_model).sum() == 0  # taken: zeroed
+    metrics = moe_step_metrics(torch.tensor([1.0, 3.0]), torch.tensor([10.0, 10.0]), torch.tensor([[2.0, 2.0], [3.0, 1.0]]))
+    assert metrics["moe/route_mismatch"] == pytest.approx(0.2)
+    assert metrics["moe/route_mismatch/layer_1"] == pytest.approx(0.3)
+    assert metrics["moe/expert_load_max"] == pytest.approx(1.5)
+    assert "moe/route_mismatch" not in moe_step_metrics(torch.zeros(2), torch.zeros(2), torch.ones(2, 2))
+
+
+def completion(prompt: list[int], tokens: list[int], layer_value: int) -> Completion:
+    """Routes whose every entry says which completion (and position) it came from."""
+    rows = len(prompt) + len(tokens) - 1
+    routes = np.zeros((rows, 2, 2), dtype=np.uint8)
+    routes[:, 0, :] = np.arange(rows)[:, None]
+    routes[:, 1, :] = layer_value
+    return Completion(prompt, tokens, [0.0] * len(tokens), [0] * len(tokens), "", "stop", routes=routes)
+
+
+def test_routes_are_packed_where_their_tokens_are():
+    prompt = [11, 3, 1, 13]
+    a, b = completion(prompt, [4, 12], 100), completion(prompt, [9, 9, 12], 200)
+    c = Completion([11, 5, 13], [5, 12], [0.0, 0.0], [0, 0], "", "stop")  # no routes
+    batch = pack_rows([[Episode(a, 0.0, 0.0), Episode(b, 0.0, 0.0)], [Episode(c, 0.0, 0.0)]], pad_id=0)
+    routes = batch.routes
+    assert routes.shape == (2, 4 + 2 + 3, 2, 2) and routes.dtype == torch.uint8
+    row = routes[0, :, 0, 0].tolist()
+    # prompt (a's), a's first response token (its last has none), b's first two (its last: none)
+    assert row == [0, 1, 2, 3, 4, UNKNOWN_ROUTE, 4, 5, UNKNOWN_ROUTE]
+    assert routes[0, :, 1, 0].tolist() == [100] * 5 + [UNKNOWN_ROUTE] + [200] * 2 + [UNKNOWN_ROUTE]
+    assert torch.all(routes[1] == UNKNOWN_ROUTE)  # no routes recorded: routed freely
+    dense = Completion(prompt, [4], [0.0], [0], "", "stop")
+    assert pack_rows([[Episode(dense, 0.0, 0.0)]], pad_id=0).routes is None
+
+
+def test_routes_must_cover_the_tokens_fed_to_the_model():
+    with pytest.raises(ValueError, match="5 tokens that were fed to the model but 6 routes"):
+        Completion([1, 2, 3], [4, 5, 6], [0.0] * 3, [0] * 3, "", "stop", routes=np.zeros((6, 2, 2), np.uint8))
+
+
+def moe_hf_config(**keys) -> dict:
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 100, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "max_position_embeddings": 64, "num_experts": 8, "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32, "norm_topk_prob": True, **keys,
+    }
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        ({"decoder_sparse_step": 2}, "decoder_sparse_step=2"),
+        ({"mlp_only_layers": [0]}, r"mlp_only_layers=\[0\]"),
+        ({"num_experts": 300}, "num_experts=300"),
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok=9"),
+    ],
+)
+def test_unsupported_moe_settings_are_named(keys, message):
+    with pytest.raises(UnsupportedModelError, match=message):
+        ModelShape.from_hf_config(moe_hf_config(**keys), "model")
+
+
+def test_settings_that_need_or_refuse_an_moe_model_fail_before_any_proc(tmp_path):
+    with pytest.raises(ConfigError, match="moe.routing_replay=rollout: the model is dense"):
+        GRPOConfig(moe=MoeConfig("rollout")).check_paths()
+    (tmp_path / "config.json").write_text(json.dumps(moe_hf_config()))
+    GRPOConfig(moe=MoeConfig("rollout"), model=ModelConfig(path=str(tmp_path))).check_paths()
+    lora = ModelConfig(tiny=TinyModelConfig(family="qwen3_moe"), lora=LoraConfig(rank=4))
+    with pytest.raises(ConfigError, match="model.lora.targets: gate_proj, up_proj, down_proj are dense MLP"):
+        GRPOConfig(model=lora).check_paths()
+    (tmp_path / "config.json").write_text(json.dumps(moe_hf_config(decoder_sparse_step=2)))
+    with pytest.raises(UnsupportedModelError, match="model.path="):
+        GRPOConfig(model=ModelConfig(path=str(tmp_path))).check_paths()
+    with pytest.raises(ConfigError, match="moe.routing_replay='sometimes': one of off, rollout"):
+        MoeConfig("sometimes")
