@@ -1,16 +1,21 @@
 """Mixture-of-Experts: routing replay in the trainer's routers, routes packed beside the tokens,
 and the settings that need (or refuse) an MoE model."""
 
+import asyncio
 import json
 
 import numpy as np
 import pytest
 import torch
+import transformers
+
+from conftest import fixed_sequences, spawn_trainer
 
 from forge_async.config import GRPOConfig
 from forge_async.data.batch import pack_rows
 from forge_async.data.episode import Completion, Episode
 from forge_async.errors import ConfigError
+from forge_async.launch import meshes
 from forge_async.models.config import LoraConfig, ModelConfig, MoeConfig, TinyModelConfig
 from forge_async.models.routes import RouteMismatch, moe_layers, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.shape import UNKNOWN_ROUTE, ModelShape, UnsupportedModelError
@@ -174,3 +179,78 @@ def test_settings_that_need_or_refuse_an_moe_model_fail_before_any_proc(tmp_path
         GRPOConfig(model=ModelConfig(path=str(tmp_path))).check_paths()
     with pytest.raises(ConfigError, match="moe.routing_replay='sometimes': one of off, rollout"):
         MoeConfig("sometimes")
+
+
+def routed_episodes(checkpoint) -> list[Episode]:
+    """Fixed episodes whose routes are the tiny MoE's own, moved to the next expert on every
+    third token: a generator whose routing differs from the trainer's on a third of the routes."""
+    model = build_titan_model(checkpoint.shape)
+    model.load_state_dict(state_dict_adapter(checkpoint.shape).from_hf(checkpoint.load_hf_state_dict()))
+    taken = experts_taken(model)
+    episodes = []
+    for i, sequence in enumerate(fixed_sequences() * 2):
+        taken.clear()
+        with torch.no_grad():
+            model(torch.tensor([sequence]))
+        routes = torch.stack(taken, dim=2)[0]  # [L, layers, K]
+        routes[::3] = (routes[::3] + 1) % checkpoint.shape.moe.num_experts
+        prompt, response = sequence[:5], sequence[5:]
+        completion = Completion(
+            prompt, response, [-2.0] * len(response), [0] * len(response), "", "stop",
+            routes=routes[:-1].to(torch.uint8).numpy(),
+        )
+        episodes.append(Episode(completion, reward=0.0, advantage=(i % 3) - 1.0))
+    return episodes
+
+
+def first(values):
+    return next(value for _, value in values.items())
+
+
+def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_checkpoint(
+    tiny_moe_checkpoint, weight_store, tmp_path
+):
+    """One plain rank against two FSDP ranks with micro-batches and full activation
+    recomputation (which must route as the forward did): the same replayed step; the sharded
+    checkpoint resumes on one rank; the saved Hugging Face model is the trainer's."""
+    episodes = routed_episodes(tiny_moe_checkpoint)
+    replay = MoeConfig("rollout")
+    one_procs, one = spawn_trainer(tiny_moe_checkpoint, procs=1, eps=1e-3, moe=replay)
+    two_procs, two = spawn_trainer(
+        tiny_moe_checkpoint, procs=2, eps=1e-3, moe=replay, micro_batch_tokens=16, activation_checkpointing="full"
+    )
+    try:
+        ref = first(one.train_step.call(episodes).get())
+        rows = sum(len(e.completion.routes) for e in episodes)
+        shifted = sum(len(range(0, len(e.completion.routes), 3)) for e in episodes)
+        # Every third token's experts moved: as many mismatches in each layer (a shared prompt is
+        # computed once, so count over the packed rows is not exact; the rate is close).
+        assert 0.25 < ref["moe/route_mismatch"] < 0.45
+        assert ref["moe/expert_load_max"] >= 1.0
+        metrics = [m for _, m in two.train_step.call(episodes).get().items()]
+        assert all(abs(m["train/loss"] - ref["train/loss"]) < 1e-6 for m in metrics)
+        # (their rows differ: a micro-batch shares a prompt among fewer responses)
+        assert all(0.25 < m["moe/route_mismatch"] < 0.45 for m in metrics)
+        weights = first(one.full_state_dict.call().get())
+        sharded = first(two.full_state_dict.call().get())
+        assert max((weights[k] - sharded[k]).abs().max().item() for k in weights) < 1e-6
+
+        two.save_state.call(str(tmp_path / "two")).get()
+        assert first(one.load_state.call(str(tmp_path / "two")).get()) == 1
+        resumed = first(one.train_step.call(episodes).get())
+        again = first(two.train_step.call(episodes).get())
+        assert resumed["version"] == again["version"] == 2
+        assert abs(resumed["train/loss"] - again["train/loss"]) < 1e-6
+
+        saved = first(one.save_hf.call(str(tmp_path / "hf")).get())["path"]
+        reference = transformers.AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32)
+        sequences = fixed_sequences()
+        ours = first(one.sequence_logprobs.call(sequences).get())
+        for sequence, logprobs in zip(sequences, ours):
+            with torch.no_grad():
+                theirs = reference(torch.tensor([sequence])).logits.log_softmax(-1)[0, :-1]
+            expected = theirs.gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0]
+            assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+    finally:
+        asyncio.run(meshes.stop_all(one_procs, two_procs))
+    assert rows > shifted > 0
