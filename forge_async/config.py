@@ -201,6 +201,11 @@ class GRPOConfig(RunConfig):
                 "moe.routing_replay=rollout: the model is dense (no Mixture-of-Experts layers whose routes "
                 "could be replayed); set moe.routing_replay=off"
             )
+        if moe and self.generator.cpu_weights == "packed":
+            raise ConfigError(
+                "generator.cpu_weights=packed: vLLM's layer-wise reload leaves a Mixture-of-Experts model's CPU "
+                "experts in the old layout after a weight swap; use generator.cpu_weights=plain"
+            )
         dense_targets = [t for t in self.model.lora.targets if t in DENSE_MLP_PROJECTIONS]
         if moe and self.model.lora.enabled and dense_targets:
             raise ConfigError(

@@ -11,6 +11,7 @@ import transformers
 
 from conftest import fixed_sequences, spawn_trainer
 
+from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.config import GRPOConfig
 from forge_async.data.batch import pack_rows
 from forge_async.data.episode import Completion, Episode
@@ -174,6 +175,9 @@ def test_settings_that_need_or_refuse_an_moe_model_fail_before_any_proc(tmp_path
     lora = ModelConfig(tiny=TinyModelConfig(family="qwen3_moe"), lora=LoraConfig(rank=4))
     with pytest.raises(ConfigError, match="model.lora.targets: gate_proj, up_proj, down_proj are dense MLP"):
         GRPOConfig(model=lora).check_paths()
+    packed = GRPOConfig(model=ModelConfig(path=str(tmp_path)), generator=GeneratorConfig(cpu_weights="packed"))
+    with pytest.raises(ConfigError, match="generator.cpu_weights=packed: vLLM's layer-wise reload"):
+        packed.check_paths()
     (tmp_path / "config.json").write_text(json.dumps(moe_hf_config(decoder_sparse_step=2)))
     with pytest.raises(UnsupportedModelError, match="model.path="):
         GRPOConfig(model=ModelConfig(path=str(tmp_path))).check_paths()
