@@ -258,3 +258,21 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
     finally:
         asyncio.run(meshes.stop_all(one_procs, two_procs))
     assert rows > shifted > 0
+
+
+def test_lora_on_an_moe_model_adapts_attention_and_leaves_experts_and_router_frozen(tiny_moe_checkpoint, weight_store):
+    lora = LoraConfig(rank=4, targets=["q_proj", "k_proj", "v_proj", "o_proj"])
+    procs, trainer = spawn_trainer(tiny_moe_checkpoint, procs=1, lora=lora, lr=1e-2)
+    try:
+        trainer.train_step.call(routed_episodes(tiny_moe_checkpoint)).get()
+        adapter = first(trainer.adapter_state_dict.call().get())
+        base = first(trainer.full_state_dict.call(merged=False).get())
+        merged = first(trainer.full_state_dict.call().get())
+    finally:
+        asyncio.run(meshes.stop_all(procs))
+    layers = tiny_moe_checkpoint.shape.n_layers
+    assert len(adapter) == layers * 4 * 2 and all(".self_attn." in key for key in adapter)
+    original = tiny_moe_checkpoint.load_hf_state_dict()
+    assert all(torch.equal(base[k], original[k]) for k in original)  # the base, experts and gate too
+    moved = {k for k in original if not torch.equal(merged[k], original[k])}
+    assert moved and all(".self_attn." in k for k in moved)

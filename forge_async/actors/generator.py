@@ -25,6 +25,7 @@ from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
 from forge_async.actors.generator_platform import prepare_process
 from forge_async.data.episode import Completion
+from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
@@ -99,7 +100,7 @@ class Generator(ProcActor):
         c = self.config
         self.max_model_len = c.max_model_len or self.checkpoint.shape.max_seq_len
         dtype = c.dtype or self.checkpoint.dtype  # null (composed alone): the checkpoint's own
-        adapter = self._adapter_slot(dtype)
+        adapter = self._adapter_slot(dtype, platform.on_gpu)
         with plain_cpu_weights(platform.plain_weights):
             llm = LLM(
                 model=str(self.checkpoint.path),
@@ -122,10 +123,15 @@ class Generator(ProcActor):
         self._loop = asyncio.create_task(self._engine_loop())
         return {"engine_start_s": time.perf_counter() - start}
 
-    def _adapter_slot(self, dtype: str):
+    def _adapter_slot(self, dtype: str, on_gpu: bool):
         """With LoRA, the adapter every request runs with (zero until a version arrives)."""
         if self.lora is None:
             return None
+        if self.checkpoint.shape.moe is not None and not on_gpu:
+            raise ConfigError(
+                "model.lora.rank: LoRA on a Mixture-of-Experts model needs a GPU generator: vLLM 0.32 runs "
+                "the MoE layers of a LoRA engine with its Triton kernel only, which has no CPU backend"
+            )
         import torch
         from forge_async.generation.adapter_slot import AdapterSlot  # imports vLLM
 
