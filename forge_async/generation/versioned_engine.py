@@ -33,6 +33,10 @@ Consecutive submits of one prompt with one SamplingParams object (a GRPO group) 
 vLLM as one request with n samples: vLLM processes the input once and fans it out to n
 sequences, where n separate requests would each be validated and deep-copied. Each
 sample is still its own `Request` here, finishing on its own.
+
+For a Mixture-of-Experts model a route capture (generation/route_capture.py) records the experts
+each token went to; a finished sample's routes travel on its Completion. With abort_resume they
+are those of the resumed computation, which prefilled the whole prefix again.
 """
 
 import itertools
@@ -43,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from forge_async.data.episode import Completion
 from forge_async.generation import engine_weights
+from forge_async.generation.route_capture import sample_request_id
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -60,6 +65,7 @@ class Request:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     result: Completion | None = None
+    engine_id: str | None = None  # vLLM's id of the request running this sample
 
 
 @dataclass
@@ -77,8 +83,10 @@ class SwapPauses:
 
 
 class VersionedEngine:
-    def __init__(self, llm, swap_mode: str, version: int = 0, adapter=None):
-        """`adapter`: an AdapterSlot (generation/adapter_slot.py) when serving LoRA, else None."""
+    def __init__(self, llm, swap_mode: str, version: int = 0, adapter=None, routes=None):
+        """`adapter`: an AdapterSlot (generation/adapter_slot.py) when serving LoRA, else None.
+        `routes`: a route capture (generation/route_capture.py) for an MoE model, attached to
+        `llm` here (which was built with its `llm_kwargs`), else None."""
         if swap_mode not in SWAP_MODES:
             raise ValueError(f"swap_mode={swap_mode!r}: one of {', '.join(SWAP_MODES)}")
         self.llm = llm
@@ -88,6 +96,9 @@ class VersionedEngine:
         self.adapter = adapter
         self.lora_request = adapter.request if adapter is not None else None
         self.loads_in_place = adapter is None and engine_weights.loads_in_place(llm)
+        self.routes = routes
+        if routes is not None:
+            routes.attach(llm)
         self.version = version
         self.draining = False
         self.swap_pauses = SwapPauses()  # of the swaps made with requests running
@@ -139,7 +150,9 @@ class VersionedEngine:
             params.n = len(group)
         # Token ids in, as vLLM's own renderer would hand them over (a raw prompt is deprecated).
         prompt = tokens_input(prompt_ids)
-        self.engine.add_request(request_id, prompt, params, lora_request=self.lora_request)
+        engine_id = self.engine.add_request(request_id, prompt, params, lora_request=self.lora_request)
+        for index, request in enumerate(group):
+            request.engine_id = sample_request_id(engine_id, index, len(group))
         self._running[request_id] = group
 
     def _record(self, output) -> None:
@@ -152,11 +165,15 @@ class VersionedEngine:
             request.logprobs.extend(lp[tok].logprob for lp, tok in zip(delta.logprobs, delta.token_ids))
             request.versions.extend([self.version] * len(delta.token_ids))
             if delta.finish_reason is not None or (output.finished and request.result is None):
-                self._finish(request, delta.finish_reason or "length")
+                self._finish(request, delta.finish_reason or "length", delta)
         if output.finished:
             del self._running[output.request_id]
 
-    def _finish(self, request: Request, finish_reason: str) -> None:
+    def _finish(self, request: Request, finish_reason: str, output) -> None:
+        routes = None
+        if self.routes is not None:
+            fed = len(request.prompt_ids) + len(request.token_ids) - 1  # the last token is never fed
+            routes = self.routes.take(request.engine_id, fed, output)
         request.result = Completion(
             prompt_ids=request.prompt_ids,
             token_ids=request.token_ids,
@@ -164,6 +181,7 @@ class VersionedEngine:
             versions=request.versions,
             text=self.tokenizer.decode(request.token_ids, skip_special_tokens=True),
             finish_reason=finish_reason,
+            routes=routes,
         )
         if request.on_done is not None:
             request.on_done(request.result)
