@@ -27,6 +27,7 @@ from forge_async.actors.generator_platform import prepare_process
 from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
+from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
@@ -101,6 +102,7 @@ class Generator(ProcActor):
         self.max_model_len = c.max_model_len or self.checkpoint.shape.max_seq_len
         dtype = c.dtype or self.checkpoint.dtype  # null (composed alone): the checkpoint's own
         adapter = self._adapter_slot(dtype, platform.on_gpu)
+        routes = self._route_capture(platform.on_gpu)
         with plain_cpu_weights(platform.plain_weights):
             llm = LLM(
                 model=str(self.checkpoint.path),
@@ -112,8 +114,9 @@ class Generator(ProcActor):
                 **platform.llm_kwargs(),
                 **VersionedEngine.llm_kwargs(c.swap_mode),
                 **(adapter.llm_kwargs() if adapter else {}),
+                **(routes.llm_kwargs() if routes else {}),
             )
-        self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter)
+        self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter, routes=routes)
         if platform.plain_weights and adapter is None and not self.engine.loads_in_place:
             logging.getLogger(__name__).warning(
                 "generator.cpu_weights=plain: vLLM's CPU kernels for %s packed the linear layers "
@@ -122,6 +125,12 @@ class Generator(ProcActor):
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
         return {"engine_start_s": time.perf_counter() - start}
+
+    def _route_capture(self, on_gpu: bool):
+        """For an MoE model, the record of each token's experts (always: the trainer reports how
+        often its routers differ, whether or not it replays them)."""
+        shape = self.checkpoint.shape
+        return route_capture(shape.moe, shape.n_layers, on_gpu) if shape.moe is not None else None
 
     def _adapter_slot(self, dtype: str, on_gpu: bool):
         """With LoRA, the adapter every request runs with (zero until a version arrives)."""

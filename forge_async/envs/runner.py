@@ -18,6 +18,7 @@ import math
 import numbers
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
@@ -25,6 +26,9 @@ from forge_async.tasks.task import Prompt, Task, TaskError, prompt_token_ids
 from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.templating import observation_ids
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EnvFactory = Callable[[], Environment]  # a new environment, for one episode
 # (prompt token ids, sampling) -> the one completion the model sampled
@@ -56,11 +60,15 @@ class _Transcript:
     token_ids: list[int]
     logprobs: list[float]
     versions: list[int]
+    # MoE models: the last model turn's routes, which cover every token fed before its last one: the
+    # routes of the computation whose KV cache that turn attended to (generation/route_capture.py)
+    routes: "np.ndarray | None" = None
 
     def add_turn(self, completion: Completion) -> None:
         self.token_ids += completion.token_ids
         self.logprobs += completion.logprobs
         self.versions += completion.versions
+        self.routes = completion.routes
 
     def add_observation(self, ids: list[int]) -> None:
         self.token_ids += ids
@@ -134,6 +142,7 @@ class EnvRunner:
             turns=turns,
             env_reward=reward,
             answer=answer,
+            routes=transcript.routes,  # an episode ends with a model turn
         )
 
     def _turn_budget(self, first: int, so_far: int) -> int:
