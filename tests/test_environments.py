@@ -5,6 +5,7 @@ import asyncio
 import json
 import statistics
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,6 +80,22 @@ def test_turns_and_observations_interleave_with_versions_logprobs_and_templating
     assert (c.turns, c.env_reward, c.finish_reason) == (2, 0.5, "done")
     assert (c.oldest_version, c.version_spread) == (3, 1)  # environment tokens have no version
     assert Episode(c, 0.5, 1.0).policy_age(6) == 3
+
+
+class RoutedModel(ScriptedModel):
+    """A ScriptedModel of an MoE model: turn k routes every token it was fed to expert k."""
+
+    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
+        completion = await super().__call__(prompt_ids, sampling)
+        fed = len(prompt_ids) + len(completion.token_ids) - 1
+        completion.routes = np.full((fed, 2, 1), len(self.prompts) - 1, dtype=np.uint8)
+        return completion
+
+
+def test_an_episode_carries_the_routes_of_its_last_turn_over_every_token_fed():
+    c = play(Echo, RoutedModel(["12", "3"], versions=[3, 4]))
+    assert c.routes.shape == (len(c.prompt_ids) + len(c.token_ids) - 1, 2, 1)
+    assert (c.routes == 1).all()  # turn 2 was fed the whole episode: its computation is the one kept
 
 
 def test_limits_end_episodes_and_say_which():
