@@ -121,10 +121,28 @@ COLUMNS = 2  # panels per row of the grid
 
 
 def panels_for(rows: list[dict]) -> tuple[Panel, ...]:
-    """SFT's panels for a run whose steps have a loss and no reward, else GRPO's."""
+    """SFT's panels for a run whose steps have a loss and no reward, else GRPO's (with a
+    Mixture-of-Experts model's two more)."""
     steps = [row for row in rows if EVAL_X not in row]
     sft = steps and all("train/loss" in row and "reward/mean" not in row for row in steps)
-    return SFT_PANELS if sft else PANELS
+    if sft:
+        return SFT_PANELS
+    return PANELS + moe_panels(steps) if any("moe/expert_load_max" in row for row in steps) else PANELS
+
+
+def moe_panels(steps: list[dict]) -> tuple[Panel, Panel]:
+    """Route mismatch, overall and per MoE layer, and the busiest expert's load."""
+    layers = sorted({key for row in steps for key in row if key.startswith("moe/route_mismatch/layer_")},
+                    key=lambda key: int(key.rsplit("_", 1)[1]))
+    per_layer = tuple(Line(key, key.rsplit("/", 1)[1].replace("_", " "), scale=100, width=1.0, alpha=0.5) for key in layers)
+    return (
+        Panel(
+            "MoE: routes the trainer's routers would choose differently",
+            "token routes (%)",
+            (Line("moe/route_mismatch", "all layers", scale=100, width=2.5),) + per_layer,
+        ),
+        Panel("MoE: expert load", "busiest expert / mean", (Line("moe/expert_load_max", "worst layer"),)),
+    )
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

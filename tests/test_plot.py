@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from forge_async.plot import PANELS, PlotError, draw_plots, series
+from forge_async.plot import PANELS, PlotError, draw_plots, panels_for, series
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +69,18 @@ def test_evaluation_rows_are_drawn_at_the_version_they_measured(tmp_path):
     panel = next(p for p in PANELS if p.title == "Evaluation on held-out prompts")
     assert [series(rows, line) for line in panel.lines] == [([2], [0.4]), ([2], [0.25])]
     assert series(rows, PANELS[0].lines[0])[0] == [1, 2, 3, 4, 5]
+    assert draw_plots(write_run(tmp_path / "run", rows)).is_file()
+
+
+def test_an_moe_run_gets_route_mismatch_per_layer_and_expert_load(tmp_path):
+    moe = {"moe/route_mismatch": 0.05, "moe/route_mismatch/layer_0": 0.02, "moe/route_mismatch/layer_10": 0.08,
+           "moe/route_mismatch/layer_2": 0.04, "moe/expert_load_max": 2.5}
+    rows = [row(s) | moe for s in range(1, 6)]
+    assert panels_for([row(1)]) == PANELS
+    mismatch, load = panels_for(rows)[len(PANELS):]
+    assert [line.label for line in mismatch.lines] == ["all layers", "layer 0", "layer 2", "layer 10"]
+    assert series(rows, mismatch.lines[3]) == ([1, 2, 3, 4, 5], [8.0] * 5)
+    assert series(rows, load.lines[0])[1] == [2.5] * 5
     assert draw_plots(write_run(tmp_path / "run", rows)).is_file()
 
 
