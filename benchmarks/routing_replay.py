@@ -93,12 +93,18 @@ def rollouts(engine: VersionedEngine, args, seed: int) -> list[Completion]:
     return [r.result for r in requests]
 
 
-def decode_rate(engine: VersionedEngine, args, seed: int) -> float:
-    """Tokens/s of the rollouts' workload on a warm engine (a first pass warms it up)."""
-    rollouts(engine, args, seed)
-    start = time.perf_counter()
-    rollouts(engine, args, seed)
-    return args.prompts * args.samples * args.max_tokens / (time.perf_counter() - start)
+def decode_cost(checkpoint: Checkpoint, args) -> dict[str, float]:
+    """Median tokens/s of the rollouts' workload on two warm bf16 engines, with and without the
+    route capture, timed in interleaved rounds (a shared box drifts)."""
+    engines = {kind: build_engine(checkpoint, "bfloat16", capture=kind == "with capture") for kind in ("with capture", "without")}
+    rates: dict[str, list[float]] = {kind: [] for kind in engines}
+    for round_ in range(args.rounds + 1):
+        for kind, engine in engines.items():
+            start = time.perf_counter()
+            rollouts(engine, args, seed=round_)
+            if round_:  # round 0 warms both up
+                rates[kind].append(args.prompts * args.samples * args.max_tokens / (time.perf_counter() - start))
+    return {kind: statistics.median(r) for kind, r in rates.items()}
 
 
 def trainer_model(checkpoint: Checkpoint, dtype: str) -> torch.nn.Module:
@@ -183,11 +189,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8, help="samples per prompt (a GRPO group)")
     parser.add_argument("--prompt-len", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=24)
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the step-time comparison")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of each cost comparison")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() // 2))
     results: dict[tuple, list[dict]] = {(g, t, r): [] for g, t in PAIRS for r in (False, True)}
-    decode: dict[str, list[float]] = {"with capture": [], "without": []}
     cost = None
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.seeds):
@@ -201,8 +206,6 @@ def main() -> None:
                 engine = build_engine(checkpoint, gen_dtype, capture=True)
                 completions = rollouts(engine, args, seed)
                 pad_id = engine.tokenizer.pad_token_id
-                if gen_dtype == "bfloat16":
-                    decode["with capture"].append(decode_rate(engine, args, seed))
                 del engine
                 gc.collect()
                 batch = train_batch(completions, pad_id)
@@ -214,10 +217,9 @@ def main() -> None:
                     cost = step_cost(models["float32"], batch, args.rounds)
                     routes_bytes = int(batch.routes[..., 0].ne(255).sum()) * args.layers * args.top_k
                     fed_tokens = int(batch.routes[..., 0].ne(255).sum())
-            plain = build_engine(checkpoint, "bfloat16", capture=False)
-            decode["without"].append(decode_rate(plain, args, seed))
-            del plain
-            gc.collect()
+            if seed == 0:
+                decode = decode_cost(checkpoint, args)
+                gc.collect()
             print(f"seed {seed} done", flush=True)
     print(f"\nmodel: tiny Qwen3-MoE, {args.layers} layers x {args.experts} experts (top {args.top_k}), dim {args.dim}; "
           f"{args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens per seed")
@@ -230,8 +232,8 @@ def main() -> None:
     print(f"trainer forward + backward (fp32, median ms): no routes {cost['none']:.2f}, routes compared "
           f"{cost['compared']:.2f} ({cost['compared'] / cost['none'] - 1:+.1%}), replayed {cost['replayed']:.2f} "
           f"({cost['replayed'] / cost['none'] - 1:+.1%}; vs compared {cost['replayed'] / cost['compared'] - 1:+.1%})")
-    with_capture, without = statistics.fmean(decode["with capture"]), statistics.fmean(decode["without"])
-    print(f"generator decode (bf16, tokens/s, mean over seeds): with route capture {with_capture:.0f}, without "
+    with_capture, without = decode["with capture"], decode["without"]
+    print(f"generator decode (bf16, median tokens/s): with route capture {with_capture:.0f}, without "
           f"{without:.0f} ({with_capture / without - 1:+.1%})")
 
 
