@@ -57,7 +57,7 @@ def build_engine(checkpoint: Checkpoint, dtype: str, capture: bool) -> Versioned
     """The generator's engine as a generator proc builds it (CPU, plain weights, prefix caching)."""
     platform = prepare_process(GeneratorConfig())
     shape = checkpoint.shape
-    routes = route_capture(shape.moe, shape.n_layers, platform.on_gpu) if capture else None
+    routes = route_capture(shape.moe, shape.n_layers, platform.on_gpu, "abort_resume") if capture else None
     from vllm import LLM
 
     with plain_cpu_weights(platform.plain_weights):

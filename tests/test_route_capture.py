@@ -2,6 +2,8 @@
 against the routes TorchTitan's model takes for the same tokens, through parallel samples, prefix
 cache hits and an abort-and-resume weight swap."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from test_moe import experts_taken
 from test_versioned_engine import params, perturbed, run_to_end, start_llm
 
+from forge_async.errors import ConfigError
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.shape import UNKNOWN_ROUTE
@@ -20,7 +23,7 @@ PROMPT = [11] + [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3] * 2 + [13
 
 def moe_engine(checkpoint, swap_mode: str) -> VersionedEngine:
     shape = checkpoint.shape
-    routes = route_capture(shape.moe, shape.n_layers, on_gpu=False)
+    routes = route_capture(shape.moe, shape.n_layers, on_gpu=False, swap_mode=swap_mode)
     llm = start_llm(checkpoint, swap_mode, block_size=BLOCK, **routes.llm_kwargs())
     return VersionedEngine(llm, swap_mode, routes=routes)
 
@@ -80,3 +83,14 @@ def test_routes_after_an_abort_resume_swap_are_the_new_weights_routes(cached_eng
     assert (titan_routes(tiny_moe_checkpoint, old, fed) != titan_routes(tiny_moe_checkpoint, new, fed)).any()
     assert_routes_of(request.result, tiny_moe_checkpoint, new)
     cached_engine.swap(old, version=2)
+
+
+def test_a_gpu_engine_refuses_inflight_swaps_for_vllms_route_export(tiny_moe_checkpoint, monkeypatch):
+    """vLLM exports routes only with prefix caching on, which swap_mode=inflight turns off."""
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "0")
+    shape = tiny_moe_checkpoint.shape
+    with pytest.raises(ConfigError, match="generator.swap_mode=inflight: .* use drain or abort_resume"):
+        route_capture(shape.moe, shape.n_layers, on_gpu=True, swap_mode="inflight")
+    export = route_capture(shape.moe, shape.n_layers, on_gpu=True, swap_mode="drain")
+    assert export.llm_kwargs() == {"enable_return_routed_experts": True}
+    assert os.environ["VLLM_USE_V2_MODEL_RUNNER"] == "1"

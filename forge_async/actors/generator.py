@@ -130,7 +130,7 @@ class Generator(ProcActor):
         """For an MoE model, the record of each token's experts (always: the trainer reports how
         often its routers differ, whether or not it replays them)."""
         shape = self.checkpoint.shape
-        return route_capture(shape.moe, shape.n_layers, on_gpu) if shape.moe is not None else None
+        return route_capture(shape.moe, shape.n_layers, on_gpu, self.config.swap_mode) if shape.moe is not None else None
 
     def _adapter_slot(self, dtype: str, on_gpu: bool):
         """With LoRA, the adapter every request runs with (zero until a version arrives)."""

@@ -18,6 +18,7 @@ Two ways to get them, one interface (`llm_kwargs`, `attach`, `take`):
   right after the step that finished the request, while its blocks are still its own.
 """
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
     import torch
 
 
-def route_capture(moe: MoeShape, num_layers: int, on_gpu: bool) -> "KvSlotRoutes | VllmRouteExport":
-    """The capture an engine for this model uses where it runs."""
-    return VllmRouteExport() if on_gpu else KvSlotRoutes(num_layers, moe.top_k)
+def route_capture(moe: MoeShape, num_layers: int, on_gpu: bool, swap_mode: str) -> "KvSlotRoutes | VllmRouteExport":
+    """The capture an engine for this model uses where it runs (before vLLM builds the engine)."""
+    return VllmRouteExport(swap_mode) if on_gpu else KvSlotRoutes(num_layers, moe.top_k)
 
 
 def sample_request_id(engine_request_id: str, index: int, samples: int) -> str:
@@ -41,7 +42,17 @@ def sample_request_id(engine_request_id: str, index: int, samples: int) -> str:
 
 
 class VllmRouteExport:
-    """vLLM's routed-experts export (GPU engines)."""
+    """vLLM's routed-experts export (GPU engines). vLLM serves it from its V2 model runner only,
+    which this selects for the process (VLLM_USE_V2_MODEL_RUNNER=1), and with prefix caching on."""
+
+    def __init__(self, swap_mode: str):
+        if swap_mode == "inflight":
+            raise ConfigError(
+                "generator.swap_mode=inflight: an MoE model's routes come from vLLM's routed-experts "
+                "export on a GPU, which needs prefix caching, and inflight turns it off (new requests "
+                "would reuse KV of old weights); use drain or abort_resume"
+            )
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
 
     def llm_kwargs(self) -> dict:
         return {"enable_return_routed_experts": True}
