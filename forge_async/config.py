@@ -190,12 +190,16 @@ class GRPOConfig(RunConfig):
         """The settings that need a Mixture-of-Experts model, or a dense one, against model.path's
         config.json (whose architecture is checked here too) or model.tiny.family."""
         if self.model.path is None:
-            moe = self.model.tiny.family == "qwen3_moe"
+            tiny = self.model.tiny
+            num_experts = tiny.num_experts if tiny.family == "qwen3_moe" else None
         else:
             config_file = Path(self.model.path).expanduser() / "config.json"
             if not config_file.is_file():
                 return  # the checkpoint loader names what is missing
-            moe = ModelShape.from_hf_config(json.loads(config_file.read_text()), f"model.path={self.model.path}").moe is not None
+            shape = ModelShape.from_hf_config(json.loads(config_file.read_text()), f"model.path={self.model.path}")
+            num_experts = shape.moe.num_experts if shape.moe is not None else None
+        moe = num_experts is not None
+        self._check_expert_parallel(num_experts)
         if self.moe.replay and not moe:
             raise ConfigError(
                 "moe.routing_replay=rollout: the model is dense (no Mixture-of-Experts layers whose routes "
@@ -211,6 +215,22 @@ class GRPOConfig(RunConfig):
             raise ConfigError(
                 f"model.lora.targets: {', '.join(dense_targets)} are dense MLP projections; a Mixture-of-Experts "
                 "model's experts take no adapters (they stay frozen): set model.lora.targets=[q_proj,k_proj,v_proj,o_proj]"
+            )
+
+    def _check_expert_parallel(self, num_experts: int | None) -> None:
+        """trainer.expert_parallel splits every MoE layer's experts evenly across that many ranks."""
+        ep = self.trainer.expert_parallel
+        if ep == 1:
+            return
+        if num_experts is None:
+            raise ConfigError(
+                f"trainer.expert_parallel={ep}: the model is dense (no Mixture-of-Experts layers whose "
+                "experts could be split across ranks); set trainer.expert_parallel=1"
+            )
+        if num_experts % ep:
+            raise ConfigError(
+                f"trainer.expert_parallel={ep} must divide the model's num_experts={num_experts} "
+                "(each rank holds an equal share of every layer's experts)"
             )
 
     @property

@@ -12,6 +12,7 @@ import transformers
 from conftest import fixed_sequences, spawn_trainer
 
 from forge_async.actors.generator_config import GeneratorConfig
+from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.config import GRPOConfig
 from forge_async.data.batch import pack_rows
 from forge_async.data.episode import Completion, Episode
@@ -21,6 +22,7 @@ from forge_async.models.config import LoraConfig, ModelConfig, MoeConfig, TinyMo
 from forge_async.models.routes import RouteMismatch, moe_layers, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.shape import UNKNOWN_ROUTE, ModelShape, UnsupportedModelError
 from forge_async.models.titan import build_titan_model, state_dict_adapter
+from forge_async.weights import store
 
 TOKENS = torch.tensor([[11, 3, 1, 4, 13, 4, 12, 5], [11, 9, 9, 2, 13, 9, 12, 0]])
 
@@ -185,6 +187,28 @@ def test_settings_that_need_or_refuse_an_moe_model_fail_before_any_proc(tmp_path
         MoeConfig("sometimes")
 
 
+@pytest.mark.parametrize(
+    "model, trainer, message",
+    [
+        (ModelConfig(), TrainerConfig(procs=2, expert_parallel=2), "trainer.expert_parallel=2: the model is dense"),
+        (
+            ModelConfig(tiny=TinyModelConfig(family="qwen3_moe", num_experts=6)),
+            TrainerConfig(procs=4, expert_parallel=4),
+            "trainer.expert_parallel=4 must divide the model's num_experts=6",
+        ),
+    ],
+)
+def test_expert_parallel_needs_an_moe_model_whose_experts_it_divides(model, trainer, message):
+    with pytest.raises(ConfigError, match=message):
+        GRPOConfig(model=model, trainer=trainer).check_paths()
+    GRPOConfig(model=ModelConfig(tiny=TinyModelConfig(family="qwen3_moe")), trainer=TrainerConfig(procs=2, expert_parallel=2)).check_paths()
+
+
+def test_expert_parallel_must_divide_the_trainer_procs():
+    with pytest.raises(ConfigError, match="trainer.expert_parallel=2 must divide trainer.procs=3"):
+        TrainerConfig(procs=3, expert_parallel=2)
+
+
 def routed_episodes(checkpoint) -> list[Episode]:
     """Fixed episodes whose routes are the tiny MoE's own, moved to the next expert on every
     third token: a generator whose routing differs from the trainer's on a third of the routes."""
@@ -215,13 +239,18 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
     tiny_moe_checkpoint, weight_store, tmp_path
 ):
     """One plain rank against two FSDP ranks with micro-batches and full activation
-    recomputation (which must route as the forward did): the same replayed step; the sharded
-    checkpoint resumes on one rank; the saved Hugging Face model is the trainer's."""
+    recomputation (which must route as the forward did), and against two ranks that split the
+    experts (trainer.expert_parallel=2: tokens travel to their experts by all-to-all): the same
+    replayed step; the sharded checkpoint resumes on one rank, the expert-parallel one on two FSDP
+    ranks; the published and the saved Hugging Face models are the trainer's."""
     episodes = routed_episodes(tiny_moe_checkpoint)
     replay = MoeConfig("rollout")
     one_procs, one = spawn_trainer(tiny_moe_checkpoint, procs=1, eps=1e-3, moe=replay)
     two_procs, two = spawn_trainer(
         tiny_moe_checkpoint, procs=2, eps=1e-3, moe=replay, micro_batch_tokens=16, activation_checkpointing="full"
+    )
+    ep_procs, ep = spawn_trainer(
+        tiny_moe_checkpoint, procs=2, eps=1e-3, moe=replay, expert_parallel=2, activation_checkpointing="full"
     )
     try:
         ref = first(one.train_step.call(episodes).get())
@@ -232,21 +261,29 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
         assert 0.25 < ref["moe/route_mismatch"] < 0.45
         assert ref["moe/expert_load_max"] >= 1.0
         metrics = [m for _, m in two.train_step.call(episodes).get().items()]
+        metrics += [m for _, m in ep.train_step.call(episodes).get().items()]
         assert all(abs(m["train/loss"] - ref["train/loss"]) < 1e-6 for m in metrics)
+        assert all(m["train/grad_norm"] == pytest.approx(ref["train/grad_norm"], rel=1e-5) for m in metrics)
         # (their rows differ: a micro-batch shares a prompt among fewer responses)
         assert all(0.25 < m["moe/route_mismatch"] < 0.45 for m in metrics)
         weights = first(one.full_state_dict.call().get())
-        sharded = first(two.full_state_dict.call().get())
-        assert max((weights[k] - sharded[k]).abs().max().item() for k in weights) < 1e-6
+        for trainer in (two, ep):
+            sharded = first(trainer.full_state_dict.call().get())
+            assert max((weights[k] - sharded[k]).abs().max().item() for k in weights) < 1e-6
+        ep.push_weights.call().get()
+        published = asyncio.run(store.get_policy(1))
+        assert published.keys() == weights.keys()
+        assert max((weights[k] - published[k]).abs().max().item() for k in weights) < 1e-6
 
         two.save_state.call(str(tmp_path / "two")).get()
         assert first(one.load_state.call(str(tmp_path / "two")).get()) == 1
-        resumed = first(one.train_step.call(episodes).get())
-        again = first(two.train_step.call(episodes).get())
-        assert resumed["version"] == again["version"] == 2
-        assert abs(resumed["train/loss"] - again["train/loss"]) < 1e-6
+        ep.save_state.call(str(tmp_path / "ep")).get()
+        assert first(two.load_state.call(str(tmp_path / "ep")).get()) == 1
+        resumed = [first(t.train_step.call(episodes).get()) for t in (one, two, ep)]
+        assert all(m["version"] == 2 for m in resumed)
+        assert all(abs(m["train/loss"] - resumed[0]["train/loss"]) < 1e-6 for m in resumed)
 
-        saved = first(one.save_hf.call(str(tmp_path / "hf")).get())["path"]
+        saved = first(ep.save_hf.call(str(tmp_path / "hf")).get())["path"]
         reference = transformers.AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32)
         sequences = fixed_sequences()
         ours = first(one.sequence_logprobs.call(sequences).get())
@@ -256,7 +293,7 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
             expected = theirs.gather(-1, torch.tensor(sequence[1:])[:, None])[:, 0]
             assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
     finally:
-        asyncio.run(meshes.stop_all(one_procs, two_procs))
+        asyncio.run(meshes.stop_all(one_procs, two_procs, ep_procs))
     assert rows > shifted > 0
 
 

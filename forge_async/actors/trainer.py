@@ -53,7 +53,7 @@ from forge_async.models.checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.routes import RouteMismatch, moe_step_metrics, routes_given, take_expert_load
-from forge_async.models.parallelize import parallelize, unsharded
+from forge_async.models.parallelize import clip_grad_norm, experts_unsharded, parallelize, unsharded
 from forge_async.models.peft import save_adapter
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
@@ -108,7 +108,10 @@ class Trainer(ProcActor):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         shape = self.checkpoint.shape
         self.adapter = state_dict_adapter(shape)
-        model = build_titan_model(shape, seed=INIT_SEED if self.lora else None, lora=self.lora)
+        model = build_titan_model(
+            shape, seed=INIT_SEED if self.lora else None, lora=self.lora,
+            expert_parallel=self.config.expert_parallel > 1,
+        )
         weights = self.adapter.from_hf(self.checkpoint.load_hf_state_dict())
         self._load_base(model, weights)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
@@ -144,7 +147,9 @@ class Trainer(ProcActor):
 
         checkpoint = Checkpoint.open(self.reference_path)
         same = checkpoint.path == self.checkpoint.path
-        model = load_frozen_model(checkpoint, policy_weights if same else None)
+        model = load_frozen_model(
+            checkpoint, policy_weights if same else None, expert_parallel=self.config.expert_parallel > 1
+        )
         return self._parallelize(model)
 
     def _parallelize(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -153,6 +158,7 @@ class Trainer(ProcActor):
         return parallelize(
             model.to(self.device_type), self.device_type,
             dtype=c.dtype, activation_checkpointing=c.activation_checkpointing, compile=c.compile,
+            expert_parallel=c.expert_parallel,
         )
 
     def _local_episodes(self, episodes: list[Episode]) -> list[Episode]:
@@ -203,7 +209,7 @@ class Trainer(ProcActor):
                 off_policy.append(step[2])
         with TRACER.span("optimizer"):
             lr = self.optimizer.param_groups[0]["lr"]
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip)
+            grad_norm = clip_grad_norm(self.trainable, self.config.grad_clip, self.config.expert_parallel)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.lr_scheduler.step()
@@ -314,13 +320,14 @@ class Trainer(ProcActor):
 
     def _published_state_dict(self) -> dict[str, torch.Tensor]:
         """What generators load, in the compute dtype (bfloat16 halves the bytes moved):
-        the weights in Hugging Face names, or with LoRA the adapters in PEFT names."""
+        the weights in Hugging Face names, or with LoRA the adapters in PEFT names. Experts split
+        across ranks are gathered first: every rank publishes the same names and shapes."""
         dtype = getattr(torch, self.config.dtype)
         state_dict = self.model.state_dict()
         if self.lora:
             published = self.adapter_names.to_peft(state_dict)
         else:
-            published = self.adapter.to_hf(state_dict)
+            published = self.adapter.to_hf(experts_unsharded(state_dict))
         return {name: t.to(dtype) for name, t in published.items()}
 
     @endpoint

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass
 
+from forge_async.errors import ConfigError
 from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_choice, check_range
 
 DTYPES = ("float32", "bfloat16")
@@ -37,6 +38,9 @@ class TrainerConfig:
     # The decay's share of lr_total_steps, at the end (warmup-stable-decay); null: it starts after the warmup
     decay_ratio: float | None = None
     compile: bool = False  # torch.compile each transformer block (meant for GPU)
+    # Mixture-of-Experts models: each MoE layer's experts split across this many ranks, tokens sent
+    # to their experts by all-to-all; the experts FSDP-sharded over the ranks left (1 = off).
+    expert_parallel: int = 1
 
     def __post_init__(self) -> None:
         check_range("trainer.procs", self.procs, AT_LEAST_1)
@@ -58,3 +62,9 @@ class TrainerConfig:
         check_range("trainer.min_lr_factor", self.min_lr_factor, Range(0, 1))
         check_range("trainer.lr_total_steps", self.lr_total_steps, AT_LEAST_1, nullable=True, note="null = steps")
         check_range("trainer.decay_ratio", self.decay_ratio, Range(0, 1), nullable=True, note="null = all after the warmup")
+        check_range("trainer.expert_parallel", self.expert_parallel, AT_LEAST_1)
+        if self.procs % self.expert_parallel:
+            raise ConfigError(
+                f"trainer.expert_parallel={self.expert_parallel} must divide trainer.procs={self.procs}: "
+                "the experts are split across that many ranks, and FSDP-sharded over the rest"
+            )

@@ -18,13 +18,16 @@ and off).
 import warnings
 from dataclasses import dataclass
 
+import spmd_types as spmd
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torchtitan.models.common.config_utils import make_moe_config, make_routed_experts_config
 from torchtitan.models.common.linear import Linear
+from torchtitan.models.common.decoder import Decoder
 from torchtitan.models.common.moe import MoE, GroupedExperts, TokenChoiceTopKRouter
+from torchtitan.models.common.moe_sharding import set_moe_sharding_config
 
 from forge_async.models.routes import GivenRoutes
 from forge_async.models.shape import MoeShape
@@ -107,3 +110,16 @@ def moe_config(dim: int, moe: MoeShape, linear_init: dict) -> MoE.Config:
         route_norm=moe.norm_topk_prob,
     )
     return make_moe_config(num_experts=moe.num_experts, router=router, routed_experts=routed, load_balance_coeff=None)
+
+
+def split_experts(config: Decoder.Config) -> None:
+    """Mark every MoE layer of `config` for expert parallelism: once the built model is
+    parallelized over an "ep" mesh (models/parallelize.py), each rank holds its share of the
+    experts and TorchTitan's all-to-all dispatcher sends tokens to them. The rest of the
+    layer's sharding (tensor or sequence parallel) is declared too; with neither enabled it
+    resolves to nothing."""
+    # Only the names matter with expert parallelism (the placements are tensor parallelism's).
+    layout = {"w1_EFD": spmd.S(1), "w2_EDF": spmd.S(2), "w3_EFD": spmd.S(1)}
+    for layer in config.layers:
+        if layer.moe is not None:
+            set_moe_sharding_config(layer.moe, enable_ep=True, enable_sp=False, expert_param_layout=layout)

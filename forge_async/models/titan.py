@@ -31,7 +31,7 @@ from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 from forge_async.models.attention import MaskableAttention
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
-from forge_async.models.moe import moe_config
+from forge_async.models.moe import moe_config, split_experts
 from forge_async.models.shape import ModelShape
 
 # TorchTitan logs every config build at INFO; only its warnings matter here.
@@ -149,12 +149,17 @@ def with_lora(config: Decoder.Config, lora: LoraConfig) -> Decoder.Config:
     return converter.convert(config)
 
 
-def build_titan_model(shape: ModelShape, seed: int | None = None, lora: LoraConfig | None = None) -> Decoder:
+def build_titan_model(
+    shape: ModelShape, seed: int | None = None, lora: LoraConfig | None = None, expert_parallel: bool = False
+) -> Decoder:
     """A TorchTitan model of the shape's family in fp32 on CPU; initialised from `seed` when given;
-    with LoRA adapters (`with_lora`; models/lora.py) when `lora` is given."""
+    with LoRA adapters (`with_lora`; models/lora.py) when `lora` is given; its experts ready to be
+    split across ranks (`split_experts`) with `expert_parallel`."""
     config = titan_config(shape)
     if lora is not None:
         config = with_lora(config, lora)
+    if expert_parallel:
+        split_experts(config)
     model = config.build()
     if seed is not None:
         torch.manual_seed(seed)
@@ -162,11 +167,14 @@ def build_titan_model(shape: ModelShape, seed: int | None = None, lora: LoraConf
     return model
 
 
-def load_frozen_model(checkpoint: Checkpoint, weights: dict[str, torch.Tensor] | None = None) -> Decoder:
+def load_frozen_model(
+    checkpoint: Checkpoint, weights: dict[str, torch.Tensor] | None = None, expert_parallel: bool = False
+) -> Decoder:
     """The checkpoint's model with its weights, on CPU, frozen and in eval mode: a scorer's
     model (a reference policy, a teacher), never trained. `weights`: the checkpoint's, already
-    read and in TorchTitan names (copied in, not read again)."""
-    model = build_titan_model(checkpoint.shape)
+    read and in TorchTitan names (copied in, not read again); `expert_parallel`: as for
+    `build_titan_model`."""
+    model = build_titan_model(checkpoint.shape, expert_parallel=expert_parallel)
     if weights is None:
         weights = state_dict_adapter(checkpoint.shape).from_hf(checkpoint.load_hf_state_dict())
     model.load_state_dict(weights)
