@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.proc_cpu import ProcCpu
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import STEP_LINE, timed_run
 from forge_async.metrics import read_rows
 from forge_async.trace import ALL_LANES, HELD_BACK, IDLE_HELD_BACK, budget, format_budget
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=250)
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
+    add_json_argument(parser)
     args = parser.parse_args()
     repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,6 +131,14 @@ def main() -> None:
     ]
     for label, value in rows:
         print(f"{label:<42} {value}")
+    if args.json:
+        result = BenchmarkResult("pipeline", "Pipeline: how busy both sides are", this_command())
+        result.figure("steady-state steps/s", 1e3 / m["step"], "steps/s")
+        result.figure("step / max(generate, train)", m["step"] / max(generate, train), "x")
+        result.tables.append(Table("Steady state", ["", "value"], [list(row) for row in rows]))
+        budget_bars = Line("median per step", ["step", "generate", "train"], [m["step"], generate, train])
+        result.series.append(Series("Pipeline budget: one step against what each side spends on a batch", "", "ms", [budget_bars], bars=True))
+        result.write(args.json)
 
 
 if __name__ == "__main__":

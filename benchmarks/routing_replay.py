@@ -47,6 +47,7 @@ from forge_async.models.config import TinyModelConfig  # noqa: E402
 from forge_async.models.routes import RouteMismatch, routes_given  # noqa: E402
 from forge_async.models.tiny import create_tiny_checkpoint  # noqa: E402
 from forge_async.models.titan import build_titan_model, state_dict_adapter  # noqa: E402
+from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command  # noqa: E402
 
 PAIRS = (("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"))
 RATIO_BAND = (0.8, 1.25)
@@ -164,18 +165,44 @@ def spread(values: list[float]) -> str:
     return f"{mean:.3g} ± {statistics.stdev(values):.2g}" if len(values) > 1 else f"{mean:.3g}"
 
 
+COLUMNS = ["generator -> trainer", "replay", "route mismatch", "k3 KL", "max abs dlogp", "p99 abs dlogp",
+           "ratio outside [0.8, 1.25]"]
+
+
+def table_rows(results: dict[tuple, list[dict]]) -> list[list[str]]:
+    return [
+        [f"{gen} -> {train}", "rollout" if replay else "off"]
+        + [spread([r[key] for r in rows]) for key in ("mismatch", "k3", "max", "p99", "outside")]
+        for (gen, train, replay), rows in results.items()
+    ]
+
+
+def kl_cuts(results: dict[tuple, list[dict]], gen: str, train: str) -> list[float]:
+    """KL with routes compared over KL with routes replayed, per seed."""
+    off, on = results[(gen, train, False)], results[(gen, train, True)]
+    return [a["k3"] / b["k3"] if b["k3"] > 0 else float("inf") for a, b in zip(off, on)]
+
+
 def print_table(results: dict[tuple, list[dict]], seeds: int) -> None:
     print(f"\n## Trainer vs generator logprobs, same rollouts (mean ± stdev over {seeds} seeds)\n")
-    print("| generator -> trainer | replay | route mismatch | k3 KL | max abs dlogp | p99 abs dlogp | ratio outside [0.8, 1.25] |")
-    print("|---|---|---|---|---|---|---|")
-    for (gen, train, replay), rows in results.items():
-        cells = [spread([r[key] for r in rows]) for key in ("mismatch", "k3", "max", "p99", "outside")]
-        print(f"| {gen} -> {train} | {'rollout' if replay else 'off'} | " + " | ".join(cells) + " |")
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for row in table_rows(results):
+        print("| " + " | ".join(row) + " |")
     print("\nKL cut by replay (off / rollout, per seed, then the mean):")
     for gen, train in PAIRS:
-        off, on = results[(gen, train, False)], results[(gen, train, True)]
-        cuts = [a["k3"] / b["k3"] if b["k3"] > 0 else float("inf") for a, b in zip(off, on)]
+        cuts = kl_cuts(results, gen, train)
         print(f"  {gen} -> {train}: " + ", ".join(f"{c:.2f}x" for c in cuts) + f"; mean {statistics.fmean(cuts):.2f}x")
+
+
+def result_of(results: dict[tuple, list[dict]], cost: dict[str, float], decode: dict[str, float], seeds: int) -> BenchmarkResult:
+    result = BenchmarkResult("routing_replay", "Rollout routing replay", this_command())
+    for gen, train in PAIRS[:2]:
+        result.figure(f"KL cut by replay, {gen} -> {train}", statistics.fmean(kl_cuts(results, gen, train)), "x")
+    result.figure("trainer step with routes replayed vs none", cost["replayed"] / cost["none"] - 1, "fraction")
+    result.figure("generator decode with route capture vs without", decode["with capture"] / decode["without"] - 1, "fraction")
+    result.tables.append(Table(f"Trainer vs generator logprobs, same rollouts (mean ± stdev over {seeds} seeds)", COLUMNS, table_rows(results)))
+    return result
 
 
 def main() -> None:
@@ -190,6 +217,7 @@ def main() -> None:
     parser.add_argument("--prompt-len", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of each cost comparison")
+    add_json_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() // 2))
     results: dict[tuple, list[dict]] = {(g, t, r): [] for g, t in PAIRS for r in (False, True)}
@@ -235,6 +263,8 @@ def main() -> None:
     with_capture, without = decode["with capture"], decode["without"]
     print(f"generator decode (bf16, median tokens/s): with route capture {with_capture:.0f}, without "
           f"{without:.0f} ({with_capture / without - 1:+.1%})")
+    if args.json:
+        result_of(results, cost, decode, args.seeds).write(args.json)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights import store
 from forge_async.weights.config import default_root
 from forge_async.weights.shared_memory import SharedMemoryChannel
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 LAYER_PARAMS = 4 * 1024 * 1024  # ~4M parameters per tensor, like one projection of a 1-2B model
 MODELS = {  # the tiny default model and one of ~100M parameters (as benchmarks/checkpoint_cost.py)
@@ -166,12 +167,36 @@ HEADER = (
 )
 
 
-async def synthetic(sizes: list[int], repeats: int, torchstore_max: int) -> None:
+async def synthetic(sizes: list[int], repeats: int, torchstore_max: int) -> list[tuple[float, dict[str, float]]]:
+    """Prints a row per size; returns (MB, figures) per size."""
     print(HEADER)
+    measured = []
     for millions in sizes:
         shapes = synthetic_shapes(millions)
         f = await measure(shapes, repeats, torchstore=millions <= torchstore_max)
         print(row(f"{millions}M", shapes, f), flush=True)
+        measured.append((nbytes(shapes) / 1e6, f))
+    return measured
+
+
+def result_of(measured: list[tuple[float, dict[str, float]]]) -> BenchmarkResult:
+    result = BenchmarkResult("weight_transfer", "Weight transfer, trainer -> generator", this_command())
+    megabytes, largest = measured[-1]
+    result.figure(f"shm / memcpy, {megabytes:.0f} MB version", largest["shm"] / largest["memcpy"], "x")
+    result.figure(f"shm, {megabytes:.0f} MB version", largest["shm"] * 1e3, "ms")
+    columns = ["MB", "memcpy (ms)", "shm first (ms)", "shm (ms)", "shm / memcpy", "torchstore (ms)"]
+    rows = [
+        [round(mb, 1), f["memcpy"] * 1e3, f["shm_first"] * 1e3, f["shm"] * 1e3, f["shm"] / f["memcpy"],
+         f["torchstore"] * 1e3 if "torchstore" in f else None]
+        for mb, f in measured
+    ]
+    result.tables.append(Table("One version, writer proc -> reader proc (best of the repeats)", columns, rows))
+    lines = [
+        Line(label, [mb for mb, f in measured if key in f], [f[key] * 1e3 for _, f in measured if key in f])
+        for label, key in (("memcpy (one copy)", "memcpy"), ("shared memory", "shm"), ("torchstore", "torchstore"))
+    ]
+    result.series.append(Series("Weight transfer against memcpy across sizes", "version (MB)", "ms", lines, log_x=True, log_y=True))
+    return result
 
 
 async def full_vs_adapters(models: list[str], rank: int, repeats: int) -> None:
@@ -195,7 +220,9 @@ async def main(args) -> None:
     await store.start_store()
     try:
         if args.sizes:
-            await synthetic(args.sizes, args.repeats, args.torchstore_max)
+            measured = await synthetic(args.sizes, args.repeats, args.torchstore_max)
+            if args.json:
+                result_of(measured).write(args.json)
         if args.models:
             await full_vs_adapters(args.models, args.lora_rank, args.repeats)
     finally:
@@ -212,4 +239,5 @@ if __name__ == "__main__":
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3, help="best of N")
     parser.add_argument("--torchstore-max", type=int, default=500, help="skip torchstore above this size")
+    add_json_argument(parser)
     asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,54 @@
+"""The benchmark report: every benchmark of its sets writes the shared result shape, and the
+Markdown page and its plots render from those files (the smallest configurations: the shape is
+tested here, the figures are the benchmarks' own business)."""
+
+import json
+
+import pytest
+
+from benchmarks import report
+from benchmarks.results import BenchmarkResult, Table, read_result
+
+
+def test_the_smoke_set_runs_each_benchmark_and_renders_the_report(tmp_path):
+    assert report.SMOKE.keys() == report.QUICK.keys() == report.FULL.keys()
+    assert report.main(["--smoke", "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "report.md").read_text()
+    for name in report.SMOKE:
+        result = read_result(tmp_path / "results" / f"{name}.0.json")
+        assert result.benchmark == name and result.figures, name
+        assert f"(`benchmarks/{name}.py`)" in page and result.command in page
+        assert f".venv/bin/python -m benchmarks.{name} " in result.command and "--json" not in result.command
+        for i, series in enumerate(result.series):
+            png = tmp_path / "figures" / f"{name}_{i}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+            assert f"]({'figures/' + png.name})" in page
+    facts = json.loads((tmp_path / "report.json").read_text())["box"]
+    assert {"cores", "cpu", "memory", "gpu", "commit", "torch", "torchtitan"} <= facts.keys()
+
+
+def result_with(*values: float) -> list[report.Run]:
+    runs = []
+    for i, value in enumerate(values):
+        result = BenchmarkResult("x", "X", "cmd")
+        result.figure("speed", value, "steps/s")
+        runs.append(report.Run("x", i, 1.0, result))
+    return runs
+
+
+def test_a_figure_whose_spread_exceeds_a_tenth_of_its_mean_says_so():
+    assert report.figure_rows(result_with(10.0, 10.5, 10.2)) == [["speed", "10.2 steps/s", "10 steps/s to 10.5 steps/s over 3 runs"]]
+    wide = report.figure_rows(result_with(10.0, 12.0))[0][2]
+    assert wide.endswith("spread over 10% of the mean")
+    assert report.figure_rows(result_with(7.0))[0][1:] == ["7 steps/s", "one run"]
+
+
+def test_a_malformed_result_names_its_file_and_what_is_wrong(tmp_path):
+    bad = BenchmarkResult("x", "X", "cmd", tables=[Table("t", ["a", "b"], [[1, 2, 3]])])
+    path = tmp_path / "x.json"
+    bad.write(path)
+    with pytest.raises(ValueError, match=f"{path}: table 't' has rows of another width"):
+        read_result(path)
+    path.write_text('{"title": "no benchmark name"}')
+    with pytest.raises(ValueError, match=f"{path}: not a benchmark result"):
+        read_result(path)
