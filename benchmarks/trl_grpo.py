@@ -1,6 +1,7 @@
 """TRL's synchronous `GRPOTrainer` on a forge_async digit task: the baseline of benchmarks.vs_trl.
 
     .venv/bin/python -m benchmarks.trl_grpo CHECKPOINT [--num-digits 5] [--steps 400] [--seed 0]
+    .venv/bin/python -m benchmarks.trl_grpo CHECKPOINT --completion-tokens 128   # every completion 128 tokens
 
 Needs TRL (`pip install -e ".[bench]"`); forge_async does not. One process, as a TRL user
 runs it: plain Hugging Face `generate` on CPU, one optimizer step per batch. The same
@@ -29,7 +30,7 @@ except ImportError as err:
 
 PROMPTS_PER_STEP = 16
 GROUP_SIZE = 8
-MAX_TOKENS = 3  # the answer digit, EOS, one spare: the CPU default's sampling.max_tokens
+ANSWER_TOKENS = 3  # the answer digit, EOS, one spare: the CPU default's sampling.max_tokens
 
 
 def digit_prompts(task: DigitTask, tokenizer, count: int, seed: int) -> datasets.Dataset:
@@ -69,11 +70,17 @@ def main() -> None:
     parser.add_argument("--rule", default="max_digit", choices=["max_digit", "first_digit"])  # 1-digit answers
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--completion-tokens", type=int, default=None,
+        help="every completion exactly this long (EOS held back until then); default: the answer's 3",
+    )
     args = parser.parse_args()
+    max_tokens = args.completion_tokens or ANSWER_TOKENS
+    exact = {"min_new_tokens": args.completion_tokens} if args.completion_tokens else {}
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32)
-    task = DigitTask(args.rule, args.num_digits, tokenizer, model.config.max_position_embeddings - MAX_TOKENS)
+    task = DigitTask(args.rule, args.num_digits, tokenizer, model.config.max_position_embeddings - max_tokens)
     prompts = digit_prompts(task, tokenizer, args.steps * PROMPTS_PER_STEP, args.seed)
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
@@ -81,7 +88,8 @@ def main() -> None:
             max_steps=args.steps,
             per_device_train_batch_size=PROMPTS_PER_STEP * GROUP_SIZE,
             num_generations=GROUP_SIZE,
-            max_completion_length=MAX_TOKENS,
+            max_completion_length=max_tokens,
+            generation_kwargs=exact,
             temperature=1.0,
             top_p=1.0,
             learning_rate=1e-3,
