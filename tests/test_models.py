@@ -82,7 +82,7 @@ def test_unsupported_architecture_names_it(tmp_path):
 
 
 def test_bad_tiny_family_names_the_key_and_the_choices():
-    with pytest.raises(ConfigError, match=r"^model.tiny.family='gpt2': one of qwen3, llama$"):
+    with pytest.raises(ConfigError, match=r"^model.tiny.family='gpt2': one of qwen3, llama, qwen3_moe$"):
         TinyModelConfig(family="gpt2")
 
 
