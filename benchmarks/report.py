@@ -65,6 +65,7 @@ def run_benchmark(name: str, args: list[str], repeat: int, out: Path) -> Run:
     log = out / "logs" / f"{name}.{repeat}.log"
     command = [sys.executable, "-m", f"benchmarks.{name}", *args, "--json", str(result_file)]
     env = os.environ | {"PYTHONPATH": str(REPO)}
+    result_file.unlink(missing_ok=True)  # a failed run must not be read as an earlier one's results
     start = time.perf_counter()
     with log.open("w") as output:
         code = subprocess.run(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT).returncode
