@@ -124,7 +124,14 @@ def _commit() -> str:
 def format_value(value: float, unit: str) -> str:
     if unit == "fraction":
         return f"{value:+.1%}"
-    return f"{value:.3g} {unit}".rstrip()
+    number = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{number} {unit}".rstrip()
+
+
+def relative_spread(values: list[float], unit: str) -> float | None:
+    """(max - min) over the mean; a "fraction" (a change, ratio - 1) over its ratio. None: mean 0."""
+    scale = statistics.fmean(values) + (1 if unit == "fraction" else 0)
+    return (max(values) - min(values)) / abs(scale) if scale else None
 
 
 def figure_rows(runs: list[Run]) -> list[list[str]]:
@@ -140,7 +147,7 @@ def figure_rows(runs: list[Run]) -> list[list[str]]:
             rows.append([name, format_value(mean, unit), "one run"])
             continue
         spread = f"{format_value(min(seen), unit)} to {format_value(max(seen), unit)} over {len(seen)} runs"
-        wide = mean != 0 and (max(seen) - min(seen)) / abs(mean) > SPREAD_LIMIT
+        wide = (relative_spread(seen, unit) or 0) > SPREAD_LIMIT
         rows.append([name, format_value(mean, unit), spread + (f"; spread over {SPREAD_LIMIT:.0%} of the mean" if wide else "")])
     return rows
 

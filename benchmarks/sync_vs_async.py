@@ -62,7 +62,7 @@ def result_of(summaries: dict, metrics: dict, rows: list, speedup: float) -> Ben
     result.figure("async speedup (same steps)", speedup, "x")
     for mode in modes:
         result.figure(f"{mode} samples trained/s", summaries[mode]["samples_per_s"], "samples/s")
-    table = [[label] + [summaries[m][key] for m in modes] for label, key, _ in rows]
+    table = [[label] + [fmt.format(summaries[m][key]) for m in modes] for label, key, fmt in rows]
     table.append(["time to target"] + [time_to_target(summaries[m]) for m in modes])
     result.tables.append(Table("Both runs", ["", *modes], table))
     result.series.append(Series("Steps/s over the run", "step", "steps/s", [Line(m, *step_rate(metrics[m])) for m in modes]))

@@ -41,6 +41,13 @@ def test_a_figure_whose_spread_exceeds_a_tenth_of_its_mean_says_so():
     wide = report.figure_rows(result_with(10.0, 12.0))[0][2]
     assert wide.endswith("spread over 10% of the mean")
     assert report.figure_rows(result_with(7.0))[0][1:] == ["7 steps/s", "one run"]
+    assert report.figure_rows(result_with(1234.5, 1300.0))[0][1] == "1,267 steps/s"
+
+
+def test_a_change_spreads_against_its_ratio():
+    """A "fraction" is a change (ratio - 1): -1% to +2% is a 3% spread of the ratio, not 600% of +0.5%."""
+    assert report.relative_spread([-0.01, 0.02], "fraction") == pytest.approx(0.03 / 1.005)
+    assert report.relative_spread([10.0, 12.0], "x") == pytest.approx(2 / 11)
 
 
 def test_a_malformed_result_names_its_file_and_what_is_wrong(tmp_path):
