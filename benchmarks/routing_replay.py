@@ -48,6 +48,7 @@ from forge_async.models.routes import RouteMismatch, routes_given  # noqa: E402
 from forge_async.models.tiny import create_tiny_checkpoint  # noqa: E402
 from forge_async.models.titan import build_titan_model, state_dict_adapter  # noqa: E402
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command  # noqa: E402
+from benchmarks.swap_pause import params as sampling  # noqa: E402
 
 PAIRS = (("bfloat16", "float32"), ("bfloat16", "bfloat16"), ("float32", "float32"))
 RATIO_BAND = (0.8, 1.25)
@@ -70,16 +71,6 @@ def build_engine(checkpoint: Checkpoint, dtype: str, capture: bool) -> Versioned
     return VersionedEngine(llm, "abort_resume", routes=routes)
 
 
-def sampling(max_tokens: int):
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    return SamplingParams(
-        max_tokens=max_tokens, ignore_eos=True, temperature=1.0, logprobs=0,
-        output_kind=RequestOutputKind.DELTA, detokenize=False,
-    )
-
-
 def prompts(count: int, length: int, seed: int) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [[11] + rng.integers(0, 10, length).tolist() + [13] for _ in range(count)]
@@ -87,7 +78,7 @@ def prompts(count: int, length: int, seed: int) -> list[list[int]]:
 
 def rollouts(engine: VersionedEngine, args, seed: int) -> list[Completion]:
     """args.prompts x args.samples completions (GRPO groups) of random digit prompts."""
-    params = sampling(args.max_tokens)
+    params = sampling(args.max_tokens)  # benchmarks/swap_pause.py's: DELTA outputs, logprobs, no detokenizing
     requests = [engine.submit(p, params) for p in prompts(args.prompts, args.prompt_len, seed) for _ in range(args.samples)]
     while engine.has_work:
         engine.step()
