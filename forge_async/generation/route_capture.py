@@ -132,14 +132,16 @@ class KvSlotRoutes:
 
 
 def _in_process_runner(llm):
-    """The model runner of an engine whose worker lives in this process."""
-    runner = llm.collective_rpc(_model_runner)[0]
-    if not hasattr(runner, "input_batch"):
+    """The model runner of an engine whose worker lives in this process (an engine core in a
+    process of its own could not hand its runner over)."""
+    import vllm.envs
+
+    if vllm.envs.VLLM_ENABLE_V1_MULTIPROCESSING:
         raise ConfigError(
             "moe routes on CPU are read beside vLLM's KV cache, in the engine's own process: "
             "VLLM_ENABLE_V1_MULTIPROCESSING must be 0 (forge_async's runtime sets it)"
         )
-    return runner
+    return llm.collective_rpc(_model_runner)[0]
 
 
 def _model_runner(worker):
