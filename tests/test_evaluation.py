@@ -126,7 +126,7 @@ def test_an_evaluation_that_saw_two_versions_is_an_error():
 
 def test_a_generator_keeps_one_version_while_held_across_calls(tiny_checkpoint, tmp_path):
     """Versions published while the generator holds its weights wait: for the call decoding
-    then, and for calls made later, until it is released."""
+    then, and for calls made later, until it is released. A hold starts from the newest."""
     weights = WeightsConfig(transport="shm", channel_dir=str(tmp_path / "channel"))
     procs, generator = spawn_generator(tiny_checkpoint, weights)
     channel = SharedMemoryChannel(weights.channel_dir)
@@ -149,6 +149,11 @@ def test_a_generator_keeps_one_version_while_held_across_calls(tiny_checkpoint, 
         assert _eventually(lambda: generator.get_version.call_one().get() == 1)
         channel.write(2, state)
         assert _eventually(lambda: generator.get_version.call_one().get() == 2)  # released: it swaps again
+        # A hold takes the channel's newest version first: calls admitted before it count on it.
+        for version in (3, 4, 5):
+            channel.write(version, state)
+            assert generator.hold_weights.call_one(True).get() == version
+            generator.hold_weights.call_one(False).get()
     finally:
         asyncio.run(meshes.stop_all(procs))
 

@@ -249,9 +249,24 @@ class Generator(ProcActor):
     async def hold_weights(self, hold: bool) -> int:
         """Keep (True) the weights in use, taking no newer version from the channel until released
         (False), across calls: an evaluation pinned to one version (weights/delivery.py). Returns
-        the version."""
+        the version.
+
+        A hold first takes the channel's newest version, as the engine loop would before its
+        next step: admission control counts every call it admitted before the hold as sampled
+        with at least that version, and holding an older one would make those calls stale."""
+        if hold:
+            await self._take_newest()
         self._weight_holds += 1 if hold else -1
         return self.engine.version
+
+    async def _take_newest(self) -> None:
+        """Until the engine holds the version the channel had when asked (drain mode: after the
+        running requests finish). No wait under another hold: that one keeps its version."""
+        latest = self.channel.latest() if self.channel is not None else None
+        while latest is not None and self.engine.version < latest and not self._weight_holds:
+            self._maybe_swap()
+            if self.engine.version < latest:
+                await asyncio.sleep(_IDLE_POLL_S)
 
     def _maybe_swap(self) -> None:
         if self.channel is None:
