@@ -4,7 +4,7 @@ Runs the GRPO app for the same number of steps at max_policy_age 0, 1 and 4,
 with admission control on and off, and prints the waste, throughput and
 trainer idle time of each.
 
-    .venv/bin/python -m benchmarks.admission_waste [--steps 30] [-- extra overrides]
+    .venv/bin/python -m benchmarks.admission_waste [--steps 30] [--json PATH] [-- extra overrides]
 """
 
 import argparse

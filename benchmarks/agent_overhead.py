@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.agent_overhead                 # 40 steps each, 2 rounds
     .venv/bin/python -m benchmarks.agent_overhead --steps 60 --rounds 1 -- env.procs=1
+    .venv/bin/python -m benchmarks.agent_overhead --json PATH      # also the results in the report's shape
 
 Runs `--config-name tool_lookup` (the native environment) and the same with
 env.name=agent:docs.examples.tool_lookup_agent:play (a plain `openai` client through the

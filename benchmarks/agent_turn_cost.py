@@ -1,6 +1,6 @@
 """What one agent turn costs without the model: the endpoint's share against the client's.
 
-    .venv/bin/python -m benchmarks.agent_turn_cost [--episodes 256] [--rounds 2]
+    .venv/bin/python -m benchmarks.agent_turn_cost [--episodes 256] [--rounds 2] [--json PATH]
 
 Plays tool_lookup episodes in one process through the episode runner, all at once, with a
 stand-in for the generator that answers each turn right away (so only the environment's

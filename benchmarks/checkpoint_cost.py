@@ -6,7 +6,7 @@ ranks: one training step (so AdamW's state exists), then `Trainer.save_state`
 `Trainer.load_state`. The controller's part of a checkpoint (buffer episodes,
 RNG states) is small next to this; the app prints each checkpoint's total time.
 
-    .venv/bin/python -m benchmarks.checkpoint_cost [--procs 1] [--models tiny 100m]
+    .venv/bin/python -m benchmarks.checkpoint_cost [--procs 1] [--models tiny 100m] [--json PATH]
 """
 
 import argparse

@@ -4,6 +4,7 @@
     python -m benchmarks.cost_model --scenario 8b-32node --generate-s 60
     python -m benchmarks.cost_model --scenario tiny-2host --train-s T --generate-s G  # measured T, G
     python -m benchmarks.cost_model --check runs.json                # predicted vs measured
+    python -m benchmarks.cost_model --check runs.json --json PATH    # ... also in the report's result shape
 
 The system. The trainer's host publishes each policy version (B bytes) into its shared
 memory. A weight sender on that host sends each version over a gloo pair to one weight

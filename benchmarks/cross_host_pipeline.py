@@ -15,7 +15,7 @@ per step (learning must not change), the version each relay held at the end, the
 versions it skipped and its failed links, and the CPU time each proc used a step
 (/proc, over the same steps); then the ratio of the medians.
 
-    sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4]
+    sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4] [--json PATH]
 """
 
 import argparse

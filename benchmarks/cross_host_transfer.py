@@ -20,7 +20,7 @@ default model's tensors, and `--sizes` millions of fp32 parameters):
 
 Median of `--repeats` steady-state versions (two warm-up versions fill the slots).
 
-    sudo .venv/bin/python -m benchmarks.cross_host_transfer [--rates unshaped 10gbit 1gbit] [--sizes 100]
+    sudo .venv/bin/python -m benchmarks.cross_host_transfer [--rates unshaped 10gbit 1gbit] [--sizes 100] [--json PATH]
 """
 
 import argparse

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.distillation                    # trains a teacher, seeds 0-2
     .venv/bin/python -m benchmarks.distillation --teacher RUN_DIR/final_model --seeds 5
+    .venv/bin/python -m benchmarks.distillation --json PATH        # also the results in the report's shape
 
 A teacher (GRPO, 250 steps, tiny-model seed 0) is trained first unless given. Then for each
 seed, the student (a fresh tiny model, seed 1) learns the task twice: by GRPO from scratch,

@@ -1,6 +1,7 @@
 """Does every seed learn? The default config over N seeds, async and sync, one after another.
 
     .venv/bin/python -m benchmarks.learning_reliability                 # seeds 0-4, both modes
+    .venv/bin/python -m benchmarks.learning_reliability --json PATH     # also the results in the report's shape
     .venv/bin/python -m benchmarks.learning_reliability --seeds 3 --modes async \\
         -- filter.zero_variance_groups=true
 
