@@ -1,6 +1,6 @@
 """What one agent turn costs without the model: the endpoint's share against the client's.
 
-    .venv/bin/python -m benchmarks.agent_turn_cost [--episodes 256] [--rounds 2]
+    .venv/bin/python -m benchmarks.agent_turn_cost [--episodes 256] [--rounds 2] [--json PATH]
 
 Plays tool_lookup episodes in one process through the episode runner, all at once, with a
 stand-in for the generator that answers each turn right away (so only the environment's
@@ -24,6 +24,7 @@ import weakref
 
 import aiohttp
 
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.agent.config import AgentConfig
@@ -81,7 +82,8 @@ async def cpu_ms_per_turn(new_environment, prompts: list[Prompt]) -> float:
     return seconds / sum(c.turns for c in completions) * 1e3
 
 
-async def measure(episodes: int, rounds: int) -> None:
+async def measure(episodes: int, rounds: int) -> dict[str, list[float]]:
+    """Way -> CPU ms a turn, one value per round."""
     task = ToolLookupTask(TOKENIZER, 10)
     rng = random.Random(0)
     prompts = [task.sample(rng) for _ in range(episodes)]
@@ -92,16 +94,34 @@ async def measure(episodes: int, rounds: int) -> None:
                 figures[way].append(await cpu_ms_per_turn(new_environment, prompts))
     finally:
         await stop_shared_endpoint()
-    for way, values in figures.items():
-        print(f"{way:8} {statistics.median(values):6.3f} ms of CPU a turn (median of {rounds})")
+    return figures
+
+
+def result_of(medians: dict[str, float], figures: dict[str, list[float]], episodes: int) -> BenchmarkResult:
+    result = BenchmarkResult("agent_turn_cost", "CPU cost of one agent turn, the model left out", this_command())
+    for way, ms in medians.items():
+        result.figure(f"{way} CPU a turn", ms, "ms")
+    result.figure("the endpoint's own share (aiohttp - native)", medians["aiohttp"] - medians["native"], "ms")
+    result.figure("the openai client's share (openai - aiohttp)", medians["openai"] - medians["aiohttp"], "ms")
+    rows = [[way, medians[way], ", ".join(f"{ms:.3f}" for ms in values)] for way, values in figures.items()]
+    title = f"CPU ms a model turn, {episodes} tool_lookup episodes played at once"
+    result.tables.append(Table(title, ["way", "median (ms)", "per round (ms)"], rows))
+    result.series.append(Series(title, "", "CPU ms a turn", [Line("median", list(medians), list(medians.values()))], bars=True))
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=256, help="played at once")
     parser.add_argument("--rounds", type=int, default=3)
+    add_json_argument(parser)
     args = parser.parse_args()
-    asyncio.run(measure(args.episodes, args.rounds))
+    figures = asyncio.run(measure(args.episodes, args.rounds))
+    medians = {way: statistics.median(values) for way, values in figures.items()}
+    for way, ms in medians.items():
+        print(f"{way:8} {ms:6.3f} ms of CPU a turn (median of {args.rounds})")
+    if args.json:
+        result_of(medians, figures, args.episodes).write(args.json)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ ranks: one training step (so AdamW's state exists), then `Trainer.save_state`
 `Trainer.load_state`. The controller's part of a checkpoint (buffer episodes,
 RNG states) is small next to this; the app prints each checkpoint's total time.
 
-    .venv/bin/python -m benchmarks.checkpoint_cost [--procs 1] [--models tiny 100m]
+    .venv/bin/python -m benchmarks.checkpoint_cost [--procs 1] [--models tiny 100m] [--json PATH]
 """
 
 import argparse
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
@@ -63,25 +64,57 @@ async def measure(name: str, procs: int, workdir: Path) -> dict:
     return {"params": params, "save_s": save_s, "load_s": load_s, "bytes": directory_bytes(target)}
 
 
-async def main(models: list[str], procs: int) -> None:
+COLUMNS = ("model", "params", "size MiB", "bytes/param", "save s", "restore s")
+WIDTHS = (6, 12, 9, 11, 7, 9)
+
+
+def cells(name: str, r: dict) -> list[str]:
+    """One model's row, as printed."""
+    return [
+        name, f"{r['params']:,}", f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / r['params']:.1f}",
+        f"{r['save_s']:.2f}", f"{r['load_s']:.2f}",
+    ]
+
+
+def aligned(row: list[str]) -> str:
+    return " ".join(cell.rjust(width) for cell, width in zip(row, WIDTHS))
+
+
+def result_of(measured: dict[str, dict], procs: int) -> BenchmarkResult:
+    """`measured`: model name -> measure()'s figures."""
+    result = BenchmarkResult("checkpoint_cost", "Checkpoint cost", this_command())
+    for name, r in measured.items():
+        result.figure(f"save, {name} model, {procs} rank(s)", r["save_s"], "s")
+        result.figure(f"restore, {name} model, {procs} rank(s)", r["load_s"], "s")
+        result.figure(f"checkpoint bytes per parameter, {name} model", r["bytes"] / r["params"], "B")
+    rows = [cells(name, r) for name, r in measured.items()]
+    result.tables.append(Table(f"Trainer checkpoint, {procs} rank(s): model + AdamW state (DCP)", list(COLUMNS), rows))
+    lines = [Line(label, list(measured), [r[key] for r in measured.values()]) for label, key in (("save", "save_s"), ("restore", "load_s"))]
+    result.series.append(Series(f"Checkpoint save and restore, {procs} rank(s)", "model", "s", lines, bars=True))
+    return result
+
+
+async def main(models: list[str], procs: int) -> dict[str, dict]:
+    """Model name -> its figures, each printed as it is measured."""
+    measured = {}
     with tempfile.TemporaryDirectory() as workdir:
         print(f"trainer checkpoint, {procs} rank(s): model + AdamW state (DCP)")
-        print(f"{'model':>6} {'params':>12} {'size MiB':>9} {'bytes/param':>11} {'save s':>7} {'restore s':>9}")
+        print(aligned(list(COLUMNS)))
         for name in models:
-            r = await measure(name, procs, Path(workdir))
-            print(
-                f"{name:>6} {r['params']:>12,} {r['bytes'] / 2**20:>9.1f} {r['bytes'] / r['params']:>11.1f} "
-                f"{r['save_s']:>7.2f} {r['load_s']:>9.2f}",
-                flush=True,
-            )
+            measured[name] = await measure(name, procs, Path(workdir))
+            print(aligned(cells(name, measured[name])), flush=True)
+    return measured
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=sorted(SHAPES), default=["tiny", "100m"])
     parser.add_argument("--procs", type=int, default=1)
+    add_json_argument(parser)
     args = parser.parse_args()
-    asyncio.run(main(args.models, args.procs))
+    measured = asyncio.run(main(args.models, args.procs))
+    if args.json:
+        result_of(measured, args.procs).write(args.json)
     from monarch.actor import shutdown_context
 
     shutdown_context().get(timeout=30)

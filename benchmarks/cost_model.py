@@ -4,6 +4,7 @@
     python -m benchmarks.cost_model --scenario 8b-32node --generate-s 60
     python -m benchmarks.cost_model --scenario tiny-2host --train-s T --generate-s G  # measured T, G
     python -m benchmarks.cost_model --check runs.json                # predicted vs measured
+    python -m benchmarks.cost_model --check runs.json --json PATH    # ... also in the report's result shape
 
 The system. The trainer's host publishes each policy version (B bytes) into its shared
 memory. A weight sender on that host sends each version over a gloo pair to one weight
@@ -66,6 +67,8 @@ import math
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 GBIT = 1e9 / 8  # bytes/s in one Gbit/s
 GB = 1e9
@@ -264,14 +267,20 @@ def aligned(rows: list[list[str]], indent: str = "  ") -> str:
     return "\n".join(lines)
 
 
+def input_rows(scenario: Scenario) -> list[list[str]]:
+    """Each input: its label, value, unit and, where it is not measured, why."""
+    return [
+        [label, num(getattr(scenario.inputs, name)), unit, scenario.marks.get(name, "")]
+        for name, (label, unit) in INPUT_LABELS.items()
+    ]
+
+
 def input_lines(scenario: Scenario) -> str:
-    """The inputs, each with its unit and, where it is not measured, why."""
-    rows = [[label, num(getattr(scenario.inputs, name))] for name, (label, _) in INPUT_LABELS.items()]
-    lines = aligned(rows).splitlines()
-    for i, (name, (_, unit)) in enumerate(INPUT_LABELS.items()):
-        mark = scenario.marks.get(name)
-        lines[i] = " ".join(filter(None, (lines[i], unit, f"({mark})" if mark else "")))
-    return "\n".join(lines)
+    rows = input_rows(scenario)
+    lines = aligned([row[:2] for row in rows]).splitlines()
+    return "\n".join(
+        " ".join(filter(None, (line, unit, f"({mark})" if mark else ""))) for line, (_, _, unit, mark) in zip(lines, rows)
+    )
 
 
 def prediction_rows(inputs: Inputs, topologies: tuple[str, ...]) -> list[list[str]]:
@@ -302,9 +311,24 @@ def overridden(scenario: Scenario, given: dict[str, float]) -> Scenario:
 CHECK_KEYS = ("hosts", "model_bytes", "train_s", "generate_s", "link_gbit", "measured_steps_per_s")
 
 
-def check(path: Path, defaults: Inputs) -> str:
-    """Predicted vs measured for each run of a JSON list; a run's missing inputs come from `defaults`."""
-    rows = [["run", "hosts", "topology", "predicted", "simulated", "measured", "measured/predicted", "bottleneck"]]
+@dataclass(frozen=True)
+class Checked:
+    """One measured run against its prediction."""
+    name: str
+    inputs: Inputs
+    topology: str
+    prediction: Prediction
+    simulated_steps_per_s: float
+    measured_steps_per_s: float
+
+    @property
+    def measured_over_predicted(self) -> float:
+        return self.measured_steps_per_s / self.prediction.steps_per_s
+
+
+def checked_runs(path: Path, defaults: Inputs) -> list[Checked]:
+    """Each run of a JSON list against its prediction; a run's missing inputs come from `defaults`."""
+    checked = []
     for i, run in enumerate(json.loads(path.read_text())):
         missing = [key for key in CHECK_KEYS if key not in run]
         if missing:
@@ -312,14 +336,57 @@ def check(path: Path, defaults: Inputs) -> str:
         given = {f.name: run[f.name] for f in fields(Inputs) if f.name in run}
         inputs = replace(defaults, **given)
         topology = run.get("topology", "star")
-        prediction = predict(inputs, topology)
-        measured = run["measured_steps_per_s"]
-        rows.append([
-            str(run.get("name", i)), str(inputs.hosts), topology, num(prediction.steps_per_s),
-            num(simulated_steps_per_s(inputs, topology)), num(measured),
-            num(measured / prediction.steps_per_s), prediction.bottleneck,
-        ])
-    return aligned(rows)
+        checked.append(Checked(
+            str(run.get("name", i)), inputs, topology, predict(inputs, topology),
+            simulated_steps_per_s(inputs, topology), run["measured_steps_per_s"],
+        ))
+    return checked
+
+
+def check_rows(checked: list[Checked]) -> list[list[str]]:
+    """A header, then a row per run."""
+    return [["run", "hosts", "topology", "predicted", "simulated", "measured", "measured/predicted", "bottleneck"]] + [
+        [c.name, str(c.inputs.hosts), c.topology, num(c.prediction.steps_per_s), num(c.simulated_steps_per_s),
+         num(c.measured_steps_per_s), num(c.measured_over_predicted), c.prediction.bottleneck]
+        for c in checked
+    ]
+
+
+TITLE = "Cost model across hosts"
+LINK_GBITS = [m * 10**e for e in range(-1, 5) for m in (1, 2, 5)]  # 0.1 to 50,000 Gbit/s
+
+
+def check_result(checked: list[Checked]) -> BenchmarkResult:
+    result = BenchmarkResult("cost_model", TITLE, this_command())
+    for c in checked:
+        result.figure(f"measured / predicted steps/s, {c.name}", c.measured_over_predicted, "x")
+    header, *rows = check_rows(checked)
+    result.tables.append(Table("Predicted vs measured steps/s", header, rows))
+    names = [c.name for c in checked]
+    lines = [
+        Line("predicted", names, [c.prediction.steps_per_s for c in checked]),
+        Line("simulated (whole versions)", names, [c.simulated_steps_per_s for c in checked]),
+        Line("measured", names, [c.measured_steps_per_s for c in checked]),
+    ]
+    result.series.append(Series("Predicted vs measured steps/s", "", "steps/s", lines, bars=True))
+    return result
+
+
+def scenarios_result(scenarios: dict[str, Scenario], topologies: tuple[str, ...]) -> BenchmarkResult:
+    """Each scenario's prediction (its printed tables), and its steps/s against the link rate."""
+    result = BenchmarkResult("cost_model", TITLE, this_command())
+    for name, scenario in scenarios.items():
+        for topology in topologies:
+            result.figure(f"predicted steps/s, {name}, {topology}", predict(scenario.inputs, topology).steps_per_s, "steps/s")
+        result.tables.append(Table(f"{name}: inputs", ["input", "value", "unit", "not measured"], input_rows(scenario)))
+        header, *rows = prediction_rows(scenario.inputs, topologies)
+        result.tables.append(Table(f"{name}: {scenario.about}", header, rows))
+        lines = [
+            Line(topology, LINK_GBITS, [predict(replace(scenario.inputs, link_gbit=link), topology).steps_per_s for link in LINK_GBITS])
+            for topology in topologies
+        ]
+        result.series.append(Series(f"{name}: predicted steps/s against the link rate", "link rate (Gbit/s per NIC)", "steps/s", lines, log_x=True))
+    return result
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -339,6 +406,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--generate-s", type=float, help="G, seconds to generate one batch on one host")
     parser.add_argument("--max-policy-age", type=int, help="A")
     parser.add_argument("--latency-ms", type=float, help="c, fixed latency per transfer")
+    add_json_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -351,13 +419,19 @@ def main(argv: list[str] | None = None) -> None:
     given = given_inputs(args)
     try:
         if args.check is not None:
-            print(check(args.check, replace(SCENARIOS["tiny-2host"].inputs, **given)))
-            return
-        topologies = TOPOLOGIES if args.topology == "both" else (args.topology,)
-        for name in args.scenario or SCENARIOS:
-            print(report(name, overridden(SCENARIOS[name], given), topologies))
+            checked = checked_runs(args.check, replace(SCENARIOS["tiny-2host"].inputs, **given))
+            print(aligned(check_rows(checked)))
+            result = check_result(checked)
+        else:
+            topologies = TOPOLOGIES if args.topology == "both" else (args.topology,)
+            scenarios = {name: overridden(SCENARIOS[name], given) for name in args.scenario or SCENARIOS}
+            for name, scenario in scenarios.items():
+                print(report(name, scenario, topologies))
+            result = scenarios_result(scenarios, topologies)
     except ValueError as err:
         sys.exit(f"error: {err}")
+    if args.json:
+        result.write(args.json)
 
 
 if __name__ == "__main__":

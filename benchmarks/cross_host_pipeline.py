@@ -15,7 +15,7 @@ per step (learning must not change), the version each relay held at the end, the
 versions it skipped and its failed links, and the CPU time each proc used a step
 (/proc, over the same steps); then the ratio of the medians.
 
-    sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4]
+    sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4] [--json PATH]
 """
 
 import argparse
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from apps.grpo.subprocess_run import run_app
 from benchmarks.proc_cpu import ProcCpu
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.launch.netns import available, launch_command, simulated_hosts
 from forge_async.metrics import read_rows
 
@@ -94,6 +95,50 @@ def across_hosts(run_dir: Path, hosts: int, overrides: list[str], while_running=
     return {"relays": json.loads((run_dir / "summary.json").read_text())["weight_receivers"]}
 
 
+def labels(hosts: int) -> tuple[str, str]:
+    """A layout's two runs: on one host, across hosts."""
+    return "one host", f"{hosts} hosts"
+
+
+def medians(runs: list[dict], hosts: int) -> tuple[float, float]:
+    """The layout's median steps/s on one host and across hosts."""
+    one, across = (
+        statistics.median(r["steps_per_s"] for r in runs if r["hosts"] == hosts and r["label"] == label)
+        for label in labels(hosts)
+    )
+    return one, across
+
+
+def relays_cell(run: dict) -> str:
+    relays = run["extra"].get("relays", [])
+    return "; ".join(f"version {r['version']}, {r['versions_skipped']} skipped, {r['link_failures']} failed links" for r in relays)
+
+
+def cpu_table(runs: list[dict], hosts: int, first: int, last: int) -> Table:
+    """Each proc's CPU ms a step in the layout's first round, on one host and across hosts, and their sum."""
+    one, across = ([r for r in runs if r["hosts"] == hosts and r["label"] == label and r["round"] == 0][0]["cpu"] for label in labels(hosts))
+    rows = [[role, one.get(role), across.get(role)] for role in dict.fromkeys([*one, *across])]
+    rows.append(["all", round(sum(one.values()), 1), round(sum(across.values()), 1)])
+    return Table(f"CPU ms a step over steps {first}-{last}, {hosts}-host layout, round 0", ["proc", *labels(hosts)], rows)
+
+
+def result_of(runs: list[dict], layouts: list[int], first: int, steps: int) -> BenchmarkResult:
+    result = BenchmarkResult("cross_host_pipeline", "Crossing hosts in a run", this_command())
+    for hosts in layouts:
+        one, across = medians(runs, hosts)
+        result.figure(f"{hosts} hosts / one host steps/s", across / one, "x")
+        result.figure(f"{hosts}-host layout, one host", one, "steps/s")
+        result.figure(f"{hosts}-host layout, across hosts", across, "steps/s")
+    columns = ["layout", "run", "round", "steps/s", "mean reward", "relays"]
+    rows = [[f"{r['hosts']} hosts", r["label"], r["round"], round(r["steps_per_s"], 2), round(r["reward"], 3), relays_cell(r)] for r in runs]
+    result.tables.append(Table(f"Steps/s over steps {first}-{steps}", columns, rows))
+    result.tables += [cpu_table(runs, hosts, first, steps - 5) for hosts in layouts]
+    names = [f"{hosts} hosts" for hosts in layouts]
+    lines = [Line(label, names, [medians(runs, hosts)[i] for hosts in layouts]) for i, label in enumerate(("one host", "across hosts"))]
+    result.series.append(Series(f"Steps/s over steps {first}-{steps} (median of the rounds)", "", "steps/s", lines, bars=True))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -101,27 +146,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--layouts", type=int, nargs="+", default=[2, 4], help="hosts: trainer on 1, generators on the rest")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    add_json_argument(parser)
     args = parser.parse_args()
     if available() is not None:
         sys.exit(f"cannot simulate hosts here: {available()}")
     root = Path(tempfile.mkdtemp(prefix="cross_host_pipeline-"))
     print(f"runs in {root}")
+    runs = []
     for hosts in args.layouts:
         overrides = [f"steps={args.steps}", f"generator.count={hosts - 1}", "checkpoint.every_steps=0", *args.overrides]
-        rates: dict[str, list[float]] = {"one host": [], f"{hosts} hosts": []}
         for round_ in range(args.rounds):
-            for label in rates:
+            for label in labels(hosts):
                 run_dir = root / f"{hosts}hosts_round{round_}_{label.replace(' ', '_')}"
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 cpu = CpuPerStep(run_dir, args.first, args.steps - 5)  # before the end: the procs still run
                 cpu.start()
                 extra = one_host(run_dir, overrides) if label == "one host" else across_hosts(run_dir, hosts, overrides)
                 rate, reward = steps_per_s(run_dir, args.first, args.steps)
-                rates[label].append(rate)
+                runs.append({"hosts": hosts, "label": label, "round": round_, "steps_per_s": rate, "reward": reward,
+                             "extra": extra, "cpu": cpu.ms_per_step()})
                 print(f"{hosts} hosts layout, {label:>8}: {rate:6.2f} steps/s, mean reward {reward:.3f} {extra or ''}", flush=True)
-                print(f"    CPU ms a step: {cpu.ms_per_step()}", flush=True)
-        one, across = (statistics.median(v) for v in rates.values())
+                print(f"    CPU ms a step: {runs[-1]['cpu']}", flush=True)
+        one, across = medians(runs, hosts)
         print(f"{hosts} hosts / one host: {across / one:.2f} (medians {across:.2f} / {one:.2f} steps/s)", flush=True)
+    if args.json:
+        result_of(runs, args.layouts, args.first, args.steps).write(args.json)
 
 
 if __name__ == "__main__":

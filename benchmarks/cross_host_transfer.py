@@ -20,7 +20,7 @@ default model's tensors, and `--sizes` millions of fp32 parameters):
 
 Median of `--repeats` steady-state versions (two warm-up versions fill the slots).
 
-    sudo .venv/bin/python -m benchmarks.cross_host_transfer [--rates unshaped 10gbit 1gbit] [--sizes 100]
+    sudo .venv/bin/python -m benchmarks.cross_host_transfer [--rates unshaped 10gbit 1gbit] [--sizes 100] [--json PATH]
 """
 
 import argparse
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from monarch.actor import endpoint
 
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.actors.located import LocatedActor
 from forge_async.launch.hosts import free_port, interface_of, node_address
 
@@ -175,7 +176,21 @@ async def torchstore_s(writer, relay, first: int, repeats: int) -> float:
     return statistics.median(times[2:])
 
 
-async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool) -> None:
+def floor_s(row: dict) -> float:
+    """The version's bytes at the link's floor rate: the time of a line-rate copy."""
+    return row["bytes"] / row["floor"]
+
+
+def printed_row(name: str, row: dict) -> str:
+    store_ms = f"{row['torchstore'] * 1e3:>9.1f}ms" if "torchstore" in row else f"{'':>11}"
+    return (
+        f"{row['rate']:>9} {row['floor'] * 8 / 1e9:>6.2f}Gb/s {name:>8} {row['bytes'] / 1e6:>7.1f}MB "
+        f"{row['gloo'] * 1e3:>8.1f}ms {floor_s(row) * 1e3:>10.1f}ms {row['gloo'] / floor_s(row):>5.2f}x {store_ms}"
+    )
+
+
+async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool) -> list[tuple[str, dict]]:
+    """(state dict's name, measure()'s row) for each state dict and link rate, each printed as measured."""
     from benchmarks.weight_transfer import model_shapes, synthetic_shapes
     from forge_async.launch.hosts import Hosts
     from forge_async.weights import store
@@ -186,19 +201,39 @@ async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool
         await store.start_store()
     print(f"{'link':>9} {'floor':>10} {'params':>8} {'bytes':>9} {'gloo':>10} {'bytes/floor':>12} {'ratio':>6} {'torchstore':>11}")
     states = [("tiny", model_shapes("tiny", 8)[0]), *((f"{m}M", synthetic_shapes(m)) for m in sizes)]
+    measured = []
     try:
         for name, shapes in states:
             for row in await measure(hosts, shapes, rates, repeats, torchstore):
-                line_rate_s = row["bytes"] / row["floor"]
-                store_ms = f"{row['torchstore'] * 1e3:>9.1f}ms" if "torchstore" in row else f"{'':>11}"
-                print(
-                    f"{row['rate']:>9} {row['floor'] * 8 / 1e9:>6.2f}Gb/s {name:>8} {row['bytes'] / 1e6:>7.1f}MB "
-                    f"{row['gloo'] * 1e3:>8.1f}ms {line_rate_s * 1e3:>10.1f}ms {row['gloo'] / line_rate_s:>5.2f}x {store_ms}",
-                    flush=True,
-                )
+                measured.append((name, row))
+                print(printed_row(name, row), flush=True)
     finally:
         if torchstore:
             await store.stop_store()
+    return measured
+
+
+def result_of(measured: list[tuple[str, dict]]) -> BenchmarkResult:
+    result = BenchmarkResult("cross_host_transfer", "Weights across hosts", this_command())
+    for name, row in measured:
+        result.figure(f"gloo / link floor, {name}, {row['rate']}", row["gloo"] / floor_s(row), "x")
+        result.figure(f"gloo, {name}, {row['rate']}", row["gloo"] * 1e3, "ms")
+        if "torchstore" in row:
+            result.figure(f"torchstore, {name}, {row['rate']}", row["torchstore"] * 1e3, "ms")
+    columns = ["link", "floor (Gbit/s)", "state dict", "MB", "gloo (ms)", "bytes / floor (ms)", "ratio", "torchstore (ms)"]
+    rows = [
+        [row["rate"], row["floor"] * 8 / 1e9, name, row["bytes"] / 1e6, row["gloo"] * 1e3, floor_s(row) * 1e3,
+         row["gloo"] / floor_s(row), row["torchstore"] * 1e3 if "torchstore" in row else None]
+        for name, row in measured
+    ]
+    result.tables.append(Table("One version, node 0 -> node 1 (median of the steady-state versions)", columns, rows))
+    names = [f"{name}, {row['rate']}" for name, row in measured]
+    lines = [
+        Line("gloo", names, [row["gloo"] * 1e3 for _, row in measured]),
+        Line("bytes at the link's floor", names, [floor_s(row) * 1e3 for _, row in measured]),
+    ]
+    result.series.append(Series("A version across hosts against the link's floor", "", "ms", lines, log_y=True, bars=True))
+    return result
 
 
 if __name__ == "__main__":
@@ -207,12 +242,15 @@ if __name__ == "__main__":
     parser.add_argument("--rates", nargs="+", default=["unshaped", "10gbit", "1gbit"], help="tc rates, e.g. 10gbit 500mbit")
     parser.add_argument("--repeats", type=int, default=5, help="median of N")
     parser.add_argument("--torchstore", action="store_true", help="also time the torchstore path (unshaped)")
+    add_json_argument(parser)
     args = parser.parse_args()
     if "FORGE_ASYNC_WORKERS" not in os.environ:
         sys.exit(drive(sys.argv[1:]))
     import forge_async  # noqa: F401
 
-    asyncio.run(run(args.sizes, args.rates, args.repeats, args.torchstore))
+    measured = asyncio.run(run(args.sizes, args.rates, args.repeats, args.torchstore))
+    if args.json:
+        result_of(measured).write(args.json)
     from monarch.actor import shutdown_context
 
     shutdown_context().get(timeout=30)

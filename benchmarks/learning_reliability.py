@@ -1,6 +1,7 @@
 """Does every seed learn? The default config over N seeds, async and sync, one after another.
 
     .venv/bin/python -m benchmarks.learning_reliability                 # seeds 0-4, both modes
+    .venv/bin/python -m benchmarks.learning_reliability --json PATH     # also the results in the report's shape
     .venv/bin/python -m benchmarks.learning_reliability --seeds 3 --modes async \\
         -- filter.zero_variance_groups=true
 
@@ -19,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.pipeline import launch_to_reward
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import timed_run
 from forge_async.metrics import read_rows
 
@@ -53,6 +55,69 @@ def _spread(values: list[float], fmt: str) -> str:
     return f"median {fmt.format(statistics.median(values))} (min {fmt.format(min(values))}, max {fmt.format(max(values))})"
 
 
+COLUMNS = ("mode", "seed", "step", "s", "final", "eval", "entropy", "age", "stale", "other")
+WIDTHS = (5, 4, 5, 6, 6, 5, 7, 4, 6, 6)
+
+
+def cells(r: dict) -> list[str]:
+    """One run's row, as printed (the other drops' reasons last)."""
+    return [
+        r["mode"], str(r["seed"]), str(r["step"]) if r["step"] is not None else "-",
+        f"{r['seconds']:.1f}" if r["seconds"] is not None else "-", f"{r['final']:.2f}",
+        f"{r['eval']:.2f}" if r["eval"] is not None else "-", f"{r['entropy']:.3f}", str(r["age_max"]),
+        str(r["dropped_stale"]), str(r["dropped_other"]), str(r["other_reasons"] or ""),
+    ]
+
+
+def aligned(row: list[str]) -> str:
+    return " ".join(cell.rjust(width) for cell, width in zip(row, WIDTHS))
+
+
+def of_mode(results: list[dict], mode: str) -> tuple[list[dict], list[dict]]:
+    """A mode's runs, and those of them that reach the target."""
+    runs = [r for r in results if r["mode"] == mode]
+    return runs, [r for r in runs if r["step"] is not None]
+
+
+def mode_cells(results: list[dict], mode: str) -> list[str]:
+    """A mode's summary, as printed: runs reaching the target; spreads of steps, seconds, final reward."""
+    runs, reached = of_mode(results, mode)
+    return [
+        mode, f"{len(reached)}/{len(runs)}", _spread([r["step"] for r in reached], "{:.0f}"),
+        _spread([r["seconds"] for r in reached], "{:.1f}"), _spread([r["final"] for r in runs], "{:.2f}"),
+    ]
+
+
+def result_of(results: list[dict], modes: list[str], seeds: int, target: float) -> BenchmarkResult:
+    result = BenchmarkResult("learning_reliability", "Learning reliability", this_command())
+    seconds = {}
+    for mode in modes:
+        runs, reached = of_mode(results, mode)
+        result.figure(f"{mode}: seeds reaching {target}", len(reached), f"of {seeds}")
+        if reached:
+            seconds[mode] = statistics.median(r["seconds"] for r in reached)
+            result.figure(f"{mode}: median steps to {target}", statistics.median(r["step"] for r in reached), "steps")
+            result.figure(f"{mode}: median seconds from launch to {target}", seconds[mode], "s")
+        result.figure(f"{mode}: median final reward", statistics.median(r["final"] for r in runs), "")
+    if "async" in seconds and "sync" in seconds:
+        result.figure(f"async / sync median seconds from launch to {target}", seconds["async"] / seconds["sync"], "x")
+    columns = ["mode", "runs reaching", "steps", "seconds from launch", "final reward"]
+    result.tables.append(Table(f"Per mode: runs reaching {target}, and spreads", columns, [mode_cells(results, m) for m in modes]))
+    result.tables.append(Table(f"Per run: the first step whose 5-step mean reward reaches {target}", [*COLUMNS, "other reasons"],
+                               [cells(r) for r in results]))
+    by_run = {(r["mode"], r["seed"]): r for r in results}
+    every = [seed for seed in range(seeds) if all(by_run[(mode, seed)]["step"] is not None for mode in modes)]
+    for title, y_label, key, seeds_shown in (
+        (f"Steps to reward {target}, seeds where every mode reaches it", "steps", "step", every),
+        ("Final reward (last 10 steps)", "reward", "final", range(seeds)),
+    ):
+        if seeds_shown:
+            names = [f"seed {seed}" for seed in seeds_shown]
+            lines = [Line(mode, names, [by_run[(mode, seed)][key] for seed in seeds_shown]) for mode in modes]
+            result.series.append(Series(title, "", y_label, lines, bars=True))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1")
@@ -60,32 +125,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="the default config's")
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
+    add_json_argument(parser)
     args = parser.parse_args()
-    print(
-        f"{'mode':>5} {'seed':>4} {'step':>5} {'s':>6} {'final':>6} {'eval':>5} {'entropy':>7} "
-        f"{'age':>4} {'stale':>6} {'other':>6}"
-    )
+    print(aligned(list(COLUMNS)))
     results = []
     for mode in args.modes:
         for seed in range(args.seeds):
-            r = one_run(mode, seed, args.steps, args.target, args.overrides)
-            results.append(r)
-            step = r["step"] if r["step"] is not None else "-"
-            seconds = f"{r['seconds']:.1f}" if r["seconds"] is not None else "-"
-            evaluated = f"{r['eval']:.2f}" if r["eval"] is not None else "-"
-            print(
-                f"{mode:>5} {seed:>4} {step:>5} {seconds:>6} {r['final']:>6.2f} {evaluated:>5} {r['entropy']:>7.3f} "
-                f"{r['age_max']:>4} {r['dropped_stale']:>6} {r['dropped_other']:>6} {r['other_reasons'] or ''}",
-                flush=True,
-            )
+            results.append(one_run(mode, seed, args.steps, args.target, args.overrides))
+            row = cells(results[-1])
+            print(aligned(row) + f" {row[-1]}", flush=True)
     for mode in args.modes:
-        runs = [r for r in results if r["mode"] == mode]
-        reached = [r for r in runs if r["step"] is not None]
-        print(
-            f"{mode}: {len(reached)}/{len(runs)} reach {args.target}; steps {_spread([r['step'] for r in reached], '{:.0f}')}; "
-            f"seconds from launch {_spread([r['seconds'] for r in reached], '{:.1f}')}; "
-            f"final {_spread([r['final'] for r in runs], '{:.2f}')}"
-        )
+        _, reaching, steps, seconds, final = mode_cells(results, mode)
+        print(f"{mode}: {reaching} reach {args.target}; steps {steps}; seconds from launch {seconds}; final {final}")
+    if args.json:
+        result_of(results, args.modes, args.seeds, args.target).write(args.json)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ import pytest
 
 from benchmarks.cost_model import (
     Inputs,
+    aligned,
     batch_s,
-    check,
+    check_rows,
+    checked_runs,
     link_to_unbind_gbit,
     predict,
     simulate_step_s,
@@ -103,6 +105,6 @@ def test_check_compares_each_run_with_its_prediction(tmp_path):
     predicted = predict(replace(BASE, hosts=3)).steps_per_s
     runs = tmp_path / "runs.json"
     runs.write_text(json.dumps([{**run, "name": "half", "measured_steps_per_s": predicted / 2}]))
-    [header, row] = check(runs, BASE).splitlines()
+    [header, row] = aligned(check_rows(checked_runs(runs, BASE))).splitlines()
     assert header.split()[:3] == ["run", "hosts", "topology"]
     assert row.split()[:3] == ["half", "3", "star"] and row.split()[6] == "0.5"
