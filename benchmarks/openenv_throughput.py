@@ -10,7 +10,8 @@ are scripted (no generator): what is measured is the server and the transport. T
 counts are measured in turn, `--rounds` times (a shared box's load drifts); printed per
 measurement: episodes/s and the server's CPU time per episode (1000 / that is what one
 GIL-bound worker can serve at most); then the medians and their ratio to the first count.
-The clients' own CPU shares the box.
+The clients' own CPU shares the box. With --json, the same in the report's shape
+(benchmarks/results.py).
 """
 
 import argparse
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.envs.environment import ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.server_process import ServerProcess
@@ -101,6 +103,28 @@ def measure(workers: int, sessions: int, clients: int, seconds: float) -> tuple[
     return episodes / seconds, 1000 * cpu / episodes
 
 
+def medians(rates: dict[int, list[float]]) -> dict[int, float]:
+    """Median episodes/s per worker count."""
+    return {workers: statistics.median(measured) for workers, measured in rates.items()}
+
+
+def result_of(rows: list[tuple[int, int, float, float]], median: dict[int, float]) -> BenchmarkResult:
+    """rows: (round, workers, episodes/s, server CPU ms per episode) per measurement; median: per worker count."""
+    result = BenchmarkResult("openenv_throughput", "OpenEnv server throughput against its workers", this_command())
+    first = next(iter(median))
+    for workers, rate in median.items():
+        result.figure(f"workers {workers}: median episodes/s", rate, "episodes/s")
+        if workers != first:
+            result.figure(f"workers {workers} / workers {first}, median episodes/s", rate / median[first], "x")
+    result.figure("server CPU per episode (median)", statistics.median(row[3] for row in rows), "ms")
+    columns = ["round", "workers", "episodes/s", "server CPU ms/episode"]
+    result.tables.append(Table("Each measurement", columns, [list(row) for row in rows]))
+    line = Line("median", [str(w) for w in median], list(median.values()))
+    result.series.append(Series("Episodes/s against uvicorn workers (median over the rounds)", "workers", "episodes/s",
+                                [line], bars=True))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
@@ -108,18 +132,23 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3, help="the worker counts measured in turn, this often")
+    add_json_argument(parser)
     args = parser.parse_args()
     rates: dict[int, list[float]] = {w: [] for w in args.workers}
+    rows = []
     print(f"{'round':>5} {'workers':>7} {'episodes/s':>10} {'server CPU ms/episode':>21}")
     for round_ in range(args.rounds):
         for workers in args.workers:
             rate, cpu_ms = measure(workers, args.sessions, args.clients, args.seconds)
             rates[workers].append(rate)
+            rows.append((round_, workers, rate, cpu_ms))
             print(f"{round_:>5} {workers:>7} {rate:>10.0f} {cpu_ms:>21.1f}", flush=True)
-    first = statistics.median(rates[args.workers[0]])
-    for workers, measured in rates.items():
-        median = statistics.median(measured)
-        print(f"workers {workers}: median {median:.0f} episodes/s ({median / first:.2f}x the first)")
+    median = medians(rates)
+    first = median[args.workers[0]]
+    for workers, rate in median.items():
+        print(f"workers {workers}: median {rate:.0f} episodes/s ({rate / first:.2f}x the first)")
+    if args.json:
+        result_of(rows, median).write(args.json)
 
 
 if __name__ == "__main__":

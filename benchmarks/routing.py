@@ -6,7 +6,8 @@ once the run has started (a cap from the start slows node 2's joining past Monar
 attach timeout), a CPU cgroup caps all its processes together at `--cpu` of one core
 (default 0.25), as if it had less compute of its own. `rollout_workers=4` keeps more calls going than there
 are generators, so the routing has a choice. For each routing, in turn `--rounds` times:
-steps/s over steps `--from`..`--steps`, and the samples each generator returned.
+steps/s over steps `--from`..`--steps`, and the samples each generator returned. With --json,
+the same in the report's shape (benchmarks/results.py).
 
     sudo .venv/bin/python -m benchmarks.routing [--steps 200] [--rounds 2] [--cpu 0.25]
 """
@@ -24,6 +25,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.cross_host_pipeline import across_hosts, steps_per_s
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.launch.netns import available
 
 ROUTINGS = ("round_robin", "least_outstanding")
@@ -62,6 +64,34 @@ def slow_down(run_dir: Path, cgroup_procs: Path, cluster) -> None:
             pass
 
 
+RUN_COLUMNS = ["round", "rollout_routing", "steps/s", "mean reward", "samples from node 1", "samples from node 2"]
+
+
+def medians(rows: list[list]) -> dict[str, float]:
+    """Median steps/s per routing, from rows of RUN_COLUMNS."""
+    return {routing: statistics.median(row[2] for row in rows if row[1] == routing) for routing in ROUTINGS}
+
+
+def samples_from(rows: list[list], routing: str, node: int) -> int:
+    """The samples node `node`'s generator returned over every run of `routing`."""
+    column = RUN_COLUMNS.index(f"samples from node {node}")
+    return sum(row[column] for row in rows if row[1] == routing)
+
+
+def result_of(rows: list[list], median: dict[str, float], cpu: float) -> BenchmarkResult:
+    result = BenchmarkResult("routing", "Routing with a slow generator host", this_command())
+    base, routed = (median[r] for r in ROUTINGS)
+    result.figure("least_outstanding / round_robin, median steps/s", routed / base, "x")
+    for routing in ROUTINGS:
+        result.figure(f"{routing}: median steps/s", median[routing], "steps/s")
+    result.tables.append(Table(f"Every run, node 2 capped at {cpu} of a core", RUN_COLUMNS, rows))
+    lines = [Line(f"node {node}", list(ROUTINGS), [samples_from(rows, r, node) for r in ROUTINGS])
+             for node in (1, 2)]
+    result.series.append(Series("Samples each generator returned, all rounds (node 2 the slow host)", "rollout_routing",
+                                "samples", lines, bars=True))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
@@ -69,6 +99,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cpu", type=float, default=0.25, help="the slow host's share of one core")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
+    add_json_argument(parser)
     args = parser.parse_args()
     if available() is not None:
         sys.exit(f"cannot simulate hosts here: {available()}")
@@ -77,7 +108,7 @@ def main() -> None:
     overrides = [
         f"steps={args.steps}", "generator.count=2", "rollout_workers=4", "checkpoint.every_steps=0", *args.overrides,
     ]
-    rates: dict[str, list[float]] = {routing: [] for routing in ROUTINGS}
+    rows = []
     for round_ in range(args.rounds):
         for routing in ROUTINGS:
             run_dir = root / f"round{round_}_{routing}"
@@ -85,13 +116,16 @@ def main() -> None:
                 across_hosts(run_dir, 3, [*overrides, f"rollout_routing={routing}"], partial(slow_down, run_dir, procs))
             rate, reward = steps_per_s(run_dir, args.first, args.steps)
             samples = json.loads((run_dir / "summary.json").read_text())["generator_samples"]
-            rates[routing].append(rate)
+            rows.append([round_, routing, rate, reward, samples[0], samples[1]])
             print(
                 f"{routing:>17}: {rate:6.2f} steps/s, mean reward {reward:.3f}, samples from node 1 / node 2: "
                 f"{samples[0]} / {samples[1]}", flush=True,
             )
-    base, routed = (statistics.median(rates[r]) for r in ROUTINGS)
+    median = medians(rows)
+    base, routed = (median[r] for r in ROUTINGS)
     print(f"least_outstanding / round_robin: {routed / base:.2f} (medians {routed:.2f} / {base:.2f} steps/s)")
+    if args.json:
+        result_of(rows, median, args.cpu).write(args.json)
 
 
 if __name__ == "__main__":

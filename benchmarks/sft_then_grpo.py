@@ -43,6 +43,9 @@ entries of `eval_seed`), scored by `reasoning_gym_reward` (the answer tag's last
 chain_sum's `score_answer`: reasoning-gym's decimal reward against the gold answer), so that
 the four evaluations still see the same prompts and reward (the GRPO run's v0 evaluation is
 checked against the SFT run's last). GRPO (3) still draws every training question.
+
+With --json, the table, GRPO's mean gain and the evaluations' means in the report's shape
+(benchmarks/results.py).
 """
 
 import argparse
@@ -52,6 +55,7 @@ import time
 from pathlib import Path
 
 from apps.grpo.subprocess_run import AppRun, run_app
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 EVAL_EVERY = 25
 
@@ -150,12 +154,14 @@ def one_seed(seed: int, args: argparse.Namespace, overrides: dict[str, list[str]
 
     for name, run in (("SFT", sft), ("SFT+GRPO", grpo), ("SFT alone", alone)):
         print(f"  seed {seed} {name:9} {training_s(run):6.1f}s training | held-out reward {curve(run)}", flush=True)
+    grpo_reward, alone_reward = grpo_evals[-1]["eval/reward_mean"], alone.evaluations[-1]["eval/reward_mean"]
     return {
         "seed": seed,
         "base": sft_evals[0]["eval/reward_mean"],
         "sft": sft_evals[-1]["eval/reward_mean"],
-        "grpo": grpo_evals[-1]["eval/reward_mean"],
-        "alone": alone.evaluations[-1]["eval/reward_mean"],
+        "grpo": grpo_reward,
+        "alone": alone_reward,
+        "gain": grpo_reward - alone_reward,  # GRPO's held-out reward over SFT alone's at equal time
         "sft_s": training_s(sft),
         "grpo_s": grpo_s,
         "extra_steps": extra,
@@ -221,6 +227,7 @@ def main() -> None:
     parser.add_argument("--demos", type=int, help="K: SFT on a fixed file of K demonstrations (docstring)")
     parser.add_argument("--keep", help="keep the run directories under this folder")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run; sft:KEY=V, grpo:KEY=V for one app")
+    add_json_argument(parser)
     args = parser.parse_args()
     overrides = split_overrides(args.overrides)
     for key, value in (("trainer.lr", args.grpo_lr), ("sampling.temperature", args.grpo_temperature)):
@@ -252,22 +259,49 @@ def main() -> None:
     print(header)
     for r in results:
         print(f"{r['seed']:>4} {r['base']:>5.2f} {r['sft']:>5.2f} {r['grpo']:>8.2f} {r['alone']:>9.2f} "
-              f"{r['grpo'] - r['alone']:>+6.2f} {r['sft_s']:>6.1f} {r['grpo_s']:>6.1f} {r['extra_steps']:>8} "
+              f"{r['gain']:>+6.2f} {r['sft_s']:>6.1f} {r['grpo_s']:>6.1f} {r['extra_steps']:>8} "
               f"{r['alone_s']:>7.1f}")
-    keys = ("base", "sft", "grpo", "alone", "sft_s", "grpo_s", "alone_s")
-    mean = {k: statistics.fmean(r[k] for r in results) for k in keys}
+    mean = means(results)
     print(f"{'mean':>4} {mean['base']:>5.2f} {mean['sft']:>5.2f} {mean['grpo']:>8.2f} {mean['alone']:>9.2f} "
-          f"{mean['grpo'] - mean['alone']:>+6.2f} {mean['sft_s']:>6.1f} {mean['grpo_s']:>6.1f} {'':>8} "
+          f"{mean['gain']:>+6.2f} {mean['sft_s']:>6.1f} {mean['grpo_s']:>6.1f} {'':>8} "
           f"{mean['alone_s']:>7.1f}")
-    gains = [r["grpo"] - r["alone"] for r in results]
-    print(f"GRPO's gain over SFT alone at equal time: min {min(gains):+.2f}, mean {statistics.fmean(gains):+.2f} "
+    gains = [r["gain"] for r in results]
+    print(f"GRPO's gain over SFT alone at equal time: min {min(gains):+.2f}, mean {mean['gain']:+.2f} "
           f"({sum(g >= 0.3 for g in gains)}/{len(gains)} seeds >= +0.30)")
     grpo_rewards = ", ".join(f"{r['grpo_reward'][0]:.2f} -> {r['grpo_reward'][1]:.2f}" for r in results)
     print(f"GRPO training reward (sampled, first -> last 10 steps): {grpo_rewards}")
-    samples = statistics.fmean(r["grpo_samples_per_s"] for r in results)
     print(f"tokens per held-out prompt: {prompt_tokens:.1f} (mean of {prompts})")
-    print(f"reasoning-gym: {speed:,.0f} entries/s ({args.entries} entries, in-process) vs GRPO's {samples:,.0f} "
-          f"samples/s: {speed / samples:,.0f}x")
+    print(f"reasoning-gym: {speed:,.0f} entries/s ({args.entries} entries, in-process) vs GRPO's "
+          f"{mean['grpo_samples_per_s']:,.0f} samples/s: {speed / mean['grpo_samples_per_s']:,.0f}x")
+    if args.json:
+        result_of(results, mean, speed, prompts).write(args.json)
+
+
+def means(results: list[dict]) -> dict[str, float]:
+    """The seeds' mean of each figure of the table and of GRPO's samples/s."""
+    keys = ("base", "sft", "grpo", "alone", "gain", "sft_s", "grpo_s", "alone_s", "grpo_samples_per_s")
+    return {k: statistics.fmean(r[k] for r in results) for k in keys}
+
+
+EVALUATIONS = {"base": "base", "sft": "SFT", "grpo": "SFT+GRPO", "alone": "SFT alone"}
+
+
+def result_of(results: list[dict], mean: dict[str, float], speed: float, prompts: int) -> BenchmarkResult:
+    result = BenchmarkResult("sft_then_grpo", "SFT, then GRPO, against more SFT", this_command())
+    result.figure("GRPO's gain over SFT alone at equal time (mean over seeds)", mean["gain"], "reward")
+    for key, label in EVALUATIONS.items():
+        result.figure(f"held-out reward, {label} (mean over seeds)", mean[key], "reward")
+    result.figure("reasoning-gym entries/s", speed, "entries/s")
+    result.figure("reasoning-gym entries/s over GRPO's samples/s", speed / mean["grpo_samples_per_s"], "x")
+    columns = ["seed", *EVALUATIONS.values(), "gain", "SFT s", "GRPO s", "+k steps", "SFT alone s"]
+    keys = (*EVALUATIONS, "gain", "sft_s", "grpo_s", "extra_steps", "alone_s")
+    rows = [[r["seed"], *(r[k] for k in keys)] for r in results]
+    rows.append(["mean", *(mean.get(k) for k in keys)])
+    result.tables.append(Table(f"Held-out reward ({prompts} prompts, greedy); seconds of training", columns, rows))
+    seeds = [str(r["seed"]) for r in results] + ["mean"]
+    lines = [Line(label, seeds, [r[key] for r in results] + [mean[key]]) for key, label in EVALUATIONS.items()]
+    result.series.append(Series(f"Held-out reward per seed ({prompts} prompts, greedy)", "seed", "reward", lines, bars=True))
+    return result
 
 
 if __name__ == "__main__":

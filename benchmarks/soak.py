@@ -8,7 +8,9 @@ RUN_DIR/procs.json) and the step the console last printed. Prints per role: the 
 when the warm-up ends (the first `--warmup` of the steps) and at the end, and the slope after
 the warm-up (least squares of resident set against step) in KB per step and MB per hour at the
 measured pace; then every file of the run directory with its growth per 1,000 steps, and the
-run's reward and sample accounting (summary.json).
+run's reward and sample accounting (summary.json). With --json, the memory and the run
+directory in the report's shape (benchmarks/results.py), each role's resident set over the
+steps as a plot.
 """
 
 import argparse
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from apps.grpo.subprocess_run import REPO, hydra_command_line
 from benchmarks.proc_cpu import local_pids
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import STEP_LINE
 
 
@@ -85,21 +88,54 @@ def soak(run_dir: Path, steps: int, every_s: float, overrides: list[str]) -> lis
     return samples
 
 
-def print_memory(samples: list[Sample], warmup_steps: int) -> None:
+@dataclass
+class RoleMemory:
+    start_mb: float  # at the warm-up's end
+    end_mb: float
+    kb_per_step: float  # the slope after the warm-up
+    halves: tuple[float, float]  # the slope over each half of the samples after the warm-up
+
+
+@dataclass
+class Memory:
+    first_step: int  # the samples after the warm-up, up to the last (taken as the run ends)
+    last_step: int
+    samples: int
+    steps_per_hour: float
+    roles: dict[str, RoleMemory]
+
+
+def memory(samples: list[Sample], warmup_steps: int) -> Memory:
+    """Each role's resident set and its growth after the warm-up."""
     after = [s for s in samples if s.step >= warmup_steps and s.step < samples[-1].step]
     if len(after) < 6:
         raise SystemExit(f"only {len(after)} samples after the warm-up: run more steps or sample more often")
     first, last = after[0], after[-1]
-    steps_per_hour = (last.step - first.step) / (last.seconds - first.seconds) * 3600
-    print(f"\nresident set per role, after the warm-up (steps {first.step}-{last.step}, "
-          f"{len(after)} samples, {steps_per_hour:,.0f} steps/h)")
-    print(f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7} {'1st half':>9} {'2nd half':>9}")
+    roles = {}
     for role in sorted(last.rss_kb):
         points = [(s.step, s.rss_kb[role]) for s in after if role in s.rss_kb]
-        slope, half = kb_per_step(points), len(points) // 2
-        print(f"{role:<18} {points[0][1] / 1024:>14.0f} {points[-1][1] / 1024:>8.0f} "
-              f"{slope:>8.2f} {slope * steps_per_hour / 1024:>7.1f} "
-              f"{kb_per_step(points[:half]):>9.2f} {kb_per_step(points[half:]):>9.2f}")
+        half = len(points) // 2
+        roles[role] = RoleMemory(points[0][1] / 1024, points[-1][1] / 1024, kb_per_step(points),
+                                 (kb_per_step(points[:half]), kb_per_step(points[half:])))
+    steps_per_hour = (last.step - first.step) / (last.seconds - first.seconds) * 3600
+    return Memory(first.step, last.step, len(after), steps_per_hour, roles)
+
+
+MEMORY_COLUMNS = ["role", "warm-up end MB", "end MB", "KB/step", "MB/h", "1st half", "2nd half"]
+
+
+def memory_rows(m: Memory) -> list[list]:
+    return [[role, r.start_mb, r.end_mb, r.kb_per_step, r.kb_per_step * m.steps_per_hour / 1024, *r.halves]
+            for role, r in m.roles.items()]
+
+
+def print_memory(m: Memory) -> None:
+    print(f"\nresident set per role, after the warm-up (steps {m.first_step}-{m.last_step}, "
+          f"{m.samples} samples, {m.steps_per_hour:,.0f} steps/h)")
+    print(f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7} {'1st half':>9} {'2nd half':>9}")
+    for role, start_mb, end_mb, slope, mb_per_hour, first_half, second_half in memory_rows(m):
+        print(f"{role:<18} {start_mb:>14.0f} {end_mb:>8.0f} {slope:>8.2f} {mb_per_hour:>7.1f} "
+              f"{first_half:>9.2f} {second_half:>9.2f}")
     print("(KB/step: the slope after the warm-up; each half's slope: a plateau shows as a lower second half)")
 
 
@@ -108,21 +144,31 @@ def kb_per_step(points: list[tuple[int, int]]) -> float:
     return statistics.linear_regression(*zip(*points)).slope
 
 
-def print_run_dir(run_dir: Path, steps: int) -> None:
-    print(f"\nrun directory {run_dir} after {steps} steps")
-    print(f"{'path':<36} {'MB':>8} {'KB per 1,000 steps':>19}  (directories: size only)")
+def run_dir_sizes(run_dir: Path) -> list[tuple[str, int]]:
+    """(path, bytes) of every file of the run directory (each log file too), and of each other
+    directory as a whole (its path ending in /)."""
+    sizes = []
     for path in sorted(run_dir.iterdir()):
         if path.is_file():
-            print_size(path.name, path.stat().st_size, steps)
+            sizes.append((path.name, path.stat().st_size))
         elif path.name == "logs":
-            for log in sorted(path.iterdir()):
-                print_size(f"logs/{log.name}", log.stat().st_size, steps)
+            sizes += [(f"logs/{log.name}", log.stat().st_size) for log in sorted(path.iterdir())]
         else:
-            print(f"{path.name + '/':<36} {sum(f.stat().st_size for f in path.rglob('*') if f.is_file()) / 2**20:>8.2f}")
+            sizes.append((path.name + "/", sum(f.stat().st_size for f in path.rglob("*") if f.is_file())))
+    return sizes
 
 
-def print_size(label: str, size: int, steps: int) -> None:
-    print(f"{label:<36} {size / 2**20:>8.2f} {size / 1024 / steps * 1000:>19.1f}")
+def per_thousand_steps(label: str, size: int, steps: int) -> float | None:
+    """KB per 1,000 steps of a file; None for a directory (its size only)."""
+    return None if label.endswith("/") else size / 1024 / steps * 1000
+
+
+def print_run_dir(run_dir: Path, sizes: list[tuple[str, int]], steps: int) -> None:
+    print(f"\nrun directory {run_dir} after {steps} steps")
+    print(f"{'path':<36} {'MB':>8} {'KB per 1,000 steps':>19}  (directories: size only)")
+    for label, size in sizes:
+        growth = per_thousand_steps(label, size, steps)
+        print(f"{label:<36} {size / 2**20:>8.2f}" + (f" {growth:>19.1f}" if growth is not None else ""))
 
 
 def print_summary(run_dir: Path) -> None:
@@ -133,6 +179,28 @@ def print_summary(run_dir: Path) -> None:
           f"+ in flight {s['in_flight']:,} (accounting {'ok' if s['accounting_ok'] else 'does NOT add up'})")
 
 
+def result_of(samples: list[Sample], measured: Memory, sizes: list[tuple[str, int]], steps: int) -> BenchmarkResult:
+    result = BenchmarkResult("soak", "Memory over a long run", this_command())
+    for role, r in measured.roles.items():
+        result.figure(f"{role} resident set growth after the warm-up", r.kb_per_step, "KB/step")
+    result.figure("pace after the warm-up", measured.steps_per_hour, "steps/h")
+    result.tables.append(Table(
+        f"Resident set per role, steps {measured.first_step}-{measured.last_step} ({measured.samples} samples)",
+        MEMORY_COLUMNS, memory_rows(measured),
+    ))
+    rows = [[label, size / 2**20, per_thousand_steps(label, size, steps)] for label, size in sizes]
+    result.tables.append(Table(f"Run directory after {steps} steps", ["path", "MB", "KB per 1,000 steps"], rows))
+    lines = [Line(role, *rss_mb_by_step(samples, role)) for role in measured.roles]
+    result.series.append(Series("Resident set per role over the run", "step", "MB", lines))
+    return result
+
+
+def rss_mb_by_step(samples: list[Sample], role: str) -> tuple[list[int], list[float]]:
+    """(steps, resident set in MB) of `role` over the run, the warm-up included."""
+    seen = [s for s in samples if role in s.rss_kb]
+    return [s.step for s in seen], [s.rss_kb[role] / 1024 for s in seen]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
@@ -140,14 +208,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=0.1, help="share of the steps left out of the slope")
     parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/soak_<time>")
     parser.add_argument("overrides", nargs="*")
+    add_json_argument(parser)
     args = parser.parse_args()
     run_dir = (args.run_dir or REPO / "runs" / time.strftime("soak_%Y-%m-%d_%H-%M-%S")).resolve()
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.steps} steps -> {run_dir} (console: {run_dir.name}.console.log beside it)", flush=True)
     samples = soak(run_dir, args.steps, args.every, args.overrides)
-    print_memory(samples, int(args.steps * args.warmup))
-    print_run_dir(run_dir, args.steps)
+    measured = memory(samples, int(args.steps * args.warmup))
+    print_memory(measured)
+    sizes = run_dir_sizes(run_dir)
+    print_run_dir(run_dir, sizes, args.steps)
     print_summary(run_dir)
+    if args.json:
+        result_of(samples, measured, sizes, args.steps).write(args.json)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Runs the app `--runs` times (after one warm-up run that fills the OS file cache)
 timestamps every console line against the launch. Prints, per run and as medians:
 launch -> start-up phases (the app's own `[ t.ts] ...` lines) -> first training step,
 and last step -> final save -> report -> process exit. `--repo` points at another
-checkout (e.g. an older commit in a git worktree) to measure it the same way.
+checkout (e.g. an older commit in a git worktree) to measure it the same way. With --json,
+the same in the report's shape (benchmarks/results.py).
 """
 
 import argparse
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from apps.grpo.subprocess_run import hydra_command_line
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_LINE = re.compile(r"^step +(\d+)[ /]")  # a console step line (benchmarks/pipeline.py too)
@@ -85,12 +87,40 @@ def phases(lines: list[tuple[float, str]]) -> dict[str, float]:
     return found
 
 
+HEADLINES = ("model ready", "first step", "last step -> exit, less the final save")  # the figures of --json
+
+
+def medians(results: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's median over the runs that have it."""
+    return {key: statistics.median(r[key] for r in results if key in r) for key in results[0]}
+
+
+def kind(phase: str) -> str:
+    return "since launch" if phase in dict(MILESTONES) else "interval"
+
+
+def result_of(results: list[dict[str, float]], median: dict[str, float]) -> BenchmarkResult:
+    result = BenchmarkResult("startup", "Start-up and teardown", this_command())
+    for phase in HEADLINES:
+        if phase in median:
+            name = f"launch -> {phase}" if kind(phase) == "since launch" else phase
+            result.figure(f"{name} (median)", median[phase], "s")
+    columns = ["phase", "kind", *(f"run {i + 1} (s)" for i in range(len(results))), "median (s)"]
+    rows = [[phase, kind(phase), *(r.get(phase) for r in results), value] for phase, value in median.items()]
+    result.tables.append(Table(f"Start-up and teardown, {len(results)} runs", columns, rows))
+    milestones = [label for label, _ in MILESTONES if label in median]
+    line = Line("median", milestones, [median[label] for label in milestones])
+    result.series.append(Series("Start-up milestones", "", "seconds since launch (median)", [line], bars=True))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repo", type=Path, default=REPO)
     parser.add_argument("overrides", nargs="*")
+    add_json_argument(parser)
     args = parser.parse_args()
     print(f"warm-up run ({args.repo}) ...", flush=True)
     timed_run(args.repo, args.steps, args.overrides)
@@ -99,10 +129,11 @@ def main() -> None:
         results.append(phases(timed_run(args.repo, args.steps, args.overrides)))
         print(f"run {i + 1}: " + ", ".join(f"{k} {v:.1f}s" for k, v in results[-1].items()), flush=True)
     print(f"\nmedian of {args.runs} runs ({args.steps} steps each):")
-    for key in results[0]:
-        values = [r[key] for r in results if key in r]
-        kind = "since launch" if key in dict(MILESTONES) else "interval"
-        print(f"  {key:<45} {statistics.median(values):6.1f}s  ({kind})")
+    median = medians(results)
+    for key, value in median.items():
+        print(f"  {key:<45} {value:6.1f}s  ({kind(key)})")
+    if args.json:
+        result_of(results, median).write(args.json)
 
 
 if __name__ == "__main__":

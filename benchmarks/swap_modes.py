@@ -7,7 +7,8 @@ samples and completion tokens trained per second, the largest version spread
 within one completion, the reward at the end, and for abort_resume the requests
 re-submitted with their prefix and the prefix tokens prefilled again. On a shared
 box another job's load can slow a run many times over, so each mode's column is
-its fastest run (every run's wall time is printed as it ends).
+its fastest run (every run's wall time is printed as it ends). With --json, the same in the
+report's shape (benchmarks/results.py).
 
     .venv/bin/python -m benchmarks.swap_modes                      # 128-token completions, 8 steps, 2 rounds
     .venv/bin/python -m benchmarks.swap_modes --rounds 3 --steps 20 -- seed=1
@@ -19,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from apps.grpo.subprocess_run import AppRun, run_app
+from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
 
 MODES = ("inflight", "drain", "abort_resume")
 # (label, format) of each figure, in the order printed
@@ -70,12 +72,26 @@ def shown(run: dict, key: str) -> str:
     return "-" if run[key] is None else FIGURES[key][1].format(run[key])
 
 
+def result_of(runs: dict[str, list[dict]], fastest: dict[str, dict]) -> BenchmarkResult:
+    result = BenchmarkResult("swap_modes", "Swap modes on long completions", this_command())
+    for mode, run in fastest.items():
+        result.figure(f"{mode}: completion tokens/s (fastest run)", run["tokens_per_s"], "tokens/s")
+        if run["swaps"] and run["pause_mean"] is not None:
+            result.figure(f"{mode}: swap pause mean (fastest run)", run["pause_mean"], "ms")
+    rows = [[label, *(shown(fastest[mode], key) for mode in MODES)] for key, (label, _) in FIGURES.items()]
+    result.tables.append(Table("Each mode's fastest run", ["", *MODES], rows))
+    every = [[round_, mode, run["wall_s"], run["tokens_per_s"]] for mode in MODES for round_, run in enumerate(runs[mode])]
+    result.tables.append(Table("Every run", ["round", "mode", "wall time (s)", "completion tokens/s"], every))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2, help="runs per mode, the modes taking turns")
     parser.add_argument("--digits", type=int, default=128, help="completion length (tokens, + EOS)")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
+    add_json_argument(parser)
     args = parser.parse_args()
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,6 +109,8 @@ def main() -> None:
     print(f"\n{'':30}" + "".join(f"{mode:>14}" for mode in MODES))
     for key, (label, _) in FIGURES.items():
         print(f"{label:30}" + "".join(f"{shown(fastest[mode], key):>14}" for mode in MODES))
+    if args.json:
+        result_of(runs, fastest).write(args.json)
 
 
 if __name__ == "__main__":

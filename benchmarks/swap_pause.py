@@ -11,7 +11,8 @@ swaps weights every `--swap-every` engine steps, and reports per mode:
 
 Each mode runs twice: swapping the full weights (an engine serving the plain
 model), and swapping a LoRA adapter of `--lora-rank` (an engine serving base +
-adapter, generation/adapter_slot.py); --lora-rank 0 skips the LoRA rows.
+adapter, generation/adapter_slot.py); --lora-rank 0 skips the LoRA rows. With --json,
+the same in the report's shape (benchmarks/results.py).
 
     .venv/bin/python -m benchmarks.swap_pause [--dim 64 --layers 2] [--lora-rank 8] [--cpu-weights packed]
 """
@@ -28,6 +29,7 @@ import torch
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 import forge_async  # noqa: E402,F401
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command  # noqa: E402
 from forge_async.actors.generator_config import GeneratorConfig  # noqa: E402
 from forge_async.actors.generator_platform import EnginePlatform, prepare_process  # noqa: E402
 from forge_async.generation.adapter_slot import AdapterSlot  # noqa: E402
@@ -101,6 +103,36 @@ def payloads(checkpoint: Checkpoint, rank: int):
         )
 
 
+COLUMNS = ["weights", "mode", "MB", "swaps", "reload mean (ms)", "reload max (ms)", "latency mean (ms)", "tokens/s",
+           "vs no swap (x)"]
+
+
+def measured_row(label: str, mode: str, size: int, base: dict, swapped: dict) -> list:
+    """One row of COLUMNS: a mode's swaps of one kind of weights, against its run with none."""
+    r, lat = swapped["reloads"], swapped["latencies"]
+    return [label, mode, size / 1e6, len(r), statistics.fmean(r), max(r), statistics.fmean(lat),
+            swapped["tokens_per_s"], swapped["tokens_per_s"] / base["tokens_per_s"]]
+
+
+def print_row(row: list) -> None:
+    label, mode, megabytes, swaps, reload_mean, reload_max, latency, tokens_per_s, ratio = row
+    print(f"{label:>8} {mode:>10} {megabytes:>8.3f}MB {swaps:>6} {reload_mean:>10.1f}ms {reload_max:>9.1f}ms "
+          f"{latency:>11.1f}ms {tokens_per_s:>10,.0f} {ratio:>10.2f}x", flush=True)
+
+
+def result_of(rows: list[list]) -> BenchmarkResult:
+    result = BenchmarkResult("swap_pause", "Generation pause per weight swap", this_command())
+    for label, mode, _, _, reload_mean, _, latency, tokens_per_s, ratio in rows:
+        result.figure(f"{label} {mode}: reload mean", reload_mean, "ms")
+        result.figure(f"{label} {mode}: new weights in use after (mean)", latency, "ms")
+        result.figure(f"{label} {mode}: tokens/s vs no swap", ratio, "x")
+    result.tables.append(Table("Swaps every --swap-every engine steps, against the same run with none", COLUMNS, rows))
+    lines = [Line(kind, [row[1] for row in rows if row[0] == kind], [row[6] for row in rows if row[0] == kind])
+             for kind in dict.fromkeys(row[0] for row in rows)]  # full, then lora
+    result.series.append(Series("New weights in use after (mean), per mode", "mode", "ms", lines, bars=True))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", type=int, default=64)
@@ -111,10 +143,12 @@ def main() -> None:
     parser.add_argument("--swap-every", type=int, default=20)
     parser.add_argument("--lora-rank", type=int, default=8, help="0: full weights only")
     parser.add_argument("--cpu-weights", default="plain", choices=("plain", "packed"), help="generator.cpu_weights")
+    add_json_argument(parser)
     args = parser.parse_args()
     # as a generator proc does, before vLLM starts
     platform = prepare_process(GeneratorConfig(cpu_weights=args.cpu_weights))
 
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         shape = TinyModelConfig(dim=args.dim, n_layers=args.layers, ffn_dim=4 * args.dim, max_seq_len=64)
         checkpoint = Checkpoint.open(create_tiny_checkpoint(Path(tmp) / "model", shape))
@@ -129,15 +163,11 @@ def main() -> None:
                 engine = start_engine(checkpoint, mode, platform, slot() if slot else None)
                 run(engine, weights, args, swap=False)  # warm-up
                 base = run(engine, weights, args, swap=False)
-                swapped = run(engine, weights, args, swap=True)
-                r, lat = swapped["reloads"], swapped["latencies"]
-                print(
-                    f"{label:>8} {mode:>10} {size / 1e6:>8.3f}MB {len(r):>6} {statistics.fmean(r):>10.1f}ms "
-                    f"{max(r):>9.1f}ms {statistics.fmean(lat):>11.1f}ms "
-                    f"{swapped['tokens_per_s']:>10,.0f} {swapped['tokens_per_s'] / base['tokens_per_s']:>10.2f}x",
-                    flush=True,
-                )
+                rows.append(measured_row(label, mode, size, base, run(engine, weights, args, swap=True)))
+                print_row(rows[-1])
                 del engine
+    if args.json:
+        result_of(rows).write(args.json)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ fits them: the comparison of generation and training at realistic lengths rather
 per-call overhead. Then it prints each side's trained tokens/s (steps/s x 128 completions x N)
 and forge_async's generated tokens/s (its generator's median `generator/tokens_per_s`; TRL
 generates what it trains), and their ratio.
+
+With --json, the same in the report's shape (benchmarks/results.py), with each side's reward
+against the seconds from launch in its first run.
 """
 
 import argparse
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 
 from benchmarks.pipeline import first_reaching
+from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import timed_run
 from forge_async.metrics import read_rows
 from forge_async.models.config import TinyModelConfig
@@ -86,12 +90,19 @@ def _result(step_times: list[float], rewards: list[float], target: float) -> dic
         "steps_per_s": (len(step_times) - 1) / (step_times[-1] - step_times[0]),
         "step": reached + 1 if reached is not None else None,
         "seconds": step_times[reached] if reached is not None else None,
+        "reward_curve": (step_times, rewards),
     }
 
 
-def _median(runs: list[dict], key: str) -> str:
+def median_of(runs: list[dict], key: str) -> float | None:
+    """The median over the runs that have a value (None: none has)."""
     values = [r[key] for r in runs if r[key] is not None]
-    return f"{statistics.median(values):.1f}" if values else "-"
+    return statistics.median(values) if values else None
+
+
+def _median(runs: list[dict], key: str) -> str:
+    value = median_of(runs, key)
+    return f"{value:.1f}" if value is not None else "-"
 
 
 def main() -> None:
@@ -102,6 +113,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("--completion-tokens", type=int, default=None, help="every completion exactly N tokens")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for the forge_async runs")
+    add_json_argument(parser)
     args = parser.parse_args()
     results: dict[str, list[dict]] = {"forge_async": [], "TRL": []}
     tokens = args.completion_tokens
@@ -130,21 +142,60 @@ def main() -> None:
             f"target {args.target} at step {_median(runs, 'step')}, {_median(runs, 'seconds')} s from launch "
             f"({sum(r['seconds'] is not None for r in runs)}/{len(runs)} runs reach it)"
         )
-    if tokens:
-        print_token_rates(results, tokens)
+    rates = token_rates(results, tokens) if tokens else None
+    if rates:
+        print_token_rates(rates, tokens)
+    if args.json:
+        result_of(results, args.target, rates).write(args.json)
 
 
-def print_token_rates(results: dict[str, list[dict]], tokens: int) -> None:
-    """Trained (and, for forge_async, generated) tokens/s of each side, medians over the runs."""
+def token_rates(results: dict[str, list[dict]], tokens: int) -> dict[str, dict[str, float]]:
+    """Trained and generated tokens/s of each side, medians over the runs (`trained`, `generated`:
+    side -> tokens/s). TRL generates what it trains; forge_async's generated figure is its
+    generator's, left out where no run measured it."""
     trained = {name: statistics.median(r["steps_per_s"] for r in runs) * COMPLETIONS_PER_STEP * tokens
                for name, runs in results.items()}
-    generated = [r["generated_tokens_per_s"] for r in results["forge_async"] if r["generated_tokens_per_s"]]
+    forge_async = median_of(results["forge_async"], "generated_tokens_per_s")
+    generated = ({"forge_async": forge_async} if forge_async is not None else {}) | {"TRL": trained["TRL"]}
+    return {"trained": trained, "generated": generated}
+
+
+def print_token_rates(rates: dict[str, dict[str, float]], tokens: int) -> None:
+    trained, generated = rates["trained"], rates["generated"]
     print(f"\ncompletions of exactly {tokens} tokens, {COMPLETIONS_PER_STEP} per step:")
     print(f"  trained tokens/s: forge_async {trained['forge_async']:.0f}, TRL {trained['TRL']:.0f} "
           f"({trained['forge_async'] / trained['TRL']:.2f}x)")
-    if generated:
-        print(f"  generated tokens/s: forge_async {statistics.median(generated):.0f} (its generator, steady state), "
-              f"TRL {trained['TRL']:.0f} (it trains all it generates)")
+    if "forge_async" in generated:
+        print(f"  generated tokens/s: forge_async {generated['forge_async']:.0f} (its generator, steady state), "
+              f"TRL {generated['TRL']:.0f} (it trains all it generates)")
+
+
+RUN_COLUMNS = ["side", "seed", "first step (s)", "steps/s", "step at target", "s at target"]
+
+
+def result_of(results: dict[str, list[dict]], target: float, rates: dict[str, dict[str, float]] | None) -> BenchmarkResult:
+    result = BenchmarkResult("vs_trl", "Against TRL's synchronous GRPOTrainer", this_command())
+    at_target = {name: median_of(runs, "seconds") for name, runs in results.items()}
+    for name, runs in results.items():
+        if at_target[name] is not None:
+            result.figure(f"{name}: launch -> 5-step mean reward {target} (median)", at_target[name], "s")
+        result.figure(f"{name}: steps/s (median)", median_of(runs, "steps_per_s"), "steps/s")
+        result.figure(f"{name}: launch -> first step (median)", median_of(runs, "first_step_s"), "s")
+    if None not in at_target.values():
+        result.figure(f"forge_async speed-up to reward {target} (TRL's median s / forge_async's)",
+                      at_target["TRL"] / at_target["forge_async"], "x")
+    for kind, by_side in (rates or {}).items():
+        for name, value in by_side.items():
+            result.figure(f"{name}: {kind} tokens/s (median)", value, "tokens/s")
+        if len(by_side) == 2:
+            result.figure(f"forge_async / TRL, {kind} tokens/s", by_side["forge_async"] / by_side["TRL"], "x")
+    rows = [[name, seed, r["first_step_s"], r["steps_per_s"], r["step"], r["seconds"]]
+            for name, runs in results.items() for seed, r in enumerate(runs)]
+    result.tables.append(Table("Every run (seconds from launch)", RUN_COLUMNS, rows))
+    lines = [Line(name, *runs[0]["reward_curve"]) for name, runs in results.items()]
+    result.series.append(Series("Reward against wall time (each side's seed 0)", "seconds from launch",
+                                "reward (mean over the batch)", lines))
+    return result
 
 
 if __name__ == "__main__":
