@@ -37,7 +37,33 @@ QUICK = {
     "weight_transfer": ["--sizes", "10", "100", "--repeats", "3"],
     "routing_replay": [],
 }
-FULL = QUICK | {"weight_transfer": ["--sizes", "10", "100", "500"], "pipeline": ["--steps", "400"]}
+# every benchmark, each at the size its docs section quotes: hours on the 2-core box; the
+# cross-host ones need root and iproute2 (network namespaces, tc), vs_trl the `bench` extra
+FULL = QUICK | {
+    "weight_transfer": ["--sizes", "10", "100", "500"],
+    "pipeline": ["--steps", "400"],
+    "vs_trl": ["--runs", "3"],
+    "vs_trl_128_tokens": ["--completion-tokens", "128", "--steps", "30", "--runs", "2"],
+    "swap_pause": [],
+    "swap_modes": [],
+    "startup": [],
+    "admission_waste": [],
+    "checkpoint_cost": [],
+    "trainer_memory": [],
+    "learning_reliability": ["--seeds", "5"],
+    "distillation": ["--seeds", "3"],
+    "sft_then_grpo": [],
+    "agent_turn_cost": [],
+    "agent_overhead": [],
+    "openenv_throughput": ["--workers", "1", "2", "4", "--seconds", "15", "--sessions", "64", "--rounds", "3"],
+    "cross_host_transfer": ["--torchstore"],
+    "cross_host_pipeline": [],
+    "routing": [],
+    "cost_model": ["--check", "benchmarks/cross_host_runs.json"],
+    "soak": [],
+}
+# a set entry runs the script of its name, or of the name before a "_<variant>" suffix listed here
+VARIANTS = {"vs_trl_128_tokens": "vs_trl"}
 # the smallest configuration of each (tests/test_benchmark_report.py): the shape, not the figures
 SMOKE = {
     "sync_vs_async": ["--steps", "25"],
@@ -63,7 +89,7 @@ def run_benchmark(name: str, args: list[str], repeat: int, out: Path) -> Run:
     """One benchmark command, its output kept in logs/, its results read from results/."""
     result_file = out / "results" / f"{name}.{repeat}.json"
     log = out / "logs" / f"{name}.{repeat}.log"
-    command = [sys.executable, "-m", f"benchmarks.{name}", *args, "--json", str(result_file)]
+    command = [sys.executable, "-m", f"benchmarks.{script_of(name)}", *args, "--json", str(result_file)]
     env = os.environ | {"PYTHONPATH": str(REPO)}
     result_file.unlink(missing_ok=True)  # a failed run must not be read as an earlier one's results
     start = time.perf_counter()
@@ -76,6 +102,11 @@ def run_benchmark(name: str, args: list[str], repeat: int, out: Path) -> Run:
         return Run(name, repeat, seconds, read_result(result_file))
     except ValueError as err:
         return Run(name, repeat, seconds, None, str(err))
+
+
+def script_of(name: str) -> str:
+    """The benchmark module a set entry runs (a variant runs its script with other arguments)."""
+    return VARIANTS.get(name, name)
 
 
 def box() -> dict[str, str]:
@@ -156,6 +187,8 @@ def draw_series(series: Series, path: Path) -> None:
     figure = PlotFigure(figsize=(7, 3.6), dpi=100)
     FigureCanvasAgg(figure)
     ax = figure.subplots()
+    ax.set_xscale("log" if series.log_x else "linear")  # before the ticks: setting a scale resets them
+    ax.set_yscale("log" if series.log_y else "linear")
     if series.bars:
         width = 0.8 / max(len(series.lines), 1)
         for i, line in enumerate(series.lines):
@@ -167,8 +200,6 @@ def draw_series(series: Series, path: Path) -> None:
     ax.set_title(series.title, fontsize="medium")
     ax.set_xlabel(series.x_label)
     ax.set_ylabel(series.y_label)
-    ax.set_xscale("log" if series.log_x else "linear")
-    ax.set_yscale("log" if series.log_y else "linear")
     ax.grid(True, alpha=0.3)
     if len(series.lines) > 1:
         ax.legend(fontsize="small")
@@ -191,9 +222,9 @@ def section(name: str, runs: list[Run], out: Path) -> str:
     done = [run for run in runs if run.result is not None]
     failed = [run for run in runs if run.result is None]
     if not done:
-        return f"## `benchmarks/{name}.py`\n\nFailed: {failed[0].error}\n"
+        return f"## `benchmarks/{script_of(name)}.py`\n\nFailed: {failed[0].error}\n"
     last = done[-1].result
-    parts = [f"## {last.title} (`benchmarks/{name}.py`)", f"```bash\n{last.command}\n```"]
+    parts = [f"## {last.title} (`benchmarks/{script_of(name)}.py`)", f"```bash\n{last.command}\n```"]
     parts.append(markdown_table(["figure", "value", "spread"], figure_rows(done)))
     if failed:
         parts.append(f"{len(failed)} of {len(runs)} runs failed: {failed[0].error}")
