@@ -28,6 +28,7 @@ from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.route_capture import route_capture
+from forge_async.reply_port import answers_on_port
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
@@ -195,6 +196,7 @@ class Generator(ProcActor):
         return ids
 
     @endpoint
+    @answers_on_port
     async def generate(
         self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
     ) -> list[list[Completion]]:

@@ -7,6 +7,7 @@ from monarch.actor import concurrent_endpoint, endpoint
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.data.buffer import BufferStats, EpisodeBuffer
 from forge_async.data.episode import Episode
+from forge_async.reply_port import answers_on_port
 from forge_async.tracing import TRACER
 
 
@@ -22,6 +23,7 @@ class ReplayBuffer(ProcActor):
         self._added = asyncio.Event()  # set by every add: wakes a sample_with_stats that waits
 
     @endpoint
+    @answers_on_port
     async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> int:
         with TRACER.span("add"):
             self.buffer.add(episodes, dropped)
@@ -33,6 +35,7 @@ class ReplayBuffer(ProcActor):
         return self._sample(batch_size, trainer_version)
 
     @concurrent_endpoint  # while it waits, the actor takes the adds it waits for
+    @answers_on_port
     async def sample_with_stats(
         self, batch_size: int, trainer_version: int, wait_s: float = 0.0
     ) -> tuple[list[Episode] | None, BufferStats]:

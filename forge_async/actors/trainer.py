@@ -55,6 +55,7 @@ from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.routes import RouteMismatch, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.parallelize import clip_grad_norm, experts_unsharded, parallelize, unsharded
 from forge_async.models.peft import save_adapter
+from forge_async.reply_port import answers_on_port
 from forge_async.tracing import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.publisher import WeightPublisher
@@ -188,6 +189,7 @@ class Trainer(ProcActor):
         return self._train_step(episodes)
 
     @endpoint
+    @answers_on_port
     async def train_and_push(self, episodes: list[Episode], transports: tuple[str, ...] | None = None) -> dict:
         """`train_step`, then `push_weights`, in one call: the training loop's step, one round
         trip fewer on the path from a batch to the generators' next weights."""

@@ -14,6 +14,7 @@ from forge_async.handles.procs_file import ProcsFile, located
 from forge_async.handles.supervision import stop_quietly, supervised
 from forge_async.launch.roles import REPLAY_BUFFER
 from forge_async.launch.spawner import RoleSpawner
+from forge_async.reply_port import ReplyPort
 
 
 class BufferHandle:
@@ -23,6 +24,7 @@ class BufferHandle:
         self.procs = None  # until start()
         self._counters = {"added": 0, "sampled": 0, "dropped": {}, "kept_zero_variance": 0}
         self._replacing = asyncio.Lock()
+        self._replies = ReplyPort()  # add and sample, every step: answered on one port
 
     async def start(self) -> None:
         self.procs, self.actor = await self.spawner.replay_buffer()
@@ -30,7 +32,7 @@ class BufferHandle:
 
     async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
         """Episodes into the buffer, with the samples lost on their way to it, by reason."""
-        await self._call(lambda: self.actor.add.call_one(episodes, dropped))
+        await self._call(lambda: self._replies.call_one(self.actor.add, episodes, dropped, alive=self.actor.where))
         self._counters["added"] += len(episodes) + sum((dropped or {}).values())
 
     async def sample(
@@ -38,7 +40,9 @@ class BufferHandle:
     ) -> tuple[list[Episode] | None, BufferStats]:
         """A batch (None: not enough fresh episodes yet, after waiting up to `wait_s` for the next
         add) and the buffer's stats after taking it."""
-        batch, stats = await self._call(lambda: self.actor.sample_with_stats.call_one(batch_size, trainer_version, wait_s))
+        batch, stats = await self._call(lambda: self._replies.call_one(
+            self.actor.sample_with_stats, batch_size, trainer_version, wait_s, alive=self.actor.where
+        ))
         if batch is not None:
             self._counters["sampled"] += len(batch)
         return batch, self._noted(stats)

@@ -23,6 +23,7 @@ from forge_async.handles.supervision import T, is_proc_failure, stop_quietly, su
 from forge_async.launch import roles
 from forge_async.launch.spawner import RoleSpawner
 from forge_async.metrics import BusyClock
+from forge_async.reply_port import ReplyPort
 
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
 
@@ -53,6 +54,7 @@ class GeneratorPool:
         self._actors: list = [None] * count
         self._restart_locks = [asyncio.Lock() for _ in range(count)]
         self.lost: dict[int, str] = {}  # generator -> why it is lost (its node is gone)
+        self._replies = ReplyPort()  # generate calls, many a step: answered on one port
 
     async def start(self) -> list[float]:
         """Every generator spawned at once; returns their engines' start times."""
@@ -107,7 +109,7 @@ class GeneratorPool:
         self.outstanding[index] += requests  # before the first await: the next routing choice sees it
         try:
             with self.generating[index]:
-                groups = await self._call(index, lambda g: g.generate.call_one(prompt_ids, sampling, n), requests)
+                groups = await self._call(index, lambda g: self._replies.call_one(g.generate, prompt_ids, sampling, n, alive=g.where), requests)
             self.returned[index] += requests
             return groups
         finally:

@@ -15,6 +15,7 @@ from forge_async.handles.procs_file import ProcsFile, Where, located
 from forge_async.handles.supervision import failure_cause, stop_quietly, supervised
 from forge_async.launch.roles import TRAINER
 from forge_async.launch.spawner import RoleSpawner
+from forge_async.reply_port import ReplyPort
 
 _POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1/2, 'procs': 0/1}
 _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
@@ -37,6 +38,7 @@ class TrainerHandle:
         self.spawner = spawner
         self.procs_file = procs_file
         self.procs = None  # until start()
+        self._replies = ReplyPort()  # the step, every step: answered on one port
 
     async def start(self) -> None:
         self.procs, self.actor = await self.spawner.trainer()
@@ -45,7 +47,7 @@ class TrainerHandle:
 
     async def train_and_push(self, batch: list[Episode], targets: tuple[str, ...]) -> StepResult:
         """One optimizer step on `batch`, then the new weights published to `targets`."""
-        result = await self._call(lambda: self.actor.train_and_push.call(batch, targets))
+        result = await self._call(lambda: self._replies.call(self.actor.train_and_push, batch, targets, alive=self.actor.where, ranks=len(self.where)))
         version, push_ms, weight_bytes = result.pop("version"), result.pop("push_ms"), result.pop("weight_bytes")
         return StepResult(version, result, push_ms, weight_bytes)
 
