@@ -92,11 +92,16 @@ class ReplyPort:
         return (await self.call(endpoint, *args, alive=alive, **kwargs))[0]
 
     async def _answered(self, future: asyncio.Future, alive) -> dict[int, Any]:
-        while True:
-            done, _ = await asyncio.wait({future}, timeout=LIVENESS_S)
-            if done:
-                return future.result()
-            await alive.call()  # raises Monarch's SupervisionError if a proc died
+        """The answer; a watch on the callee's procs starts only if it is slow to come."""
+        loop = asyncio.get_running_loop()
+        watches: list[asyncio.Task] = []
+        timer = loop.call_later(LIVENESS_S, lambda: watches.append(loop.create_task(_watch(future, alive))))
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            for watch in watches:
+                watch.cancel()
 
     def _start_reader(self) -> None:
         if self._reader is None or self._reader.done():
@@ -121,3 +126,15 @@ class ReplyPort:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
+
+
+async def _watch(future: asyncio.Future, alive) -> None:
+    """Until `future` is answered, ask `alive` every LIVENESS_S: a dead proc's error fails it."""
+    while not future.done():
+        try:
+            await alive.call()
+        except Exception as err:  # Monarch's SupervisionError: the proc died
+            if not future.done():
+                future.set_exception(err)
+            return
+        await asyncio.sleep(LIVENESS_S)
