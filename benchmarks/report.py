@@ -61,6 +61,7 @@ FULL = QUICK | {
     "routing": [],
     "cost_model": ["--check", "benchmarks/cross_host_runs.json"],
     "soak": [],
+    "reply_ports": [],
 }
 # a set entry runs the script of its name, or of the name before a "_<variant>" suffix listed here
 VARIANTS = {"vs_trl_128_tokens": "vs_trl"}
