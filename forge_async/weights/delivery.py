@@ -123,7 +123,14 @@ class WeightDelivery:
             async with self._loading[index]:
                 yield await self.generators.version(index)
             return
-        self._pinned[index] = await self.generators.hold_weights(index, True)
+        # Until the hold answers, admission counts on the version the generator is known to have
+        # now: the hold keeps at least that one (it takes the newest first), never a later publish.
+        self._pinned[index] = self.generator_version(index)
+        try:
+            self._pinned[index] = await self.generators.hold_weights(index, True)
+        except BaseException:
+            del self._pinned[index]
+            raise
         try:
             yield self._pinned[index]
         finally:
