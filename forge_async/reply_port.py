@@ -123,10 +123,6 @@ class ReplyPort:
             else:
                 waiting.future.set_result(waiting.results)
 
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-
 
 async def _watch(future: asyncio.Future, alive) -> None:
     """Until `future` is answered, ask `alive` every LIVENESS_S: a dead proc's error fails it."""

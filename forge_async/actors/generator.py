@@ -28,10 +28,10 @@ from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.route_capture import route_capture
-from forge_async.reply_port import answers_on_port
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
+from forge_async.reply_port import answers_on_port
 from forge_async.weights.config import WeightsConfig
 from forge_async.tracing import TRACER
 from forge_async.weights.scratch import temporary_files
