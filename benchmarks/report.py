@@ -63,7 +63,7 @@ FULL = QUICK | {
     "soak": [],
     "reply_ports": [],
 }
-# a set entry runs the script of its name, or of the name before a "_<variant>" suffix listed here
+# a set entry runs the script of its name, or, for a variant listed here, the script it names
 VARIANTS = {"vs_trl_128_tokens": "vs_trl"}
 # the smallest configuration of each (tests/test_benchmark_report.py): the shape, not the figures
 SMOKE = {
