@@ -42,6 +42,7 @@ from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.generators import GeneratorCalls
+from forge_async.handles.returning_nodes import taking_back_nodes
 from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
 from forge_async.metrics import MetricsLog, batch_metrics
@@ -82,11 +83,14 @@ class GRPOLoop(TrainingLoop):
         self._warned_oversampling = False
 
     async def _steps(self) -> None:
+        """The steps, asynchronous or synchronous; a lost generator node that comes back
+        meanwhile is taken back (handles/returning_nodes.py)."""
         self._token_rate = TokenRate(self.rollouts.tokens)
-        if self.config.mode == "async":
-            await self._run_async()
-        else:
-            await self._run_sync()
+        async with taking_back_nodes(self.handles, self.delivery):
+            if self.config.mode == "async":
+                await self._run_async()
+            else:
+                await self._run_sync()
 
     # The asynchronous loop
 

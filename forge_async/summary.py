@@ -73,7 +73,10 @@ async def write_summary(
         "generator_restarts": handles.generators.restarts,
         "generator_samples": handles.generators.returned,  # per generator (rollout_routing spreads them)
         # generators lost with their host (the run went on without them): why, each
-        "generators_lost": list(handles.generators.lost.values()),
+        "generators_lost": handles.generators.losses,
+        # generators spawned again on a lost host that came back: each one's new proc, and its
+        # generator_samples count when it came back
+        "generators_taken_back": handles.generators.taken_back,
         "lost_requests": handles.generators.lost_requests,
         "checkpoint_s": record.checkpoint_s,
         "inflight_swaps": swaps,

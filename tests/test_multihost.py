@@ -8,6 +8,7 @@ cross through torchstore and that node's relay.
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import time
@@ -26,15 +27,16 @@ pytestmark = pytest.mark.skipif(
 
 def launch(cluster, run_dir, *overrides: str, nodes: int, port: int = 29400) -> list[subprocess.Popen]:
     """Start the launcher on every node (node 0 last); each node's output goes to run_dir/../nodeI.log."""
+    procs = {node: start_node(cluster, run_dir, node, *overrides, nodes=nodes, port=port) for node in reversed(range(nodes))}
+    return [procs[i] for i in range(nodes)]
+
+
+def start_node(cluster, run_dir, node: int, *overrides: str, nodes: int, port: int = 29400, log: str = "") -> subprocess.Popen:
+    """The launcher of node `node`, its output to run_dir/../node{node}{log}.log."""
     app = ["apps.grpo", f"hydra.run.dir={run_dir}", *overrides]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    procs = {}
-    for node in reversed(range(nodes)):
-        log = open(run_dir.parent / f"node{node}.log", "w")
-        procs[node] = cluster.start(
-            node, launch_command(nodes, node, *app, port=port), stdout=log, stderr=subprocess.STDOUT, text=True
-        )
-    return [procs[i] for i in range(nodes)]
+    out = open(run_dir.parent / f"node{node}{log}.log", "w")
+    return cluster.start(node, launch_command(nodes, node, *app, port=port), stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
 def output(run_dir, node: int) -> str:
@@ -185,32 +187,44 @@ def test_a_link_that_goes_down_mid_run_is_reported_and_the_run_goes_on(tmp_path)
     assert summary["accounting_ok"] and summary["steps"] == 400 and summary["dropped_other"] == 0
 
 
-def test_a_generator_host_that_dies_is_reported_and_the_run_goes_on_without_it(tmp_path):
+def test_a_generator_host_that_dies_is_reported_the_run_goes_on_and_takes_it_back(tmp_path):
     """Trainer on node 0, generators on nodes 1 and 2; node 2 dies mid-run: within 60 s a line names
-    the lost generator and its node, its rollout worker moves to node 1's generator, and the run
-    ends as usual with every sample accounted for."""
+    the lost generator and its node, its rollout worker moves to node 1's generator. Node 2's
+    launcher started again: its relay and generator are spawned there again, get the newest
+    weights and generate again; the run ends (SIGTERM) with every sample accounted for."""
     run_dir = tmp_path / "run"
+    overrides = ("steps=5000", "generator.count=2", "placement.generator_hosts=[1,2]", "checkpoint.every_steps=0")
     with simulated_hosts(3) as cluster:
-        procs = launch(
-            cluster, run_dir, "steps=150", "generator.count=2", "placement.generator_hosts=[1,2]", nodes=3
-        )
+        procs = launch(cluster, run_dir, *overrides, nodes=3)
         wait_for_step(procs[0], run_dir, 10)
         cluster.kill_node(2)
         killed_at = time.monotonic()
         while "the run goes on with generators [0]" not in output(run_dir, 0):
             assert time.monotonic() - killed_at < 60 and procs[0].poll() is None, output(run_dir, 0)[-3000:]
             time.sleep(0.5)
-        assert procs[0].wait(timeout=400) == 0 and procs[1].wait(timeout=60) == 0, output(run_dir, 0)[-3000:]
+        back = start_node(cluster, run_dir, 2, *overrides, nodes=3, log="_again")
+        deadline = time.monotonic() + 180
+        while "node 2 taken back" not in output(run_dir, 0):
+            assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
+            time.sleep(0.5)
+        wait_for_step(procs[0], run_dir, read_metrics(run_dir)[-1]["step"] + 40)
+        procs[0].send_signal(signal.SIGTERM)  # a clean stop: checkpoint, final model, summary
+        codes = [procs[0].wait(timeout=120), procs[1].wait(timeout=60), back.wait(timeout=60)]
+        assert codes == [128 + signal.SIGTERM, 0, 0], output(run_dir, 0)[-3000:]
     text = output(run_dir, 0)
     # whichever of node 2's actors Monarch reports first: the generator, or its node's relay (whose
     # generators are lost with it)
     assert "generator 1 (pid" in text and "on node 2: node2, 192.0.2.3)" in text
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["steps"] == 150 and summary["accounting_ok"] and summary["failure"] is None
+    assert summary["accounting_ok"] and summary["failure"] is None
     [lost] = summary["generators_lost"]
     assert lost.startswith("generator 1 (") and "node 2" in lost
+    [taken_back] = summary["generators_taken_back"]
+    assert taken_back["generator"] == 1 and "on node 2: node2, 192.0.2.3" in taken_back["proc"]
+    assert summary["generator_samples"][1] > taken_back["samples_before"]  # it generated again
     relays = summary["weight_receivers"]
-    assert relays[0]["version"] >= 148 and not relays[0]["lost"] and relays[1]["lost"], relays
+    assert [r["lost"] for r in relays] == [False, False] and relays[1]["taken_back"] == 1, relays
+    assert min(r["version"] for r in relays) >= summary["steps"] - 2, relays
     rewards = [m["reward/mean"] for m in read_metrics(run_dir)]
     assert statistics.fmean(rewards[-10:]) > statistics.fmean(rewards[:10]) + 0.1, rewards  # still learning
 

@@ -7,7 +7,8 @@ GeneratorFailed naming it (the trainer is fine: the run saves what it learned).
 
 A generator that cannot be respawned (its node no longer answers: the host died) is
 *lost*: its calls raise GeneratorLost, and the run goes on with the others (the
-rollout workers move to them). Once no generator is left, GeneratorFailed.
+rollout workers move to them). Once no generator is left, GeneratorFailed. If its
+node comes back, it is spawned there again (`take_back`) and work goes to it as before.
 """
 
 import asyncio
@@ -54,6 +55,8 @@ class GeneratorPool:
         self._actors: list = [None] * count
         self._restart_locks = [asyncio.Lock() for _ in range(count)]
         self.lost: dict[int, str] = {}  # generator -> why it is lost (its node is gone)
+        self.losses: list[str] = []  # every loss of the run, the ones taken back too
+        self.taken_back: list[dict] = []  # generators spawned again on a node that came back
         self._replies = ReplyPort()  # generate calls, many a step: answered on one port
 
     async def start(self) -> list[float]:
@@ -64,6 +67,23 @@ class GeneratorPool:
         self._procs[index], self._actors[index], timing = await self.spawner.generator(index)
         self.procs_file.record(roles.generator(index), await self._actors[index].where.call_one())
         return timing["engine_start_s"]
+
+    def node_of(self, index: int) -> int:
+        """The node generator `index` is placed on."""
+        return self.spawner.config.placement.generator_host(index)
+
+    def on_node(self, node: int) -> list[int]:
+        """The generators placed on node `node`."""
+        return [i for i in range(self.count) if self.node_of(i) == node]
+
+    async def take_back(self, index: int) -> None:
+        """Generator `index`, lost with its node, spawned again there (the node came back): calls go to it again."""
+        await self._spawn(index)
+        if self.on_replaced is not None:
+            await self.on_replaced(index, self._actors[index])
+        del self.lost[index]
+        where = located(self.procs_file.where[str(roles.generator(index))])
+        self.taken_back.append({"generator": index, "proc": where, "samples_before": self.returned[index]})
 
     def live(self) -> list[int]:
         """The generators not lost."""
@@ -230,6 +250,7 @@ class GeneratorPool:
         if index in self.lost:
             return
         self.lost[index] = f"generator {index} ({located(self.procs_file.where[str(roles.generator(index))])}) {why}"
+        self.losses.append(self.lost[index])
         if not self.live():
             raise GeneratorFailed(self.lost[index])
         print(f"{self.lost[index]}; the run goes on with generators {self.live()}", flush=True)

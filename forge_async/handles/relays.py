@@ -29,25 +29,31 @@ class WeightRelays:
         self.procs_file = procs_file
         self.nodes = nodes  # relay j serves node nodes[j]
         self.gloo = bool(nodes) and spawner.config.weights.cross_host == "gloo"
-        self._procs: list = []
-        self._relays: list = []
+        self._procs: list = [None] * len(nodes)
+        self._relays: list = [None] * len(nodes)
         self._sender = None
         self._sender_procs = None
+        self._point = None  # the sender's rendezvous, where relays join
         self._attempts = [0] * len(nodes)  # pairs opened for relay j
         self._paired = [False] * len(nodes)
 
     async def start(self) -> None:
-        for node in self.nodes:
-            procs, relay = await self.spawner.weight_relay(node)
-            self.procs_file.record(roles.weight_relay(node), await relay.where.call_one())
-            self._procs.append(procs)
-            self._relays.append(relay)
         if self.gloo:
             self._sender_procs, self._sender = await self.spawner.weight_sender()
             self.procs_file.record(roles.WEIGHT_SENDER, await self._sender.where.call_one())
-            point = await self._sender.rendezvous.call_one()
-            timeout_s = self.spawner.config.weights.link_timeout_s
-            await asyncio.gather(*(relay.join.call_one(point, timeout_s) for relay in self._relays))
+            self._point = await self._sender.rendezvous.call_one()
+        await asyncio.gather(*(self.spawn(j) for j in range(len(self.nodes))))
+
+    async def spawn(self, index: int) -> None:
+        """Relay `index` on its node, joined to the sender's rendezvous (gloo); again when its
+        node comes back after it was lost (handles/returning_nodes.py)."""
+        node = self.nodes[index]
+        self._procs[index], relay = await self.spawner.weight_relay(node)
+        self._relays[index] = relay
+        self.procs_file.record(roles.weight_relay(node), await relay.where.call_one())
+        if self.gloo:
+            await relay.join.call_one(self._point, self.spawner.config.weights.link_timeout_s)
+            self._paired[index] = False  # a new relay: a new pair
 
     async def load_version(self, index: int, version: int) -> dict:
         """Bring relay `index`'s node the newest version (gloo: the sender's newest, at least

@@ -25,7 +25,7 @@ import time
 
 from forge_async.errors import ConfigError
 from forge_async.exit import defer_to_caller, exit_now
-from forge_async.launch.hosts import NODE_ADDR_ENV, NODE_RANK_ENV, WORKERS_ENV, free_port
+from forge_async.launch.hosts import NODE_ADDR_ENV, NODE_RANK_ENV, RENDEZVOUS_ENV, WORKERS_ENV, free_port
 from forge_async.launch.nodes import NodeSpec
 from forge_async.launch.rendezvous import Rendezvous, own_address
 from forge_async.weights import scratch
@@ -81,6 +81,7 @@ def run_controller(node: NodeSpec, app: list[str]) -> None:
     try:
         print(f"node 0: waiting for {node.nnodes - 1} more node(s) at {node.master_addr}:{node.master_port} ...", flush=True)
         os.environ[WORKERS_ENV] = ",".join(rendezvous.wait_for_workers())
+        os.environ[RENDEZVOUS_ENV] = f"{node.master_addr}:{node.master_port}"  # nodes that come back register there
         os.environ[NODE_ADDR_ENV] = node.master_addr
         _run_app(app)
     finally:

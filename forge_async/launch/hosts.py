@@ -5,6 +5,10 @@ forge_async.launch`, every node (node 0 too) serves a Monarch worker, the
 launcher puts their addresses in FORGE_ASYNC_WORKERS, and the controller
 attaches to all of them: node r is host r of one host mesh, so meshes that
 span nodes (an FSDP trainer on nodes 0 and 1) are one proc mesh.
+
+A node lost mid-run whose launcher is started again registers a new worker at the
+rendezvous (launch/rendezvous.py); `returned_worker` finds it and `attach_again` makes
+it that node from then on (handles/returning_nodes.py brings its roles back).
 """
 
 import fcntl
@@ -17,6 +21,7 @@ from monarch.actor import HostMesh, attach_to_workers, this_host
 NODE_RANK_ENV = "FORGE_ASYNC_NODE_RANK"  # set in every process the launcher starts
 NODE_ADDR_ENV = "FORGE_ASYNC_NODE_ADDR"  # this node's address on the run's network
 WORKERS_ENV = "FORGE_ASYNC_WORKERS"  # node 0: comma-separated worker addresses, node order
+RENDEZVOUS_ENV = "FORGE_ASYNC_RENDEZVOUS"  # node 0: the rendezvous store (host:port), where nodes register
 
 
 def node_rank() -> int:
@@ -59,14 +64,19 @@ def free_port(address: str) -> int:
 
 
 class Hosts:
-    def __init__(self, workers: list[str]):
+    def __init__(self, workers: list[str], rendezvous: str | None = None):
+        """`workers`: each node's worker address; `rendezvous`: host:port of the store they
+        registered in (None: no node can come back)."""
         self.workers = workers
+        self.rendezvous = rendezvous
         self._mesh: HostMesh | None = None
+        self._attached_again: dict[int, HostMesh] = {}  # nodes that came back, each its own host mesh
+        self._registrations = None
 
     @classmethod
     def from_env(cls) -> "Hosts":
         workers = os.environ.get(WORKERS_ENV, "")
-        return cls([w for w in workers.split(",") if w])
+        return cls([w for w in workers.split(",") if w], os.environ.get(RENDEZVOUS_ENV) or None)
 
     @property
     def nnodes(self) -> int:
@@ -94,6 +104,26 @@ class Hosts:
             return False
         return True
 
+    def returned_worker(self, rank: int) -> str | None:
+        """The worker node `rank` registered after the run attached to it, if any: its launcher
+        was started again (the node came back). Blocks on the store briefly."""
+        if self.rendezvous is None:
+            return None
+        if self._registrations is None:
+            from forge_async.launch.rendezvous import Registrations  # torch: only where nodes can return
+
+            self._registrations = Registrations(self.rendezvous)
+        address = self._registrations.worker(rank)
+        return None if address in (None, self.workers[rank]) else address
+
+    async def attach_again(self, rank: int, address: str) -> None:
+        """Node `rank`'s new worker at `address`, as that node from now on."""
+        name = f"node{rank}_again{len(self._attached_again)}"
+        mesh = attach_to_workers(ca="trust_all_connections", workers=[address], name=name)
+        await mesh.initialized
+        self._attached_again[rank] = mesh
+        self.workers[rank] = address
+
     def nodes(self, first: int, last: int) -> HostMesh:
         """Nodes first..last (consecutive) as one host mesh."""
         if self._mesh is None:
@@ -101,4 +131,6 @@ class Hosts:
         return self._mesh.slice(hosts=slice(first, last + 1))
 
     def node(self, rank: int) -> HostMesh:
+        if rank in self._attached_again:
+            return self._attached_again[rank]
         return self.nodes(rank, rank)

@@ -5,6 +5,10 @@ point: node r writes `worker/r` = the address its Monarch worker serves on;
 the controller on node 0 waits for all of them (naming the ones that never
 come), attaches to them with Monarch, and writes `shutdown` when the run ends.
 A node also goes when the store stops answering (node 0 is gone).
+
+A node whose launcher is started again mid-run (the node died and came back) writes
+its new worker's address under the same key; the controller reads it (`Registrations`)
+and takes the node back.
 """
 
 import socket
@@ -38,6 +42,19 @@ def own_address(master_addr: str) -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect((master_addr, 9))
         return probe.getsockname()[0]
+
+
+class Registrations:
+    """The controller's view of the store: where each node's worker registered last."""
+
+    def __init__(self, point: str):
+        """`point`: the store's host:port."""
+        host, port = point.rsplit(":", 1)
+        self.store = TCPStore(host, int(port), is_master=False, wait_for_workers=False, timeout=timedelta(seconds=10))
+
+    def worker(self, rank: int) -> str | None:
+        key = _worker_key(rank)
+        return self.store.get(key).decode() if self.store.check([key]) else None
 
 
 class Rendezvous:

@@ -54,6 +54,7 @@ class WeightDelivery:
         self.skipped = [0] * len(route.receivers)  # versions a receiver never loaded (a newer one came first)
         self.link_failures = [0] * len(route.receivers)
         self.lost: set[int] = set()  # receivers lost with their node (and its generators)
+        self.taken_back = [0] * len(route.receivers)  # times a receiver's node came back
         self.published = 0
         self.last_load_ms = 0.0
         self._wake = [asyncio.Event() for _ in route.receivers]
@@ -79,11 +80,21 @@ class WeightDelivery:
         for event in self._wake:
             event.set()
 
+    def take_back(self, index: int) -> None:
+        """Receiver `index`, lost with its node, is back (spawned again, holding no version yet):
+        bring it the newest version from now on."""
+        self.lost.discard(index)
+        self.loaded[index] = 0
+        self.taken_back[index] += 1
+        self._tasks[index] = asyncio.create_task(self._update(index))
+        self._wake[index].set()
+
     def receivers_report(self) -> list[dict]:
-        """Per receiver: the version it holds, the versions it skipped, its failed links, whether it is lost."""
+        """Per receiver: the version it holds, the versions it skipped, its failed links, whether
+        it is lost, and how often its node came back."""
         return [
-            {"version": v, "versions_skipped": s, "link_failures": f, "lost": i in self.lost}
-            for i, (v, s, f) in enumerate(zip(self.loaded, self.skipped, self.link_failures))
+            {"version": v, "versions_skipped": s, "link_failures": f, "lost": i in self.lost, "taken_back": b}
+            for i, (v, s, f, b) in enumerate(zip(self.loaded, self.skipped, self.link_failures, self.taken_back))
         ]
 
     def generator_version(self, index: int) -> int:
@@ -177,7 +188,8 @@ class WeightDelivery:
             if self.route.through_store:
                 holding = [version if i == index else v for i, v in enumerate(self.loaded) if i not in self.lost]
                 await store.delete_versions_before(min(holding))  # before `loaded`: waiters see a tidy store
-            self.skipped[index] += max(0, version - self.loaded[index] - 1)
+            if self.loaded[index]:  # versions before the first it loads were never its to skip
+                self.skipped[index] += max(0, version - self.loaded[index] - 1)
             self.loaded[index] = version
             if self.on_loaded is not None:
                 await self.on_loaded()
