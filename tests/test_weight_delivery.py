@@ -1,10 +1,11 @@
-"""WeightDelivery's pins, against a pool whose hold answers when told (the real hold runs in
-tests/test_evaluation.py): what admission control is told while a pin is being taken."""
+"""WeightDelivery against fakes of the pool and the relays (the real ones run in
+tests/test_evaluation.py and tests/test_multihost.py): what admission control is told while a
+pin is being taken, and a relay lost with its node, then taken back."""
 
 import asyncio
 
 from forge_async.weights.delivery import WeightDelivery
-from forge_async.weights.route import WeightRoute
+from forge_async.weights.route import Receiver, WeightRoute
 
 
 class SlowHold:
@@ -37,6 +38,57 @@ def test_a_version_published_while_a_hold_is_on_its_way_is_not_counted_on():
         assert await taking == 5 and delivery.generator_version(0) == 5
         await pin.__aexit__(None, None, None)
         assert delivery.generator_version(0) == 6  # released: it swaps to the newest
+        await delivery.close()
+
+    asyncio.run(scenario())
+
+
+class Relays:
+    """Two nodes' weight relays; one in `gone` answers as a relay lost with its node."""
+
+    def __init__(self):
+        self.gone: set[int] = set()
+        self.loads: list[tuple[int, int]] = []
+
+    async def load_version(self, index: int, version: int) -> dict:
+        if index in self.gone:
+            return {"lost": f"the weight relay of node {index + 1} is lost with its node"}
+        self.loads.append((index, version))
+        return {"version": version}
+
+
+class TwoGenerators:
+    count = 2
+    on_replaced = None
+
+    def __init__(self):
+        self.lost: dict[int, str] = {}
+
+    def lose(self, index: int, why: str) -> None:
+        self.lost[index] = why
+
+
+def test_a_relay_lost_with_its_node_is_brought_the_newest_version_once_taken_back():
+    async def scenario() -> None:
+        relays, generators = Relays(), TwoGenerators()
+        route = WeightRoute([Receiver(relays, 0), Receiver(relays, 1)], [0, 1], False, ("shm",))
+        delivery = WeightDelivery(generators, route)
+        relays.gone.add(1)
+        delivery.publish(3)
+        await asyncio.sleep(0.05)
+        assert delivery.lost == {1} and list(generators.lost) == [1]  # its generator is lost with it
+        delivery.publish(4)  # nothing more goes to the lost relay
+        await asyncio.sleep(0.05)
+        assert relays.loads == [(0, 3), (0, 4)]
+        relays.gone.clear()  # the node came back: its relay is spawned again, holding nothing
+        delivery.take_back(1)
+        assert delivery.generator_version(1) == 0  # admission counts on no version until it loads one
+        await asyncio.sleep(0.05)
+        assert (1, 4) in relays.loads and delivery.generator_version(1) == 4
+        [first, back] = delivery.receivers_report()
+        assert back == {"version": 4, "versions_skipped": 0, "link_failures": 0, "lost": False, "taken_back": 1}
+        assert first["taken_back"] == 0 and first["version"] == 4
+        delivery.check()  # no receiver failed
         await delivery.close()
 
     asyncio.run(scenario())

@@ -154,8 +154,11 @@ class GeneratorPool:
         return await self._call(index, lambda g: g.hold_weights.call_one(hold))
 
     async def load_version(self, index: int, version: int) -> dict:
-        """Generator `index` loads `version` from torchstore."""
-        return await self._call(index, lambda g: g.load_version.call_one(version))
+        """Generator `index` loads `version` from torchstore: {"version"}, or {"lost"} (its node is gone)."""
+        try:
+            return await self._call(index, lambda g: g.load_version.call_one(version))
+        except GeneratorLost as lost:
+            return {"lost": str(lost)}
 
     async def set_rng_state(self, index: int, state) -> None:
         await self._call(index, lambda g: g.set_rng_state.call_one(state))

@@ -5,7 +5,7 @@ in the run.
 The node's new launcher registers a new Monarch worker at the rendezvous
 (launch/rendezvous.py). While the run goes on, the controller looks every few seconds
 for lost nodes with a new worker; for each it attaches to the worker, spawns the node's
-weight relay and generators there, and brings the relay the newest version; work goes
+weight relay and generators there, and brings them the newest version; work goes
 to the generators once their weights are recent enough for admission control, as for
 any generator. A node that cannot be taken back (its worker vanished again, a spawn
 failed) is said in one line and stays lost; a later registration is tried again.
@@ -33,14 +33,17 @@ class ReturningNodes:
         self._tried: set[str] = set()  # worker addresses a take-back failed on
 
     def lost_nodes(self) -> list[int]:
-        """Nodes whose generators are all lost, and their weight relay with them (if they have one)."""
+        """Nodes whose generators are all lost, and the weight receivers serving them with them."""
         nodes = {self.generators.node_of(i) for i in self.generators.lost}
         return sorted(n for n in nodes if self._all_lost(n))
 
     def _all_lost(self, node: int) -> bool:
-        if any(i not in self.generators.lost for i in self.generators.on_node(node)):
-            return False
-        return node not in self.relays.nodes or self.relays.nodes.index(node) in self.delivery.lost
+        generators = self.generators.on_node(node)
+        return all(i in self.generators.lost for i in generators) and self._receivers(node) <= self.delivery.lost
+
+    def _receivers(self, node: int) -> set[int]:
+        """The receivers serving node `node`: its weight relay, or (torchstore transport) its generators."""
+        return {self.delivery.route.receiver_of[i] for i in self.generators.on_node(node)} - {None}
 
     async def watch(self) -> None:
         """Take back each lost node whose launcher registered a new worker, until cancelled."""
@@ -67,12 +70,17 @@ class ReturningNodes:
         )
 
     async def _spawn_again(self, node: int, address: str) -> None:
+        """The node's weight relay first (if it has one: its generators are counted on at the
+        version it holds), then its generators; each receiver is brought the newest version."""
         await self.hosts.attach_again(node, address)
-        if node in self.relays.nodes:
-            index = self.relays.nodes.index(node)
+        receivers = sorted(self._receivers(node))
+        relayed = not self.delivery.route.receivers_are_generators
+        for index in receivers if relayed else []:
             await self.relays.spawn(index)
             self.delivery.take_back(index)
         await asyncio.gather(*(self.generators.take_back(i) for i in self.generators.on_node(node)))
+        for index in [] if relayed else receivers:  # torchstore transport: generators load versions themselves
+            self.delivery.take_back(index)
 
 
 @asynccontextmanager

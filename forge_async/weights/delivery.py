@@ -175,11 +175,7 @@ class WeightDelivery:
                 result = await receiver.load(version)
                 self.last_load_ms = (time.perf_counter() - start) * 1e3
             if "lost" in result:  # its node is gone: nothing more to bring it, nor to its generators
-                self.lost.add(index)
-                print(f"{result['lost']}: weights go to the other nodes", flush=True)
-                for generator, receiver in enumerate(self.route.receiver_of):
-                    if receiver == index:
-                        self.generators.lose(generator, "is lost with its node's weight relay")
+                self._lost(index, result["lost"])
                 return
             if "error" in result:
                 self._link_failed(index, result["error"])
@@ -193,6 +189,17 @@ class WeightDelivery:
             self.loaded[index] = version
             if self.on_loaded is not None:
                 await self.on_loaded()
+
+    def _lost(self, index: int, why: str) -> None:
+        """Receiver `index` is lost with its node (a generator under the torchstore transport is
+        lost already, said by the pool); a relay's generators are lost with it."""
+        self.lost.add(index)
+        if self.route.receivers_are_generators:
+            return
+        print(f"{why}: weights go to the other nodes", flush=True)
+        for generator, receiver in enumerate(self.route.receiver_of):
+            if receiver == index:
+                self.generators.lose(generator, "is lost with its node's weight relay")
 
     def _link_failed(self, index: int, error: str) -> None:
         """A receiver's link failed mid-version: its host keeps the version it had; say so, and
