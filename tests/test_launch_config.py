@@ -17,7 +17,7 @@ from forge_async.config import GRPOConfig
 from forge_async.errors import ConfigError
 from forge_async.launch.nodes import NodeSpec, first_host
 from forge_async.launch.placement import PlacementConfig
-from forge_async.launch.procs import RunProcs, import_at_niceness, spawn_procs, use_gpus
+from forge_async.launch.procs import RunProcs, import_at_niceness, sleep_between_copies, spawn_procs, use_gpus
 from forge_async.launch.torchrun import leave_torchrun_job
 from apps.grpo.subprocess_run import REPO
 from tests.nice_probe import ThreadNiceness, write_niceness
@@ -128,7 +128,7 @@ def test_a_node_without_the_gpus_named_fails_in_the_procs_bootstrap(monkeypatch,
         use_gpus("0,3", "placement.generator_gpus")
 
 
-def test_only_generator_procs_prepare_for_vllm_and_only_placed_roles_take_gpus():
+def test_procs_prepare_as_their_role_needs_vllm_gpus_and_openmp_at_rest():
     config = GRPOConfig(placement=PlacementConfig(trainer_gpus=[0], generator_gpus=[1]))
     procs = RunProcs(config, hosts=None, log_dir=None)
     nice, trainer_gpus = procs.prepare(roles.TRAINER)  # nothing about vLLM, TORCHDYNAMO_DISABLE included
@@ -140,6 +140,9 @@ def test_only_generator_procs_prepare_for_vllm_and_only_placed_roles_take_gpus()
     assert [step.func for step in procs.prepare(roles.REPLAY_BUFFER)] == [import_at_niceness]
     assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare(roles.generator(1))] == [prepare_process]
     assert RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)), None, None).prepare(roles.TRAINER) == ()
+    # the weight sender and relays only copy now and then: their OpenMP threads must not spin
+    for role in (roles.WEIGHT_SENDER, roles.weight_relay(1)):
+        assert [getattr(step, "func", step) for step in procs.prepare(role)] == [import_at_niceness, sleep_between_copies]
 
 
 def test_a_procs_imports_yield_the_cores_and_its_actor_keeps_its_priority(tmp_path):
