@@ -293,6 +293,7 @@ class Generator(ProcActor):
             self._busy_s += (time.time_ns() - start) / 1e9
 
     @endpoint
+    @answers_on_port
     async def load_version(self, version: int) -> dict[str, float]:
         """Load policy `version` now (or a newer one, from the shm channel), between generate calls."""
         start = time.perf_counter()

@@ -15,6 +15,7 @@ from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.launch.hosts import free_port, node_address
+from forge_async.reply_port import answers_on_port
 from forge_async.weights import scratch
 from forge_async.weights.link import SENDER, Rendezvous, StagedVersions, open_pair, send_version, serve_rendezvous
 from forge_async.weights.shared_memory import SharedMemoryChannel
@@ -48,6 +49,7 @@ class WeightSender(ProcActor):
         return {}
 
     @concurrent_endpoint
+    @answers_on_port
     async def send(self, relay: int) -> dict:
         """The newest published version to relay `relay`: {"version", "bytes", "send_ms"}, or {"error"}
         (the pair is then dropped: it must be opened again)."""

@@ -57,7 +57,7 @@ class GeneratorPool:
         self.lost: dict[int, str] = {}  # generator -> why it is lost (its node is gone)
         self.losses: list[str] = []  # every loss of the run, the ones taken back too
         self.taken_back: list[dict] = []  # generators spawned again on a node that came back
-        self._replies = ReplyPort()  # generate calls, many a step: answered on one port
+        self._replies = ReplyPort()  # generate calls, many a step, and loads: answered on one port
 
     async def start(self) -> list[float]:
         """Every generator spawned at once; returns their engines' start times."""
@@ -156,7 +156,7 @@ class GeneratorPool:
     async def load_version(self, index: int, version: int) -> dict:
         """Generator `index` loads `version` from torchstore: {"version"}, or {"lost"} (its node is gone)."""
         try:
-            return await self._call(index, lambda g: g.load_version.call_one(version))
+            return await self._call(index, lambda g: self._replies.call_one(g.load_version, version, alive=g.where))
         except GeneratorLost as lost:
             return {"lost": str(lost)}
 

@@ -21,6 +21,7 @@ from forge_async.handles.supervision import STOP_TIMEOUT_S, stop_quietly, superv
 from forge_async.launch import roles
 from forge_async.launch.roles import Role
 from forge_async.launch.spawner import RoleSpawner
+from forge_async.reply_port import ReplyPort
 
 
 class WeightRelays:
@@ -36,6 +37,7 @@ class WeightRelays:
         self._point = None  # the sender's rendezvous, where relays join
         self._attempts = [0] * len(nodes)  # pairs opened for relay j
         self._paired = [False] * len(nodes)
+        self._replies = ReplyPort()  # a call a version: answered on one port (reply_port.py)
 
     async def start(self) -> None:
         if self.gloo:
@@ -69,11 +71,12 @@ class WeightRelays:
 
     async def _load_version(self, index: int, version: int) -> dict:
         if not self.gloo:
-            return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._relays[index].load_version.call_one(version))
+            relay = self._relays[index]
+            return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._replies.call_one(relay.load_version, version, alive=relay.where))
         if not self._paired[index] and "error" in (opened := await self._open_pair(index)):
             return self._link_error(index, opened["error"])
         node = self.nodes[index]
-        sent = await self._call(roles.WEIGHT_SENDER, lambda: self._sender.send.call_one(node))
+        sent = await self._call(roles.WEIGHT_SENDER, lambda: self._replies.call_one(self._sender.send, node, alive=self._sender.where))
         if "error" in sent:  # the relay's end of the pair ends with it; a dead relay shows at the next open
             self._paired[index] = False
             return self._link_error(index, sent["error"])
