@@ -70,17 +70,21 @@ class ReturningNodes:
         )
 
     async def _spawn_again(self, node: int, address: str) -> None:
-        """The node's weight relay first (if it has one: its generators are counted on at the
-        version it holds), then its generators; each receiver is brought the newest version."""
+        """The node's roles spawned on its new worker, each receiver brought the newest version."""
         await self.hosts.attach_again(node, address)
         receivers = sorted(self._receivers(node))
-        relayed = not self.delivery.route.receivers_are_generators
-        for index in receivers if relayed else []:
+        if self.delivery.route.receivers_are_generators:  # torchstore transport: they load versions themselves
+            await self._spawn_generators(node)
+            for index in receivers:
+                self.delivery.take_back(index)
+            return
+        for index in receivers:  # the relay first: its generators are counted on at the version it holds
             await self.relays.spawn(index)
             self.delivery.take_back(index)
+        await self._spawn_generators(node)
+
+    async def _spawn_generators(self, node: int) -> None:
         await asyncio.gather(*(self.generators.take_back(i) for i in self.generators.on_node(node)))
-        for index in [] if relayed else receivers:  # torchstore transport: generators load versions themselves
-            self.delivery.take_back(index)
 
 
 @asynccontextmanager
