@@ -21,6 +21,7 @@ from forge_async.handles.supervision import within
 from forge_async.weights.delivery import WeightDelivery
 
 WATCH_S = 2.0
+ATTACH_TIMEOUT_S = 30.0  # a worker that registered and died since never answers the attach
 _TAKE_BACK_TIMEOUT_S = 300.0  # a generator's engine start on a busy node
 
 
@@ -71,7 +72,10 @@ class ReturningNodes:
 
     async def _spawn_again(self, node: int, address: str) -> None:
         """The node's roles spawned on its new worker, each receiver brought the newest version."""
-        await self.hosts.attach_again(node, address)
+        try:
+            await within(self.hosts.attach_again(node, address), ATTACH_TIMEOUT_S)
+        except TimeoutError:
+            raise TimeoutError(f"its worker at {address} did not answer within {ATTACH_TIMEOUT_S:.0f}s") from None
         receivers = sorted(self._receivers(node))
         if self.delivery.route.receivers_are_generators:  # torchstore transport: they load versions themselves
             await self._spawn_generators(node)
