@@ -1,13 +1,20 @@
 """What the OpenAI-compatible endpoint costs: tool_lookup played natively and as an agent program.
 
     .venv/bin/python -m benchmarks.agent_overhead                 # 40 steps each, 2 rounds
+    .venv/bin/python -m benchmarks.agent_overhead --agents aiohttp --rounds 3
     .venv/bin/python -m benchmarks.agent_overhead --steps 60 --rounds 1 -- env.procs=1
     .venv/bin/python -m benchmarks.agent_overhead --json PATH      # also the results in the report's shape
 
-Runs `--config-name tool_lookup` (the native environment) and the same with
-env.name=agent:docs.examples.tool_lookup_agent:play (a plain `openai` client through the
-endpoint), alternating, one after another on the same box. Per run: episodes per second
-over the steps after the first 10 (start-up and the first swaps left out), the drops, and the agent runs' ratio against the native ones of the same round.
+Runs `--config-name tool_lookup` (the native environment) and the same episodes as an agent
+program through the endpoint, alternating, one after another on the same box. The agent
+(docs/examples/tool_lookup_agent.py) asks for its turns with one of two clients:
+
+    openai   the `openai` package's client (`play`)
+    aiohttp  a bare HTTP client (benchmarks/agent_turn_cost.py's `play_with_aiohttp`): the
+             endpoint's own cost, with as little of the client's as an HTTP call can have
+
+Per run: episodes per second over the steps after the first 10 (start-up and the first swaps
+left out), the drops, and each agent run's ratio against the native run of the same round.
 Overrides after `--` go to every run (e.g. env.procs=1 plays the agent runs' episodes, and
 their endpoint, on a proc of their own; the native runs are the same either way).
 """
@@ -23,7 +30,10 @@ from benchmarks.startup import timed_run
 from forge_async.metrics import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
-AGENT = "env.name=agent:docs.examples.tool_lookup_agent:play"
+AGENTS = {
+    "openai": "env.name=agent:docs.examples.tool_lookup_agent:play",
+    "aiohttp": "env.name=agent:benchmarks.agent_turn_cost:play_with_aiohttp",
+}
 WARM_UP_STEPS = 10
 
 
@@ -43,27 +53,26 @@ def one_run(steps: int, overrides: list[str]) -> dict:
     }
 
 
-def ratio(round_: dict[str, dict]) -> float:
-    return round_["agent"]["episodes_per_s"] / round_["native"]["episodes_per_s"]
+def ratio(round_: dict[str, dict], agent: str) -> float:
+    return round_[agent]["episodes_per_s"] / round_["native"]["episodes_per_s"]
 
 
-def result_of(rounds: list[dict[str, dict]]) -> BenchmarkResult:
-    """`rounds`: per round, "native" and "agent" -> one_run's figures."""
+def result_of(rounds: list[dict[str, dict]], agents: list[str]) -> BenchmarkResult:
+    """`rounds`: per round, "native" and each agent -> one_run's figures."""
     result = BenchmarkResult("agent_overhead", "Agent program through the endpoint vs the native environment", this_command())
-    ratios = [ratio(r) for r in rounds]
-    result.figure("agent / native episodes/s (median over rounds)", statistics.median(ratios), "x")
-    for name in ("native", "agent"):
+    for agent in agents:
+        result.figure(f"{agent} agent / native episodes/s (median over rounds)", statistics.median(ratio(r, agent) for r in rounds), "x")
+    for name in ("native", *agents):
         result.figure(f"{name} episodes/s (median over rounds)", statistics.median(r[name]["episodes_per_s"] for r in rounds), "episodes/s")
-    rows = [
-        [i, f"{r['native']['episodes_per_s']:.1f}", f"{r['agent']['episodes_per_s']:.1f}", f"{ratio(r):.2f}",
-         f"{r['native']['reward_last']:.2f} / {r['agent']['reward_last']:.2f}",
-         f"{r['native']['dropped'] or 0} / {r['agent']['dropped'] or 0}"]
-        for i, r in enumerate(rounds)
-    ]
-    columns = ["round", "native episodes/s", "agent episodes/s", "agent / native", "final reward (native / agent)", "dropped (native / agent)"]
+    rows = []
+    for i, r in enumerate(rounds):
+        for name in ("native", *agents):
+            against = "" if name == "native" else f"{ratio(r, name):.2f}"
+            rows.append([i, name, f"{r[name]['episodes_per_s']:.1f}", against, f"{r[name]['reward_last']:.2f}", f"{r[name]['dropped'] or 0}"])
+    columns = ["round", "episodes", "episodes/s", "against native", "final reward", "dropped"]
     result.tables.append(Table(f"Episodes/s over the steps after the first {WARM_UP_STEPS}", columns, rows))
     names = [f"round {i}" for i in range(len(rounds))]
-    lines = [Line(name, names, [r[name]["episodes_per_s"] for r in rounds]) for name in ("native", "agent")]
+    lines = [Line(name, names, [r[name]["episodes_per_s"] for r in rounds]) for name in ("native", *agents)]
     result.series.append(Series("Episodes/s, native against the agent program", "", "episodes/s", lines, bars=True))
     return result
 
@@ -71,23 +80,28 @@ def result_of(rounds: list[dict[str, dict]]) -> BenchmarkResult:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=2, help="native then agent, this many times")
+    parser.add_argument("--rounds", type=int, default=2, help="native then each agent, this many times")
+    parser.add_argument("--agents", nargs="+", choices=list(AGENTS), default=list(AGENTS), help="the agent's clients")
     parser.add_argument("overrides", nargs="*", help="after --: Hydra overrides for every run")
     add_json_argument(parser)
     args = parser.parse_args()
     rounds = []
     for round_ in range(args.rounds):
-        rounds.append({"native": one_run(args.steps, args.overrides), "agent": one_run(args.steps, [AGENT, *args.overrides])})
-        for name, run in rounds[-1].items():
+        runs = {"native": one_run(args.steps, args.overrides)}
+        for agent in args.agents:
+            runs[agent] = one_run(args.steps, [AGENTS[agent], *args.overrides])
+        rounds.append(runs)
+        for name, run in runs.items():
+            against = "" if name == "native" else f" | {ratio(runs, name):.2f}x native"
             print(
-                f"round {round_} {name:6} | {run['episodes_per_s']:6.1f} episodes/s"
+                f"round {round_} {name:7} | {run['episodes_per_s']:6.1f} episodes/s{against}"
                 f" | reward {run['reward_last']:.2f} | dropped {run['dropped'] or 0}",
                 flush=True,
             )
-        print(f"round {round_} agent / native episodes/s: {ratio(rounds[-1]):.2f}", flush=True)
-    print(f"agent / native episodes/s over {args.rounds} rounds: median {statistics.median(map(ratio, rounds)):.2f}")
+    for agent in args.agents:
+        print(f"{agent} agent / native episodes/s over {args.rounds} rounds: median {statistics.median(ratio(r, agent) for r in rounds):.2f}")
     if args.json:
-        result_of(rounds).write(args.json)
+        result_of(rounds, args.agents).write(args.json)
 
 
 if __name__ == "__main__":

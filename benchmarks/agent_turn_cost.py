@@ -25,6 +25,7 @@ import weakref
 import aiohttp
 
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
+from docs.examples.tool_lookup_agent import lookup_episode
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.agent.config import AgentConfig
@@ -53,20 +54,18 @@ _sessions: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientS
 
 
 async def play_with_aiohttp(prompt: Prompt, base_url: str) -> float:
-    """tool_lookup's agent with a bare HTTP client: a call, the tool's reply, an answer."""
+    """tool_lookup's agent (docs/examples/tool_lookup_agent.py) with a bare HTTP client."""
     loop = asyncio.get_running_loop()
     if loop not in _sessions:
         _sessions[loop] = aiohttp.ClientSession()
-    messages = [{"role": "user", "content": str(prompt.meta["key"])}]
-    call = await _turn(_sessions[loop], base_url, messages)
-    reply = str(prompt.meta["table"][int(call)])
-    messages += [{"role": "assistant", "content": call}, {"role": "tool", "content": reply}]
-    return 1.0 if await _turn(_sessions[loop], base_url, messages) == reply else 0.0
+    session = _sessions[loop]
 
+    async def ask(messages: list[dict]) -> tuple[str, str]:
+        async with session.post(f"{base_url}/chat/completions", json={"model": "policy", "messages": messages}) as reply:
+            choice = (await reply.json())["choices"][0]
+        return choice["message"]["content"] or "", choice["finish_reason"]
 
-async def _turn(session: aiohttp.ClientSession, base_url: str, messages: list[dict]) -> str:
-    async with session.post(f"{base_url}/chat/completions", json={"model": "policy", "messages": messages}) as reply:
-        return (await reply.json())["choices"][0]["message"]["content"]
+    return await lookup_episode(prompt, ask)
 
 
 async def cpu_ms_per_turn(new_environment, prompts: list[Prompt]) -> float:

@@ -26,7 +26,7 @@ from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.evaluation.config import EvalConfig
-from forge_async.rollout.episodes import TurnBatcher
+from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.rollout.types import Generate
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.tier import ScoringTier, build_tier
@@ -75,7 +75,7 @@ class Evaluator:
 
         async def play(prompt: Prompt) -> Completion | None:
             try:
-                return await self.runner.play(prompt, generate_one, self.sampling)
+                return await generate_one.play(self.runner, prompt, self.sampling)
             except EpisodeDropped:
                 return None
 

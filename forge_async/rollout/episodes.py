@@ -13,54 +13,14 @@ import asyncio
 import statistics
 import time
 from collections import Counter
-from dataclasses import astuple
-
 from functools import partial
 
-from forge_async.actors.generator_config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.rollout.calls import Rollouts
+from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
-
-
-class TurnBatcher:
-    """Model turns asked for in the same pass of the event loop, sent as one generate call (per
-    sampling config): the episodes of a group start together and get their turns back together,
-    so a group costs about one call per turn instead of one per episode and turn."""
-
-    def __init__(self, generate: Generate):
-        self.generate = generate
-        self._waiting: dict[tuple, tuple[SamplingConfig, list]] = {}
-        self._sending: set[asyncio.Task] = set()  # held: the event loop keeps weak references only
-
-    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
-        key = astuple(sampling)
-        if key not in self._waiting:
-            self._waiting[key] = (sampling, [])
-            asyncio.get_running_loop().call_soon(self._start_sending, key)
-        future = asyncio.get_running_loop().create_future()
-        self._waiting[key][1].append((prompt_ids, future))
-        return await future
-
-    def _start_sending(self, key: tuple) -> None:
-        task = asyncio.ensure_future(self._send(key))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def _send(self, key: tuple) -> None:
-        sampling, batch = self._waiting.pop(key)
-        try:
-            groups = await self.generate([ids for ids, _ in batch], sampling, 1)
-        except Exception as err:
-            for _, future in batch:
-                if not future.done():  # a waiter cancelled meanwhile (its group was) is left alone
-                    future.set_exception(err)
-            return
-        for (_, future), group in zip(batch, groups, strict=True):
-            if not future.done():
-                future.set_result(group[0])
 
 
 class EpisodeRollouts(Rollouts):
@@ -98,7 +58,7 @@ class EpisodeRollouts(Rollouts):
 
         async def play() -> Completion | EpisodeDropped:
             try:
-                completion = await self.runner.play(prompt, generate_one)
+                completion = await generate_one.play(self.runner, prompt)
             except EpisodeDropped as drop:
                 self._report(drop)
                 return drop
