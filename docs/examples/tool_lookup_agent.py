@@ -53,10 +53,11 @@ async def lookup_episode(prompt: Prompt, ask: AskForTurn) -> float:
     call, finish = await ask(messages)
     if not (finish == "stop" and len(call) == 1 and call.isdigit()):
         return 0.0  # a malformed call ends the episode
-    reply = str(table[int(call)])
+    called = int(call)
+    reply = str(table[called])
     messages += [{"role": "assistant", "content": call}, {"role": "tool", "content": reply}]
     answer = await ask(messages)
-    reward = CALL_FORMAT_REWARD + (KEY_REWARD if int(call) == key else 0.0)
+    reward = CALL_FORMAT_REWARD + (KEY_REWARD if called == key else 0.0)
     return reward + ECHO_REWARD * _digit_reward(reply, answer) + ANSWER_REWARD * _digit_reward(str(table[key]), answer)
 
 

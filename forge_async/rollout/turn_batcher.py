@@ -13,8 +13,6 @@ takes longer than MAX_WAIT_S, sends what is queued by then.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import astuple
 
 from forge_async.actors.generator_config import SamplingConfig
@@ -40,8 +38,12 @@ class TurnBatcher:
 
     async def play(self, runner: EnvRunner, prompt: Prompt, sampling: SamplingConfig | None = None) -> Completion:
         """One episode played by `runner`, its turns sent with the other episodes'."""
-        async with self._episode():
+        self._playing += 1
+        try:
             return await runner.play(prompt, self, sampling)
+        finally:
+            self._playing -= 1
+            self._check_soon()
 
     async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
         """The runner's generate: one model turn."""
@@ -52,15 +54,6 @@ class TurnBatcher:
             self._deadline = loop.call_later(MAX_WAIT_S, self._send_queued)
         self._check_soon()
         return await future
-
-    @asynccontextmanager
-    async def _episode(self) -> AsyncIterator[None]:
-        self._playing += 1
-        try:
-            yield
-        finally:
-            self._playing -= 1
-            self._check_soon()
 
     def _check_soon(self) -> None:
         """Check in the next pass of the loop, once the episodes woken with this one (started
