@@ -10,10 +10,11 @@ default model's tensors, and `--sizes` millions of fp32 parameters):
 - floor:  bytes/s of a plain TCP copy (Python sockets, 4 MiB writes) of the version's
           bytes (64 MiB at least) from node 0 to node 1, just before, on the same link;
 - gloo:   the run's path (`weights.cross_host=gloo`): a writer (as the trainer)
-          publishes into node 0's shared-memory channel, then the WeightSender
-          stages the version and sends it over its gloo pair, and node 1's
-          WeightRelay receives it whole, writes it into node 1's channel and says
-          so. Timed from the controller: the send call, both copies included;
+          publishes into node 0's shared-memory channel, the WeightSender hears
+          it on the channel's doorbell, stages the version and sends it over its
+          gloo pair, and node 1's WeightRelay receives it whole, writes it into
+          node 1's channel and says so. Timed from the controller: the call to
+          the writer and the sender's report, less the write itself;
 - ratio:  gloo / (bytes / floor): 1.0 = the link's line rate;
 - torchstore (`--torchstore`, unshaped only): put, then the relay's get (the other
           cross-host path).
@@ -35,7 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
-from monarch.actor import endpoint
+from monarch.actor import Channel, endpoint
 
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.actors.located import LocatedActor
@@ -136,7 +137,8 @@ async def measure(hosts, shapes, rates: list[str], repeats: int, torchstore: boo
     sender_procs, sender = await spawn_weight_sender(channel_dir, 60.0, hosts.node(0))
     relay_procs, relay = await spawn_weight_relay(channel_dir, hosts.node(1), 1)
     await relay.join.call_one(await sender.rendezvous.call_one(), 60.0)
-    await asyncio.gather(sender.open_pair.call_one(1, 1), relay.open_pair.call_one(1))
+    reports, arrivals = Channel.open()
+    await asyncio.gather(sender.open_pair.call_one(1, 1, reports), relay.open_pair.call_one(1))
     size, rows, version = nbytes(shapes), [], 0
     try:
         for rate in rates:
@@ -145,11 +147,10 @@ async def measure(hosts, shapes, rates: list[str], repeats: int, torchstore: boo
             times = []
             for _ in range(repeats + 2):
                 version += 1
-                await writer.write_shm.call_one(version)
                 start = time.perf_counter()
-                sent = await sender.send.call_one(1)  # returns once node 1's relay has it in its channel
-                times.append(time.perf_counter() - start)
-                assert sent["version"] == version, sent
+                written_s, (_, _, sent) = await asyncio.gather(writer.write_shm.call_one(version), arrivals.recv())
+                times.append(time.perf_counter() - start - written_s)  # the report comes once node 1 has it
+                assert sent.get("version") == version, sent
             row = {"rate": rate, "bytes": size, "floor": floor, "gloo": statistics.median(times[2:])}
             if torchstore and rate == "unshaped":
                 row["torchstore"] = await torchstore_s(writer, relay, version + 1, repeats)

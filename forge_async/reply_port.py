@@ -84,25 +84,13 @@ class ReplyPort:
         self._start_reader()
         try:
             endpoint.broadcast(*args, reply=self.port, request=request, **kwargs)
-            return await self._answered(future, alive)
+            return await answered(future, alive)
         finally:
             del self._waiting[request]
 
     async def call_one(self, endpoint, *args, alive, **kwargs) -> Any:
         """`call` to a mesh of one actor: its result."""
         return (await self.call(endpoint, *args, alive=alive, **kwargs))[0]
-
-    async def _answered(self, future: asyncio.Future, alive) -> dict[int, Any]:
-        """The answer; a watch on the callee's procs starts only if it is slow to come."""
-        loop = asyncio.get_running_loop()
-        watches: list[asyncio.Task] = []
-        timer = loop.call_later(LIVENESS_S, lambda: watches.append(loop.create_task(_watch(future, alive))))
-        try:
-            return await future
-        finally:
-            timer.cancel()
-            for watch in watches:
-                watch.cancel()
 
     def _start_reader(self) -> None:
         if self._reader is None or self._reader.done():
@@ -123,6 +111,20 @@ class ReplyPort:
                 waiting.future.set_exception(waiting.errors[0])
             else:
                 waiting.future.set_result(waiting.results)
+
+
+async def answered(future: asyncio.Future, alive) -> Any:
+    """`future`'s result, awaited the way a call's answer is: a watch on the answering procs
+    (`alive`, as in `ReplyPort.call`) starts only if it is slow to come."""
+    loop = asyncio.get_running_loop()
+    watches: list[asyncio.Task] = []
+    timer = loop.call_later(LIVENESS_S, lambda: watches.append(loop.create_task(_watch(future, alive))))
+    try:
+        return await future
+    finally:
+        timer.cancel()
+        for watch in watches:
+            watch.cancel()
 
 
 async def _watch(future: asyncio.Future, alive) -> None:

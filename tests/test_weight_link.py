@@ -1,6 +1,7 @@
 """The gloo link between the weight sender and a relay (weights/link.py), both sides in one
-process on two threads over loopback: versions arrive whole, skip to the newest, and a
-link that stalls mid-version leaves the relay's channel on the version it had."""
+process on two threads over loopback: versions arrive whole, skip to the newest, a
+publish wakes the sender, and a link that stalls mid-version leaves the relay's channel on
+the version it had."""
 
 import threading
 
@@ -65,10 +66,14 @@ def channels(tmp_path):
     return SharedMemoryChannel(tmp_path / "trainer"), SharedMemoryChannel(tmp_path / "relay")
 
 
-def transfer(sender_pair, relay_pair, staged: StagedVersions, relay: SharedMemoryChannel) -> int:
-    """One version over the pair into the relay's channel (the send returns once it is written); returns it."""
+WAIT_S = 30.0  # for a publish's doorbell: reached only if it never rings
+
+
+def transfer(sender_pair, relay_pair, staged: StagedVersions, relay: SharedMemoryChannel, than: int = 0) -> int:
+    """One version newer than `than` over the pair into the relay's channel (the send returns once
+    it is written); returns it."""
     thread, out = in_thread(relay_version, relay_pair, ReceivedVersion(), relay, threading.Lock())
-    version = staged.acquire()
+    version = staged.acquire_newer(than, WAIT_S)
     try:
         link.send_version(sender_pair, version)
         assert relay.latest() >= version.version  # written (or a newer one) before the sender hears back
@@ -87,7 +92,7 @@ def test_versions_arrive_whole_and_the_newest_is_sent(channels):
     assert_holds(relay, 1)
     for version in (2, 3, 4):  # published while nothing was sent: only the newest goes
         trainer.write(version, state_dict(version))
-    assert transfer(sender_pair, relay_pair, staged, relay) == 4
+    assert transfer(sender_pair, relay_pair, staged, relay, than=1) == 4
     assert_holds(relay, 4)
 
 
@@ -95,16 +100,29 @@ def test_a_version_still_being_sent_is_kept_while_a_newer_one_is_staged(channels
     trainer, _ = channels
     staged = StagedVersions(trainer)
     trainer.write(1, state_dict(1))
-    first = staged.acquire()
+    first = staged.acquire_newer(0, WAIT_S)
     trainer.write(2, state_dict(2))
-    second = staged.acquire()
+    second = staged.acquire_newer(1, WAIT_S)
     assert (first.version, second.version) == (1, 2) and first.buffer is not second.buffer
-    assert staged.acquire() is second  # copied once, however many relays it goes to
+    assert staged.acquire_newer(0, WAIT_S) is second  # copied once, however many relays it goes to
     staged.release(first)
     trainer.write(3, state_dict(3))
     staged.release(second), staged.release(second)
-    third = staged.acquire()
+    third = staged.acquire_newer(2, WAIT_S)
     assert third.version == 3 and third.buffer is first.buffer  # a buffer no send uses is reused
+
+
+def test_a_sender_waiting_for_a_version_wakes_at_its_publish(channels):
+    trainer, _ = channels
+    staged = StagedVersions(trainer)
+    assert staged.acquire_newer(0, 0.05) is None  # nothing published yet
+    trainer.write(1, state_dict(1))
+    staged.release(staged.acquire_newer(0, WAIT_S))
+    assert staged.acquire_newer(1, 0.05) is None  # nothing newer than 1
+    thread, out = in_thread(staged.acquire_newer, 1, WAIT_S)  # waits on the channel's doorbell
+    trainer.write(2, state_dict(2))
+    thread.join()
+    assert out["result"].version == 2
 
 
 def test_a_link_that_stalls_mid_version_leaves_the_old_version_and_a_new_pair_works(channels):
@@ -116,7 +134,7 @@ def test_a_link_that_stalls_mid_version_leaves_the_old_version_and_a_new_pair_wo
     assert transfer(sender_pair, relay_pair, staged, relay) == 1
 
     trainer.write(2, state_dict(2))
-    version = staged.acquire()
+    version = staged.acquire_newer(1, WAIT_S)
     thread, out = in_thread(relay_version, relay_pair, ReceivedVersion(), relay, threading.Lock())
     header = torch.frombuffer(bytearray(version.header), dtype=torch.uint8)
     frame = torch.tensor([version.version, header.numel(), version.buffer.numel()], dtype=torch.int64)
@@ -128,7 +146,7 @@ def test_a_link_that_stalls_mid_version_leaves_the_old_version_and_a_new_pair_wo
     staged.release(version)
 
     sender_pair, relay_pair = pairs.open(attempt=2)
-    assert transfer(sender_pair, relay_pair, staged, relay) == 2
+    assert transfer(sender_pair, relay_pair, staged, relay, than=1) == 2
     assert_holds(relay, 2)
 
 

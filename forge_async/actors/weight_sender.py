@@ -1,24 +1,28 @@
 """WeightSender: on the trainer's host, sends each new version to the weight relay of
 every other generator host, over a gloo pair per relay (weights/link.py).
 
-The trainer only writes its host's shared-memory channel (memory speed) and trains on;
-the sender copies the newest version out of that channel and sends it, one network
-copy per host. Sends to different hosts run at once, each at its own link's pace: a
-slow host receives fewer versions (skipping to the newest each time), never slows the
-trainer or another host.
+The trainer only writes its host's shared-memory channel (memory speed) and trains on.
+The sender hears each publish on the channel's doorbell, copies the newest version out
+of the channel and sends it, one network copy per host, with no call per version: a
+thread per pair sends every newest version as it comes and reports each one's arrival
+(or the pair's failure) on the port the controller gave when the pair opened. Sends to
+different hosts run at once, each at its own link's pace: a slow host receives fewer
+versions (skipping to the newest each time), never slows the trainer or another host.
 """
 
 import asyncio
+import threading
 import time
 
-from monarch.actor import concurrent_endpoint, endpoint
+from monarch.actor import Port, concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.launch.hosts import free_port, node_address
-from forge_async.reply_port import answers_on_port
 from forge_async.weights import scratch
 from forge_async.weights.link import SENDER, Rendezvous, StagedVersions, open_pair, send_version, serve_rendezvous
 from forge_async.weights.shared_memory import SharedMemoryChannel
+
+_WAIT_S = 1.0  # how often a pair's thread looks up from waiting, to see whether it was replaced
 
 
 class WeightSender(ProcActor):
@@ -26,7 +30,7 @@ class WeightSender(ProcActor):
         self.staged = StagedVersions(SharedMemoryChannel(scratch.claim(channel_dir)))
         self.timeout_s = timeout_s
         self.store = None
-        self.pairs: dict[int, object] = {}
+        self.attempts: dict[int, int] = {}  # relay -> the attempt of its pair that sends
 
     @endpoint
     async def rendezvous(self) -> Rendezvous:
@@ -37,29 +41,32 @@ class WeightSender(ProcActor):
         return Rendezvous(address, port)
 
     @concurrent_endpoint
-    async def open_pair(self, relay: int, attempt: int) -> dict:
-        """Open relay `relay`'s pair (the relay opens its side at the same time); {"error"} if it fails."""
-        self.pairs.pop(relay, None)
+    async def open_pair(self, relay: int, attempt: int, reports: Port) -> dict:
+        """Open relay `relay`'s pair (the relay opens its side at the same time), then send it every
+        newest version from now on, reporting each to `reports` as `(relay, attempt, {"version",
+        "bytes", "send_ms"})`, or the pair's failure as `(relay, attempt, {"error"})` (it is then
+        done with: a new attempt opens a new pair). Returns {"error"} if the pair does not open."""
+        self.attempts[relay] = attempt  # an older pair's thread stops at its next version
         try:
-            self.pairs[relay] = await asyncio.to_thread(
-                open_pair, self.store, relay, attempt, SENDER, node_address(), self.timeout_s
-            )
+            pair = await asyncio.to_thread(open_pair, self.store, relay, attempt, SENDER, node_address(), self.timeout_s)
         except RuntimeError as err:
             return {"error": f"could not connect: {err}"}
+        threading.Thread(target=self._send_forever, args=(relay, attempt, pair, reports), name=f"pair {relay}.{attempt}", daemon=True).start()
         return {}
 
-    @concurrent_endpoint
-    @answers_on_port
-    async def send(self, relay: int) -> dict:
-        """The newest published version to relay `relay`: {"version", "bytes", "send_ms"}, or {"error"}
-        (the pair is then dropped: it must be opened again)."""
-        staged = self.staged.acquire()  # in the actor's thread: staging is never raced
-        start = time.perf_counter()
-        try:
-            sent = await asyncio.to_thread(send_version, self.pairs[relay], staged)
-        except RuntimeError as err:
-            del self.pairs[relay]
-            return {"error": str(err)}
-        finally:
-            self.staged.release(staged)
-        return {"version": staged.version, "bytes": sent, "send_ms": (time.perf_counter() - start) * 1e3}
+    def _send_forever(self, relay: int, attempt: int, pair, reports: Port) -> None:
+        sent = 0
+        while self.attempts.get(relay) == attempt:
+            staged = self.staged.acquire_newer(sent, _WAIT_S)
+            if staged is None:
+                continue
+            start = time.perf_counter()
+            try:
+                nbytes = send_version(pair, staged)
+            except RuntimeError as err:
+                reports.send((relay, attempt, {"error": str(err)}))
+                return
+            finally:
+                self.staged.release(staged)
+            sent = staged.version
+            reports.send((relay, attempt, {"version": sent, "bytes": nbytes, "send_ms": (time.perf_counter() - start) * 1e3}))

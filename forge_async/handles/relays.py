@@ -2,7 +2,8 @@
 shared-memory channel. Each brings a version to its node once and writes it into that
 node's channel (actors/weight_relay.py), fed by the weight sender on the trainer's
 node over a gloo pair (`weights.cross_host=gloo`, actors/weight_sender.py) or from
-torchstore.
+torchstore. Over gloo, nothing is called per version: the sender sends each version as
+the trainer publishes it and reports its arrival on one port, which `load_version` waits on.
 
 A relay or sender whose proc dies ends the run with a GeneratorFailed: the generators
 of the node(s) it serves would never get another version; unless the relay's node is
@@ -15,13 +16,15 @@ again with a fresh pair).
 import asyncio
 import re
 
+from monarch.actor import Channel
+
 from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.procs_file import ProcsFile, located
 from forge_async.handles.supervision import STOP_TIMEOUT_S, stop_quietly, supervised, within
 from forge_async.launch import roles
 from forge_async.launch.roles import Role
 from forge_async.launch.spawner import RoleSpawner
-from forge_async.reply_port import ReplyPort
+from forge_async.reply_port import ReplyPort, answered
 
 
 class WeightRelays:
@@ -37,13 +40,19 @@ class WeightRelays:
         self._point = None  # the sender's rendezvous, where relays join
         self._attempts = [0] * len(nodes)  # pairs opened for relay j
         self._paired = [False] * len(nodes)
-        self._replies = ReplyPort()  # a call a version: answered on one port (reply_port.py)
+        self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (reply_port.py)
+        self._reports = None  # gloo: the port the sender reports each version's arrival to
+        self._reader: asyncio.Task | None = None
+        self._arrived: list[dict | None] = [None] * len(nodes)  # the newest report of relay j's pair
+        self._waiting: list[tuple[int, asyncio.Future] | None] = [None] * len(nodes)  # (version, its future)
 
     async def start(self) -> None:
         if self.gloo:
             self._sender_procs, self._sender = await self.spawner.weight_sender()
             self.procs_file.record(roles.WEIGHT_SENDER, await self._sender.where.call_one())
             self._point = await self._sender.rendezvous.call_one()
+            self._reports, receiver = Channel.open()
+            self._reader = asyncio.create_task(self._read_reports(receiver))
         await asyncio.gather(*(self.spawn(j) for j in range(len(self.nodes))))
 
     async def spawn(self, index: int) -> None:
@@ -75,18 +84,43 @@ class WeightRelays:
             return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._replies.call_one(relay.load_version, version, alive=relay.where))
         if not self._paired[index] and "error" in (opened := await self._open_pair(index)):
             return self._link_error(index, opened["error"])
-        node = self.nodes[index]
-        sent = await self._call(roles.WEIGHT_SENDER, lambda: self._replies.call_one(self._sender.send, node, alive=self._sender.where))
-        if "error" in sent:  # the relay's end of the pair ends with it; a dead relay shows at the next open
+        report = await self._call(roles.WEIGHT_SENDER, lambda: self._arrival(index, version))
+        if "error" in report:  # the relay's end of the pair ends with it; a dead relay shows at the next open
             self._paired[index] = False
-            return self._link_error(index, sent["error"])
-        return sent  # the relay has it in its channel when the send returns (weights/link.py)
+            return self._link_error(index, report["error"])
+        return report  # the relay has it in its channel (weights/link.py)
+
+    async def _arrival(self, index: int, version: int) -> dict:
+        """The sender's report of `version` or a newer one in relay `index`'s channel, or of its pair's
+        failure; the sender's proc is watched meanwhile (a dead sender reports nothing)."""
+        report = self._arrived[index]
+        if report is not None and _answers(report, version):
+            return report
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[index] = (version, future)
+        try:
+            return await answered(future, alive=self._sender.where)
+        finally:
+            self._waiting[index] = None
+
+    async def _read_reports(self, receiver) -> None:
+        """Each report of the sender's pairs (actors/weight_sender.py), to whoever waits for it."""
+        while True:
+            node, attempt, report = await receiver.recv()
+            index = self.nodes.index(node)
+            if attempt != self._attempts[index]:  # a replaced pair's
+                continue
+            self._arrived[index] = report
+            waiting = self._waiting[index]
+            if waiting is not None and not waiting[1].done() and _answers(report, waiting[0]):
+                waiting[1].set_result(report)
 
     async def _open_pair(self, index: int) -> dict:
         self._attempts[index] += 1
+        self._arrived[index] = None
         node, attempt = self.nodes[index], self._attempts[index]
         opened = await asyncio.gather(
-            self._call(roles.WEIGHT_SENDER, lambda: self._sender.open_pair.call_one(node, attempt)),
+            self._call(roles.WEIGHT_SENDER, lambda: self._sender.open_pair.call_one(node, attempt, self._reports)),
             self._call(roles.weight_relay(node), lambda: self._relays[index].open_pair.call_one(attempt)),
         )
         errors = [o["error"] for o in opened if "error" in o]
@@ -105,6 +139,8 @@ class WeightRelays:
 
     async def stop(self) -> None:
         """Each reachable relay removes its node's channel, then every relay proc (and the sender's) stops."""
+        if self._reader is not None:
+            self._reader.cancel()
         reachable = [j for j, node in enumerate(self.nodes) if self.procs_file.reachable(roles.weight_relay(node))]
         await asyncio.gather(*(self._remove_channel(j) for j in reachable))
         await asyncio.gather(*(stop_quietly(self._procs[j]) for j in reachable), stop_quietly(self._sender_procs))
@@ -115,6 +151,11 @@ class WeightRelays:
             await within(self._relays[index].remove_channel.call_one(), STOP_TIMEOUT_S)
         except Exception:
             pass
+
+
+def _answers(report: dict, version: int) -> bool:
+    """Whether a sender's report answers a wait for `version`: it failed, or brought that one or newer."""
+    return "error" in report or report["version"] >= version
 
 
 def gloo_reason(error: str) -> str:

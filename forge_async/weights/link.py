@@ -19,8 +19,9 @@ is replaced by a fresh one, never reused.
 """
 
 import datetime
+import os
 from dataclasses import dataclass
-from threading import Lock
+from threading import Condition, Lock, Thread
 
 import torch
 from torch.distributed import PrefixStore, ProcessGroupGloo, Store, TCPStore
@@ -70,27 +71,54 @@ class StagedVersion:
 
 class StagedVersions:
     """The sender's copies of versions out of the trainer's channel: the newest, copied once
-    however many relays it goes to, and older ones while a send still reads them."""
+    however many relays it goes to, and older ones while a send still reads them.
+
+    One thread follows the channel's doorbell (shared_memory.py) and keeps `published` at its
+    newest version; each relay's thread waits in `acquire_newer` for one newer than it sent.
+    """
 
     def __init__(self, channel: SharedMemoryChannel):
         self.channel = channel
         self.newest: StagedVersion | None = None
         self.spare: list[torch.Tensor] = []  # buffers no send uses, for the next copies
+        self.published = 0  # the channel's newest version, as last heard
+        self._changed = Condition()  # guards all of the above
+        self._following = False
 
-    def acquire(self) -> StagedVersion:
-        """The newest published version, copied out if it is newer than the last copy; `release` it."""
-        latest = self.channel.latest()
-        if latest is None:
-            raise RuntimeError(f"nothing published in {self.channel.directory} yet")
-        if self.newest is None or latest > self.newest.version:
-            self._stage(latest)
-        self.newest.users += 1
-        return self.newest
+    def acquire_newer(self, than: int, timeout_s: float) -> StagedVersion | None:
+        """The newest published version once it is newer than `than`, copied out if it is newer
+        than the last copy; None if none comes within `timeout_s`. `release` it."""
+        self._follow_doorbell()
+        with self._changed:
+            if not self._changed.wait_for(lambda: self.published > than, timeout_s):
+                return None
+            if self.newest is None or self.published > self.newest.version:
+                self._stage(self.published)
+            self.newest.users += 1
+            return self.newest
 
     def release(self, staged: StagedVersion) -> None:
-        staged.users -= 1
-        if staged.users == 0 and staged is not self.newest:
-            self.spare.append(staged.buffer)
+        with self._changed:
+            staged.users -= 1
+            if staged.users == 0 and staged is not self.newest:
+                self.spare.append(staged.buffer)
+
+    def _follow_doorbell(self) -> None:
+        with self._changed:
+            if self._following:
+                return
+            self._following = True
+        doorbell = self.channel.doorbell()  # open before reading LATEST: no publish goes unheard
+        Thread(target=self._follow, args=(doorbell,), name="doorbell", daemon=True).start()
+
+    def _follow(self, doorbell: int) -> None:
+        while True:
+            latest = self.channel.latest() or 0
+            with self._changed:
+                if latest > self.published:
+                    self.published = latest
+                    self._changed.notify_all()
+            os.read(doorbell, 4096)  # blocks until the next publish (or returns the rings since)
 
     def _stage(self, latest: int) -> None:
         with self.channel.reading_slot(latest) as (found, header, data):

@@ -1,8 +1,9 @@
 """Same-host weight transfer through shared memory, at memory speed.
 
 A channel is a directory (in /dev/shm) holding two slot files that versions take
-in turn (version v goes to slot v % 2), and a `LATEST` file naming the newest
-complete version and its slot. A slot file is
+in turn (version v goes to slot v % 2), a `LATEST` file naming the newest
+complete version and its slot, and, once a process listens for versions, a
+`DOORBELL` pipe (a FIFO) that every publish rings (`doorbell`). A slot file is
 
     [u64 header length][u64 version][JSON header: name -> dtype, shape, offset][tensor bytes, 64-aligned]
 
@@ -36,6 +37,7 @@ from forge_async.weights import scratch
 _ALIGN = 64
 _SLOTS = 2
 _LATEST = "LATEST"
+_DOORBELL = "DOORBELL"
 _PREFIX = struct.Struct("<QQ")  # header length, version
 
 
@@ -85,6 +87,7 @@ class SharedMemoryChannel:
 
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
+        self._latest_path = str(self.directory / _LATEST)
         self._maps: dict[int, tuple[int, torch.Tensor]] = {}  # slot -> (inode, mapping)
         self._views: dict[int, tuple[torch.Tensor, bytes, dict[str, torch.Tensor]]] = {}  # slot -> (mapping, header, views)
         self._write_lock: int | None = None
@@ -141,6 +144,33 @@ class SharedMemoryChannel:
         if self._write_lock is not None:
             os.close(self._write_lock)  # closing drops the flock
             self._write_lock = None
+        self._ring()
+
+    def _ring(self) -> None:
+        """Wake whoever listens on the doorbell; nothing (a failed open) if no one does."""
+        try:
+            fd = os.open(self.directory / _DOORBELL, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no doorbell, or no one has it open (ENXIO)
+            return
+        try:
+            os.write(fd, b"\0")
+        except BlockingIOError:  # the pipe is full: its listener has plenty to wake it
+            pass
+        finally:
+            os.close(fd)
+
+    def doorbell(self) -> int:
+        """A file descriptor to block on (`os.read`) until a version is published: each publish
+        from now on writes a byte to it. Cheaper than polling LATEST for a process that does
+        nothing else: waking a sleeping thread every millisecond costs ~2% of a core."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / _DOORBELL
+        try:
+            os.mkfifo(path, 0o600)
+        except FileExistsError:
+            pass
+        # Read and write: a FIFO with a writer open never reads as ended (Linux), so reads block.
+        return os.open(path, os.O_RDWR)
 
     def write_slot(self, version: int, header: bytes, data: torch.Tensor) -> None:
         """Write and publish a whole slot file's bytes (`data`, as `reading_slot` gave them) as `version`."""
@@ -159,10 +189,17 @@ class SharedMemoryChannel:
 
     # -- reading -------------------------------------------------------------
     def latest(self) -> int | None:
+        """The newest complete version (read between every engine step: kept to a few syscalls)."""
         try:
-            return int((self.directory / _LATEST).read_text())
-        except (FileNotFoundError, ValueError):
+            fd = os.open(self._latest_path, os.O_RDONLY)
+        except FileNotFoundError:
             return None
+        try:
+            return int(os.read(fd, 32))
+        except ValueError:
+            return None
+        finally:
+            os.close(fd)
 
     @contextmanager
     def reading(self, version: int) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
