@@ -13,7 +13,9 @@ Every "host" shares this box's cores: the ratio is the cost of crossing hosts, n
 more compute. Printed per run: steps/s over steps `--from`..`--steps`, mean reward
 per step (learning must not change), the version each relay held at the end, the
 versions it skipped and its failed links, and the CPU time each proc used a step
-(/proc, over the same steps); then the ratio of the medians.
+(/proc, over the same steps); then the steps/s ratio of the medians, the median of
+each round's ratio (its two runs a minute apart), and the median ratio of the CPU
+time a step (all procs), which a shared box's drifting speed moves least.
 
     sudo .venv/bin/python -m benchmarks.cross_host_pipeline [--steps 200] [--rounds 2] [--layouts 2 4] [--json PATH]
 """
@@ -109,6 +111,34 @@ def medians(runs: list[dict], hosts: int) -> tuple[float, float]:
     return one, across
 
 
+def round_ratios(runs: list[dict], hosts: int, key) -> list[float]:
+    """Per round, `key(across-hosts run) / key(one-host run)`: two runs a minute apart, so a box
+    whose speed drifts over minutes (a shared VM) moves both."""
+    layout = [r for r in runs if r["hosts"] == hosts]
+    by_round: dict[int, dict[str, dict]] = {}
+    for run in layout:
+        by_round.setdefault(run["round"], {})[run["label"]] = run
+    one_label, across_label = labels(hosts)
+    return [key(pair[across_label]) / key(pair[one_label]) for _, pair in sorted(by_round.items())]
+
+
+def cpu_ms_per_step(run: dict) -> float:
+    """Every proc's CPU ms a step, summed."""
+    return sum(run["cpu"].values())
+
+
+def ratios(runs: list[dict], hosts: int) -> dict[str, float]:
+    """The layout's steps/s ratio three ways: of the medians, the median of the rounds' ratios, and the
+    median of the rounds' CPU ratios (one host's CPU ms a step / across hosts'), which a box's
+    speed moves least: on a CPU-bound box it bounds the steps/s ratio."""
+    one, across = medians(runs, hosts)
+    return {
+        "steps/s, of the medians": across / one,
+        "steps/s, median of the rounds": statistics.median(round_ratios(runs, hosts, lambda r: r["steps_per_s"])),
+        "CPU a step, inverse, median of the rounds": statistics.median(1 / x for x in round_ratios(runs, hosts, cpu_ms_per_step)),
+    }
+
+
 def relays_cell(run: dict) -> str:
     relays = run["extra"].get("relays", [])
     return "; ".join(f"version {r['version']}, {r['versions_skipped']} skipped, {r['link_failures']} failed links" for r in relays)
@@ -126,11 +156,15 @@ def result_of(runs: list[dict], layouts: list[int], first: int, steps: int) -> B
     result = BenchmarkResult("cross_host_pipeline", "Crossing hosts in a run", this_command())
     for hosts in layouts:
         one, across = medians(runs, hosts)
-        result.figure(f"{hosts} hosts / one host steps/s", across / one, "x")
+        for how, ratio in ratios(runs, hosts).items():
+            result.figure(f"{hosts} hosts / one host: {how}", ratio, "x")
         result.figure(f"{hosts}-host layout, one host", one, "steps/s")
         result.figure(f"{hosts}-host layout, across hosts", across, "steps/s")
-    columns = ["layout", "run", "round", "steps/s", "mean reward", "relays"]
-    rows = [[f"{r['hosts']} hosts", r["label"], r["round"], round(r["steps_per_s"], 2), round(r["reward"], 3), relays_cell(r)] for r in runs]
+    columns = ["layout", "run", "round", "steps/s", "CPU ms a step", "mean reward", "relays"]
+    rows = [
+        [f"{r['hosts']} hosts", r["label"], r["round"], round(r["steps_per_s"], 2), round(cpu_ms_per_step(r), 1), round(r["reward"], 3), relays_cell(r)]
+        for r in runs
+    ]
     result.tables.append(Table(f"Steps/s over steps {first}-{steps}", columns, rows))
     result.tables += [cpu_table(runs, hosts, first, steps - 5) for hosts in layouts]
     names = [f"{hosts} hosts" for hosts in layouts]
@@ -168,7 +202,8 @@ def main() -> None:
                 print(f"{hosts} hosts layout, {label:>8}: {rate:6.2f} steps/s, mean reward {reward:.3f} {extra or ''}", flush=True)
                 print(f"    CPU ms a step: {runs[-1]['cpu']}", flush=True)
         one, across = medians(runs, hosts)
-        print(f"{hosts} hosts / one host: {across / one:.2f} (medians {across:.2f} / {one:.2f} steps/s)", flush=True)
+        print(f"{hosts} hosts / one host (medians {across:.2f} / {one:.2f} steps/s): "
+              + "; ".join(f"{how} {ratio:.2f}" for how, ratio in ratios(runs, hosts).items()), flush=True)
     if args.json:
         result_of(runs, args.layouts, args.first, args.steps).write(args.json)
 
