@@ -17,7 +17,7 @@ stops generating until they arrive.
 
 Inputs: B model bytes, L link rate per NIC, M memcpy rate, H generator hosts (other than
 the trainer's), T train step time, G time to generate one batch on one generator host,
-A max_policy_age, c fixed latency per transfer (RPC round trips).
+A max_policy_age, c fixed latency per transfer (waking the sender and relay, the relay's answer).
 
 Transfer time X of one version, from the sender's copy out of the trainer's channel
 (stage, B/M) to the relay's write into its host's channel (commit, B/M):
