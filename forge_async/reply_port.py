@@ -4,8 +4,8 @@ Monarch's `call_one` and `call` open a reply port for every call, and the proc t
 answers keeps ~0.4 KB of native memory per port it has answered, for good
 (`benchmarks/soak.py`; docs/benchmarks.md, "Memory over a long run"). At tens of calls
 a second that is megabytes an hour in every role. The calls made every step (the
-buffer's add and sample, a generator's generate, the trainer's step, and a version's
-way to another host: the weight sender's send, a relay's or generator's load) therefore go
+buffer's add and sample, a generator's generate, the trainer's step, and a relay's or
+generator's load from torchstore) therefore go
 out with `broadcast`, carrying the caller's one `ReplyPort` and a request id; the
 callee's endpoint, wrapped in `answers_on_port`, sends `(request, rank, result,
 error)` there. Called without a port (`call_one`, tests, composed meshes), the same
