@@ -46,7 +46,7 @@ class WeightSender(ProcActor):
         newest version from now on, reporting each to `reports` as `(relay, attempt, {"version",
         "bytes", "send_ms"})`, or the pair's failure as `(relay, attempt, {"error"})` (it is then
         done with: a new attempt opens a new pair). Returns {"error"} if the pair does not open."""
-        self.attempts[relay] = attempt  # an older pair's thread stops at its next version
+        self.attempts[relay] = attempt  # an older pair's thread stops before its next version
         try:
             pair = await asyncio.to_thread(open_pair, self.store, relay, attempt, SENDER, node_address(), self.timeout_s)
         except RuntimeError as err:
@@ -56,8 +56,12 @@ class WeightSender(ProcActor):
 
     def _send_forever(self, relay: int, attempt: int, pair, reports: Port) -> None:
         sent = 0
-        while self.attempts.get(relay) == attempt:
+        while True:
             staged = self.staged.acquire_newer(sent, _WAIT_S)
+            if self.attempts.get(relay) != attempt:  # a newer pair sends to this relay now
+                if staged is not None:
+                    self.staged.release(staged)
+                return
             if staged is None:
                 continue
             start = time.perf_counter()
