@@ -88,6 +88,7 @@ class SharedMemoryChannel:
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
         self._latest_path = str(self.directory / _LATEST)
+        self._doorbell_path = str(self.directory / _DOORBELL)  # rung at every publish
         self._maps: dict[int, tuple[int, torch.Tensor]] = {}  # slot -> (inode, mapping)
         self._views: dict[int, tuple[torch.Tensor, bytes, dict[str, torch.Tensor]]] = {}  # slot -> (mapping, header, views)
         self._write_lock: int | None = None
@@ -149,7 +150,7 @@ class SharedMemoryChannel:
     def _ring(self) -> None:
         """Wake whoever listens on the doorbell; nothing (a failed open) if no one does."""
         try:
-            fd = os.open(self.directory / _DOORBELL, os.O_WRONLY | os.O_NONBLOCK)
+            fd = os.open(self._doorbell_path, os.O_WRONLY | os.O_NONBLOCK)
         except OSError:  # no doorbell, or no one has it open (ENXIO)
             return
         try:
@@ -164,13 +165,12 @@ class SharedMemoryChannel:
         from now on writes a byte to it. Cheaper than polling LATEST for a process that does
         nothing else: waking a sleeping thread every millisecond costs ~2% of a core."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / _DOORBELL
         try:
-            os.mkfifo(path, 0o600)
+            os.mkfifo(self._doorbell_path, 0o600)
         except FileExistsError:
             pass
         # Read and write: a FIFO with a writer open never reads as ended (Linux), so reads block.
-        return os.open(path, os.O_RDWR)
+        return os.open(self._doorbell_path, os.O_RDWR)
 
     def write_slot(self, version: int, header: bytes, data: torch.Tensor) -> None:
         """Write and publish a whole slot file's bytes (`data`, as `reading_slot` gave them) as `version`."""
