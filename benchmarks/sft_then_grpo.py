@@ -39,10 +39,10 @@ distinct questions of the GRPO run's training split (its `task.reasoning_gym` mi
 of them held out), each prompt the chat messages the reasoning_gym task renders (system prompt,
 question) and each answer the gold answer in the answer tag. Their held-out prompts are
 `eval.dataset`, a jsonl of the reasoning_gym task's held-out split (the same `eval.prompts`
-entries of `eval_seed`), scored by `reasoning_gym_reward` (the answer tag's last block, then
-chain_sum's `score_answer`: reasoning-gym's decimal reward against the gold answer), so that
-the four evaluations still see the same prompts and reward (the GRPO run's v0 evaluation is
-checked against the SFT run's last). GRPO (3) still draws every training question.
+entries of `eval_seed`, each answer the whole entry as JSON), scored by `reasoning_gym_reward`
+(the answer tag's last block, then the entry's own dataset's `score_answer`, as the reasoning_gym
+task scores it), so that the four evaluations still see the same prompts and reward (the GRPO
+run's v0 evaluation is checked against the SFT run's last). GRPO (3) still draws every training question.
 
 With --json, the table, GRPO's mean gain and the evaluations' means in the report's shape
 (benchmarks/results.py).
@@ -61,12 +61,17 @@ EVAL_EVERY = 25
 
 
 def reasoning_gym_reward(answer: str, completion_text: str) -> float:
-    """task.reward_fn for --demos: what the reasoning_gym task gives a chain_sum (or other decimal-answer)
-    completion: the text of its last <answer> block, scored by reasoning-gym's decimal reward."""
-    from reasoning_gym.utils import compute_decimal_reward, extract_answer
+    """task.reward_fn for --demos' held-out file, whose answer column is the whole reasoning-gym entry
+    as JSON: what the reasoning_gym task gives the completion (the text of its last <answer> block,
+    scored by the entry's own dataset's `score_answer`)."""
+    import json
 
-    return float(compute_decimal_reward(extract_answer(completion_text, tag_name="answer"), oracle_answer=answer,
-                                        strip_commas=True))
+    from reasoning_gym import get_score_answer_fn
+    from reasoning_gym.utils import extract_answer
+
+    entry = json.loads(answer)
+    score_answer = get_score_answer_fn(entry["metadata"]["source_dataset"])
+    return float(score_answer(extract_answer(completion_text, tag_name="answer"), entry))
 
 
 def write_demos(args: argparse.Namespace, grpo_overrides: list[str], workdir: Path) -> list[str]:
@@ -110,7 +115,7 @@ def write_demos(args: argparse.Namespace, grpo_overrides: list[str], workdir: Pa
     workdir.mkdir(parents=True, exist_ok=True)
     demos_file, held_file = workdir / f"demos_{args.demos}.jsonl", workdir / "held_out.jsonl"
     demos_file.write_text("".join(json.dumps(d) + "\n" for d in demos))
-    held_file.write_text("".join(json.dumps(row(e)) + "\n" for e in held))
+    held_file.write_text("".join(json.dumps({**row(e), "answer": json.dumps(e)}) + "\n" for e in held))
     print(f"--demos: {len(demos)} demonstrations -> {demos_file}; {len(held)} held-out prompts -> {held_file}",
           flush=True)
     return ["task.name=dataset", f"task.dataset={demos_file}", f"eval.dataset={held_file}",
