@@ -4,7 +4,7 @@
     .venv/bin/python -m benchmarks.sft_then_grpo --seeds 0 --sft-steps 300 --grpo-steps 100 -- \\
         'task.reasoning_gym.datasets=[{name: leg_counting, config: {min_animals: 1, max_animals: 1, max_instances: 3}}]'
     .venv/bin/python -m benchmarks.sft_then_grpo --demos 32 --sft-steps 150 --grpo-steps 900 --grpo-lr 1e-3 \\
-        --grpo-temperature 1.0 --eval-prompts 40 -- grpo:trainer.warmup_steps=20 \\
+        --grpo-temperature 1.0 --eval-prompts 40 -- grpo:trainer.warmup_steps=50 grpo:trainer.lr_schedule=constant \\
         'task.reasoning_gym.datasets=[{name: spell_backward, config: {min_word_len: 3, max_word_len: 3}}]'
         # scarce demonstrations, a task one rule answers: where GRPO's gain reaches +0.3 (docs/benchmarks.md)
 
