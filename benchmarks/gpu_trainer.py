@@ -7,7 +7,7 @@
 Each case builds the trainer's own Learner (forge_async/learner.py: the TorchTitan model
 under FSDP2, the GRPO loss, AdamW) in a one-rank group this script starts (NCCL on a GPU,
 gloo on CPU), takes `--steps` optimizer steps on one batch of random episodes, then
-publishes the weights into a shared-memory channel as a generator would read them. Nothing
+publishes three versions of the weights into a shared-memory channel as a run does. Nothing
 else of a run is here (no Monarch, vLLM or torchstore): this measures the trainer on a
 machine that has a GPU and torch, and shows where its memory and time go.
 
@@ -21,7 +21,8 @@ The models are random, written locally in Hugging Face layout with the real voca
 - moe: a Qwen3-MoE of 8 layers, 32 experts, 8 per token, with the batch's routes (random)
   replayed (moe.routing_replay=rollout); the route mismatch is logged as in a run.
 Printed per case: the first step (warm-up, compile) and the median of the rest, tokens/s,
-peak GPU memory, and the publish. `--json` writes the same figures to a file.
+peak GPU memory, and the publish (the third version's: its slot reused, as in a run; and the
+first's, into new files). `--json` writes the same figures to a file.
 """
 
 import argparse
@@ -166,13 +167,7 @@ def run_case(name: str, scale: Scale, steps: int, root: Path) -> dict:
         step_s.append(time.perf_counter() - start)
     tokens = sum(len(e.completion.prompt_ids) + len(e.completion.token_ids) for e in batch)
     steady = statistics.median(step_s[1:]) if len(step_s) > 1 else step_s[0]
-    published = learner.published_state_dict()
-    channel = channel_directory(root, name, sum(t.numel() * t.element_size() for t in published.values()))
-    publisher = WeightPublisher(WeightsConfig(channel_dir=str(channel)))
-    start = time.perf_counter()
-    weight_bytes = asyncio.run(publisher.publish(learner.version, published, ("shm",)))
-    publish_s = time.perf_counter() - start
-    shutil.rmtree(channel, ignore_errors=True)
+    publish_s, weight_bytes = publish_three_versions(learner, root / f"{name}-channel")
     figures = {
         "case": name,
         "params": sum(p.numel() for p in learner.model.parameters()),
@@ -184,21 +179,33 @@ def run_case(name: str, scale: Scale, steps: int, root: Path) -> dict:
         "peak_memory_gib": metrics["train/peak_memory_gib"],
         "loss": metrics["train/loss"],
         "grad_norm": metrics["train/grad_norm"],
-        "publish_s": publish_s,
+        "first_publish_s": publish_s[0],
+        "publish_s": publish_s[-1],
         "published_gib": weight_bytes / 2**30,
-        "channel": str(channel.parent),
         **{k: v for k, v in metrics.items() if k.startswith("moe/route_mismatch") and "layer" not in k},
     }
     return figures
 
 
-def channel_directory(root: Path, name: str, size: int) -> Path:
-    """The shared-memory channel under /dev/shm, as a run puts it, where it has room for two
-    versions (a container's /dev/shm can be small); else beside the checkpoints."""
+def publish_three_versions(learner: Learner, fallback: Path) -> tuple[list[float], int]:
+    """Seconds to publish each of three versions as the trainer does (the bf16 Hugging Face state
+    dict, copied into a shared-memory channel), and the bytes of one. The channel's two slots are
+    new files for the first two (their pages are touched for the first time); the third reuses
+    the first's, as every publish of a run does from its third version on. The channel is under
+    /dev/shm, as a run's, where that has room for two versions (a container's can be small);
+    else at `fallback`."""
+    size = sum(t.numel() * t.element_size() for t in learner.published_state_dict().values())
     shm = Path("/dev/shm")
-    if shm.is_dir() and shutil.disk_usage(shm).free > 2 * size:
-        return Path(tempfile.mkdtemp(prefix=f"gpu_trainer-{name}-", dir=shm))
-    return root / f"{name}-channel"
+    roomy = shm.is_dir() and shutil.disk_usage(shm).free > 3 * size
+    channel = Path(tempfile.mkdtemp(prefix="gpu_trainer-", dir=shm)) if roomy else fallback
+    publisher = WeightPublisher(WeightsConfig(channel_dir=str(channel)))
+    seconds = []
+    for version in range(learner.version, learner.version + 3):
+        start = time.perf_counter()
+        weight_bytes = asyncio.run(publisher.publish(version, learner.published_state_dict(), ("shm",)))
+        seconds.append(time.perf_counter() - start)
+    shutil.rmtree(channel, ignore_errors=True)
+    return seconds, weight_bytes
 
 
 def start_group() -> None:
@@ -221,7 +228,7 @@ def print_case(f: dict) -> None:
         f"step {f['step_s']:.2f} s (first {f['first_step_s']:.1f} s), {f['tokens_per_s']:,.0f} tokens/s "
         f"({f['response_tokens_per_s']:,.0f} response), peak {f['peak_memory_gib']:.1f} GiB, "
         f"loss {f['loss']:.4f}, grad norm {f['grad_norm']:.3f}, "
-        f"publish {f['published_gib']:.2f} GiB in {f['publish_s'] * 1e3:.0f} ms"
+        f"publish {f['published_gib']:.2f} GiB in {f['publish_s'] * 1e3:.0f} ms (first {f['first_publish_s'] * 1e3:.0f} ms)"
         + (f", route mismatch {f['moe/route_mismatch']:.2f}" if "moe/route_mismatch" in f else ""),
         flush=True,
     )
