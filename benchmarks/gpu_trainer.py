@@ -1,8 +1,8 @@
 """The trainer's GPU path on its own: step time, tokens/s, peak memory and the weight publish.
 
-    python -m benchmarks.gpu_trainer                       # every case, on the GPU
-    python -m benchmarks.gpu_trainer --cases dense moe --steps 3
-    python -m benchmarks.gpu_trainer --scale tiny          # the same code, small shapes (CPU)
+    .venv/bin/python -m benchmarks.gpu_trainer            # every case, on the GPU
+    .venv/bin/python -m benchmarks.gpu_trainer --cases dense compile --activation-checkpointing none
+    .venv/bin/python -m benchmarks.gpu_trainer --scale tiny  # the same code, small shapes (CPU)
 
 Each case builds the trainer's own Learner (forge_async/learner.py: the TorchTitan model
 under FSDP2, the GRPO loss, AdamW) in a one-rank group this script starts (NCCL on a GPU,
@@ -14,9 +14,9 @@ machine that has a GPU and torch, and shows where its memory and time go.
 The models are random, written locally in Hugging Face layout with the real vocabulary
 (151,936 tokens: the output layer and its softmax are a large share of a small model's step):
 - dense: Qwen3-0.6B's shape; 256 episodes of 128 prompt + 512 response tokens, as
-  configs/grpo_gpu.yaml (bfloat16, selective activation checkpointing, micro-batches of
-  16,384 tokens);
-- compile: the same with trainer.compile (each block torch.compiled; the first step compiles);
+  configs/grpo_gpu.yaml (bfloat16, micro-batches of 16,384 tokens, full activation
+  checkpointing unless --activation-checkpointing says otherwise), eager;
+- compile: the same with trainer.compile, as grpo_gpu runs (the first step compiles);
 - lora: the same with LoRA rank 16 (the base frozen, only the adapters published);
 - moe: a Qwen3-MoE of 8 layers, 32 experts, 8 per token, with the batch's routes (random)
   replayed (moe.routing_replay=rollout); the route mismatch is logged as in a run.
@@ -35,7 +35,7 @@ import statistics
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -143,20 +143,21 @@ def random_batch(scale: Scale, moe_routes: tuple[int, int, int] | None = None, s
     return batch
 
 
-def trainer_config(scale: Scale, compile: bool) -> TrainerConfig:
+def trainer_config(checkpointing: str, micro_batch_tokens: int) -> TrainerConfig:
+    """configs/grpo_gpu.yaml's trainer, eager (the compile case turns compile on)."""
     return TrainerConfig(
-        lr=1e-6, beta2=0.999, dtype="bfloat16", micro_batch_tokens=scale.micro_batch_tokens,
-        activation_checkpointing="selective", lr_schedule="constant", compile=compile,
+        lr=1e-6, beta2=0.999, dtype="bfloat16", micro_batch_tokens=micro_batch_tokens,
+        activation_checkpointing=checkpointing, lr_schedule="constant", compile=False,
     )
 
 
-def run_case(name: str, scale: Scale, steps: int, root: Path) -> dict:
-    """One case's figures: a fresh Learner, `steps` steps on one batch, one publish."""
+def run_case(name: str, scale: Scale, config: TrainerConfig, steps: int, root: Path) -> dict:
+    """One case's figures: a fresh Learner, `steps` steps on one batch, three publishes."""
     moe = name == "moe"
     checkpoint = model_checkpoint(root, scale, moe)
     batch = random_batch(scale, (scale.moe_layers, scale.num_experts, scale.top_k) if moe else None)
     learner = Learner(
-        checkpoint, trainer_config(scale, compile=name == "compile"), pad_id=0,
+        checkpoint, replace(config, compile=name == "compile"), pad_id=0,
         lora=LoraConfig(rank=16, alpha=32.0) if name == "lora" else None,
         moe=MoeConfig("rollout") if moe else None,
     )
@@ -239,17 +240,26 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per case (the first warms up)")
     parser.add_argument("--scale", choices=sorted(SCALES), default="gpu")
+    parser.add_argument(
+        "--activation-checkpointing", choices=("none", "full", "selective"), default="full",
+        help="trainer.activation_checkpointing (default: grpo_gpu's)",
+    )
+    parser.add_argument("--micro-batch-tokens", type=int, help="trainer.micro_batch_tokens (default: the scale's)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
+    config = trainer_config(args.activation_checkpointing, args.micro_batch_tokens or scale.micro_batch_tokens)
     start_group()
-    report = {"machine": describe_machine(), "scale": args.scale, "cases": [], "failed": {}}
+    report = {
+        "machine": describe_machine(), "scale": args.scale, "cases": [], "failed": {},
+        "activation_checkpointing": config.activation_checkpointing, "micro_batch_tokens": config.micro_batch_tokens,
+    }
     print(f"machine: {report['machine']}", flush=True)
     try:
         with tempfile.TemporaryDirectory(prefix="gpu_trainer-") as root:
             for name in args.cases:
                 try:
-                    report["cases"].append(run_case(name, scale, args.steps, Path(root)))
+                    report["cases"].append(run_case(name, scale, config, args.steps, Path(root)))
                     print_case(report["cases"][-1])
                 except Exception:  # one case's failure is a finding: the next case still runs
                     report["failed"][name] = traceback.format_exc()
