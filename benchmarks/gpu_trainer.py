@@ -3,6 +3,8 @@
     .venv/bin/python -m benchmarks.gpu_trainer            # every case, on the GPU
     .venv/bin/python -m benchmarks.gpu_trainer --cases dense compile --activation-checkpointing none
     .venv/bin/python -m benchmarks.gpu_trainer --scale tiny  # the same code, small shapes (CPU)
+    .venv/bin/python -m benchmarks.gpu_trainer --scale tiny --vocab 151936 --episodes 128 \
+        --micro-batch-tokens 8192 --cases dense                 # the vocabulary's memory, on CPU
 
 Each case builds the trainer's own Learner (forge_async/learner.py: the TorchTitan model
 under FSDP2, the GRPO loss, AdamW) in a one-rank group this script starts (NCCL on a GPU,
@@ -245,9 +247,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="trainer.activation_checkpointing (default: grpo_gpu's)",
     )
     parser.add_argument("--micro-batch-tokens", type=int, help="trainer.micro_batch_tokens (default: the scale's)")
+    parser.add_argument("--vocab", type=int, help="the models' vocabulary size (default: the scale's)")
+    parser.add_argument("--episodes", type=int, help="episodes in the batch (default: the scale's)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
+    scale = replace(scale, vocab=args.vocab or scale.vocab, episodes=args.episodes or scale.episodes)
     config = trainer_config(args.activation_checkpointing, args.micro_batch_tokens or scale.micro_batch_tokens)
     start_group()
     report = {

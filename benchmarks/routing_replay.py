@@ -41,7 +41,7 @@ from forge_async.data.episode import Completion, Episode  # noqa: E402
 from forge_async.generation.engine_weights import plain_cpu_weights  # noqa: E402
 from forge_async.generation.route_capture import route_capture  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
-from forge_async.losses.grpo import response_log_probs, sampled_logprobs  # noqa: E402
+from forge_async.losses.grpo import response_logprobs  # noqa: E402
 from forge_async.models.checkpoint import Checkpoint  # noqa: E402
 from forge_async.models.config import TinyModelConfig  # noqa: E402
 from forge_async.models.routes import RouteMismatch, routes_given  # noqa: E402
@@ -113,7 +113,7 @@ def scored(model, batch: TrainBatch, replay: bool) -> dict[str, float]:
     """The trainer's logprobs of the batch against the generator's, and its route mismatch."""
     mismatch = RouteMismatch(model)
     with torch.no_grad(), routes_given(model, batch.routes, replay):
-        logprobs = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+        logprobs = response_logprobs(model, batch)[0]
         mismatch.add_last_forward()
     mask = batch.response_mask.bool()
     diff = (logprobs - batch.behaviour_logprobs)[mask].double()  # log pi_trainer - log pi_generator
@@ -135,7 +135,7 @@ def step_ms(model, batch: TrainBatch, routes, replay: bool, repeats: int) -> lis
         model.zero_grad(set_to_none=True)
         start = time.perf_counter()
         with routes_given(model, routes, replay):
-            sampled_logprobs(response_log_probs(model, batch), batch.targets).sum().backward()
+            response_logprobs(model, batch)[0].sum().backward()
         times.append((time.perf_counter() - start) * 1e3)
     return times
 

@@ -37,10 +37,8 @@ from forge_async.losses.grpo import (
     importance_weights,
     policy_gradient_loss,
     reference_kl,
-    response_log_probs,
-    sampled_logprobs,
+    response_logprobs,
     sequence_logprobs,
-    token_entropy,
     token_scale,
 )
 from forge_async.losses.sft import demonstration_nll
@@ -231,12 +229,10 @@ class Learner:
             with TRACER.span("forward"):
                 if self.reference is not None:
                     batch = replace(batch, reference_logprobs=frozen_logprobs(self.reference, batch))
-                log_probs = response_log_probs(self.model, batch)  # one softmax for both
+                # The entropy has a gradient only if loss.entropy_coef puts it in the loss.
+                logprobs, entropy = response_logprobs(self.model, batch)
                 if mismatch is not None:
                     mismatch.add_last_forward()
-                logprobs = sampled_logprobs(log_probs, batch.targets)
-                # A graph through the entropy only when loss.entropy_coef trains on it.
-                entropy = token_entropy(log_probs if self.loss.entropy_coef else log_probs.detach())
                 loss, off_policy = self._loss(logprobs, entropy, batch, num_sequences, num_tokens)
                 entropy = (entropy.detach() * batch.response_mask).sum()
             with TRACER.span("backward"):

@@ -17,7 +17,7 @@ from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.losses.config import ImportanceConfig
-from forge_async.losses.grpo import importance_weights, policy_gradient_loss, response_log_probs, sampled_logprobs
+from forge_async.losses.grpo import importance_weights, policy_gradient_loss, response_logprobs
 from forge_async.models.tokenizer import BOS, EOS, SEP, VOCAB, build_digit_tokenizer
 from forge_async.models.titan import build_titan_model
 from test_grpo_app import assert_accounting
@@ -148,7 +148,7 @@ def test_environment_tokens_get_no_gradient(tiny_checkpoint):
         batch = pack_episodes([Episode(c, 1.0, 1.0, token_advantages=token_advantages)], PAD_ID)
         assert batch.response_mask[0].tolist() == [1, 1, 0, 0, 1, 1]
         model.zero_grad()
-        logprobs_now = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+        logprobs_now = response_logprobs(model, batch)[0]
         weights, _ = importance_weights(logprobs_now, batch, ImportanceConfig())  # truncated IS, as trained
         policy_gradient_loss(logprobs_now, batch, 1 / batch.num_response_tokens, weights).backward()
         return torch.cat([p.grad.flatten() for p in model.parameters()])

@@ -11,8 +11,7 @@ from forge_async.losses.config import ImportanceConfig
 from forge_async.losses.grpo import (
     importance_weights,
     policy_gradient_loss,
-    response_log_probs,
-    sampled_logprobs,
+    response_logprobs,
     token_logprobs,
 )
 from forge_async.models.titan import build_titan_model, state_dict_adapter
@@ -52,7 +51,7 @@ def test_gradient_matches_hand_computed_reference(tiny_checkpoint, cap):
     batch = pack_episodes(episodes_from(behaviour), PAD)
     n_tokens = batch.num_response_tokens
 
-    logprobs = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+    logprobs = response_logprobs(model, batch)[0]
     weights, sums = importance_weights(logprobs, batch, ImportanceConfig(cap=cap))
     policy_gradient_loss(logprobs, batch, 1 / n_tokens, weights).backward()
     got = {name: p.grad.clone() for name, p in model.named_parameters()}
@@ -84,7 +83,7 @@ def test_identical_policies_give_unit_weights(tiny_checkpoint, cap):
     model = load(tiny_checkpoint)
     batch = pack_episodes(episodes_from(model), PAD)
     with torch.no_grad():
-        logprobs = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+        logprobs = response_logprobs(model, batch)[0]
     weights, sums = importance_weights(logprobs, batch, ImportanceConfig(cap=cap))
     mask = batch.response_mask.bool()
     assert torch.allclose(weights[mask], torch.ones(int(mask.sum())), atol=1e-6)

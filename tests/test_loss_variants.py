@@ -14,9 +14,9 @@ from forge_async.losses.grpo import (
     entropy_bonus,
     importance_weights,
     policy_gradient_loss,
-    token_entropy,
     token_scale,
 )
+from forge_async.losses.sliced_softmax import token_entropy
 
 # Two sequences' per-token columns, a response token where the mask is 1: row 0 has 2, row 1 has 3.
 MASK = torch.tensor([[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]])

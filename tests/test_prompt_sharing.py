@@ -7,7 +7,7 @@ import torch
 from forge_async.data.batch import pack_episodes, prompt_rows
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
 from forge_async.losses.config import ImportanceConfig
-from forge_async.losses.grpo import importance_weights, policy_gradient_loss, response_log_probs, sampled_logprobs
+from forge_async.losses.grpo import importance_weights, policy_gradient_loss, response_logprobs
 from forge_async.models.titan import build_titan_model
 
 PAD = 10
@@ -42,7 +42,7 @@ def logprobs_and_gradient(
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     batch = pack_episodes(episodes, PAD, token_cost)
     model.zero_grad()
-    logprobs = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+    logprobs = response_logprobs(model, batch)[0]
     weights, _ = importance_weights(logprobs, batch, ImportanceConfig())
     policy_gradient_loss(logprobs, batch, 1 / batch.num_response_tokens, weights).backward()
     gradient = torch.cat([p.grad.flatten() for p in model.parameters()])
@@ -64,11 +64,11 @@ def test_shared_rows_give_the_logprobs_and_gradient_of_rows_of_their_own(model):
 def test_a_response_does_not_see_the_others_in_its_row(model):
     batch = pack_episodes(episodes(), PAD, TOKEN_COST)
     with torch.no_grad():
-        before = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+        before = response_logprobs(model, batch)[0]
         changed = batch.tokens.clone()
         changed[0, 5:7] = torch.tensor([7, 7])  # the first prompt's first response (episode 0)
         batch.tokens = changed
-        after = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+        after = response_logprobs(model, batch)[0]
     assert not torch.allclose(before[0, 1:], after[0, 1:])  # the changed response sees its change
     assert torch.equal(before[1:], after[1:])  # no other response does
 

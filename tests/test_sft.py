@@ -26,7 +26,7 @@ from forge_async.data.demonstrations import DemonstrationError, Demonstrations, 
 from forge_async.errors import ConfigError
 from forge_async.launch import meshes
 from forge_async.losses.config import LossConfig
-from forge_async.losses.grpo import response_log_probs, sampled_logprobs, token_logprobs, token_scale
+from forge_async.losses.grpo import response_logprobs, token_logprobs, token_scale
 from forge_async.losses.sft import demonstration_nll
 from forge_async.models.titan import load_frozen_model
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
@@ -88,7 +88,7 @@ def test_the_loss_is_the_mean_nll_of_the_demonstration_tokens_and_never_of_the_p
     tokens = sum(len(e.completion.token_ids) for e in episodes)
     assert tokens == 2 + 3 + 2  # each answer's tokens and EOS
     with torch.no_grad():
-        logprobs = sampled_logprobs(response_log_probs(model, batch), batch.targets)
+        logprobs = response_logprobs(model, batch)[0]
     scale = token_scale(batch.response_mask, "token_mean", len(episodes), tokens)
     loss = demonstration_nll(logprobs, batch, scale).item()
     assert loss == pytest.approx(hand_nll(model, episodes, with_prompt=False), rel=1e-5)

@@ -37,17 +37,21 @@ import torch.nn.functional as F
 
 from forge_async.data.batch import TrainBatch
 from forge_async.losses.config import ImportanceConfig
+from forge_async.losses.sliced_softmax import sampled_logprobs_and_entropy
 
 # A ratio counts as truncated only beyond float noise: with cap 1 and identical
 # policies, ratios of 1 +- 1e-7 are not truncation.
 _TRUNCATION_TOLERANCE = 1e-5
 
 
-def response_log_probs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
-    """log p(. | context) over the vocabulary for each response token of the batch, from one
-    forward of its rows: shape [B, W, V], fp32."""
+def response_logprobs(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p of each response token of the batch, and the entropy of its next-token distribution,
+    from one forward of its rows: two [B, W] fp32 tensors, both differentiable (the softmax over
+    the vocabulary is taken a slice of tokens at a time: losses/sliced_softmax.py)."""
     logits = model(batch.tokens, batch.positions, batch.attention_mask)
-    return F.log_softmax(logits.flatten(0, 1)[batch.logit_index].float(), dim=-1)
+    index, targets = batch.logit_index, batch.targets
+    logprobs, entropy = sampled_logprobs_and_entropy(logits.flatten(0, 1), index.flatten(), targets.flatten())
+    return logprobs.view_as(index), entropy.view_as(index)
 
 
 def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -58,7 +62,7 @@ def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Te
 @torch.no_grad()
 def frozen_logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """log p of each response token under a model that is not trained (a reference, a teacher): [B, W]."""
-    return sampled_logprobs(response_log_probs(model, batch), batch.targets)
+    return response_logprobs(model, batch)[0]
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -75,12 +79,6 @@ def sequence_logprobs(model: torch.nn.Module, sequences: list[list[int]], pad_id
     tokens = tokens.to(device)
     logprobs = token_logprobs(model(tokens), tokens).cpu()
     return [logprobs[row, : len(seq) - 1].tolist() for row, seq in enumerate(sequences)]
-
-
-def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of each next-token distribution, from `response_log_probs`: [B, W].
-    Differentiable: `loss.entropy_coef` trains on it; detach it to only report it."""
-    return -(log_probs.exp() * log_probs).sum(-1)
 
 
 @dataclass

@@ -1,0 +1,81 @@
+"""losses/sliced_softmax.py: the chosen tokens' log-probabilities and entropies, and their
+gradients, equal the plain fp32 log-softmax's, while nothing of [tokens, vocabulary] fp32 is
+kept for the backward."""
+
+import pytest
+import torch
+
+from forge_async.losses.sliced_softmax import sampled_logprobs_and_entropy, token_entropy
+
+N, V = 40, 23  # forward outputs, vocabulary
+# 30 chosen outputs, some twice (a padded response column repeats an index), sliced 7 at a time
+INDEX = torch.tensor([3, 5, 7, 0, 0, 0, 39, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 1, 2])
+SLICE = 7
+
+
+def plain(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    log_p = logits[INDEX].float().log_softmax(-1)
+    return log_p.gather(-1, targets[:, None]).squeeze(-1), token_entropy(log_p)
+
+
+def gradient(fn, logits: torch.Tensor, targets: torch.Tensor, a: torch.Tensor | None, b: torch.Tensor | None):
+    """Values and d/dlogits of sum(a * logprobs) + sum(b * entropy) (a term left out where None)."""
+    x = logits.detach().clone().requires_grad_()
+    logprobs, entropy = fn(x, targets)
+    loss = sum(((w * t).sum() for w, t in ((a, logprobs), (b, entropy)) if w is not None), torch.zeros(()))
+    loss.backward()
+    return logprobs.detach(), entropy.detach(), x.grad
+
+
+def sliced(logits: torch.Tensor, targets: torch.Tensor):
+    return sampled_logprobs_and_entropy(logits, INDEX, targets, slice_tokens=SLICE)
+
+
+@pytest.mark.parametrize("terms", ["logprobs", "entropy", "both"])
+def test_values_and_gradients_equal_the_plain_log_softmax(terms):
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(N, V, generator=gen) * 3
+    targets = torch.randint(0, V, (len(INDEX),), generator=gen)
+    a = torch.randn(len(INDEX), generator=gen) if terms in ("logprobs", "both") else None
+    b = torch.randn(len(INDEX), generator=gen) if terms in ("entropy", "both") else None
+    want = gradient(plain, logits, targets, a, b)
+    got = gradient(sliced, logits, targets, a, b)
+    for w, g in zip(want, got):
+        assert torch.allclose(g, w, atol=1e-6), (g - w).abs().max()
+    unchosen = torch.ones(N, dtype=torch.bool)
+    unchosen[INDEX] = False
+    assert unchosen.sum() == 12 and got[2][unchosen].abs().sum() == 0  # outputs no token chose get none
+
+
+def test_bf16_logits_get_a_bf16_gradient_close_to_the_plain_one():
+    gen = torch.Generator().manual_seed(1)
+    logits = (torch.randn(N, V, generator=gen) * 3).bfloat16()
+    targets = torch.randint(0, V, (len(INDEX),), generator=gen)
+    a = torch.randn(len(INDEX), generator=gen)
+    want = gradient(plain, logits, targets, a, None)
+    got = gradient(sliced, logits, targets, a, None)
+    assert got[2].dtype == torch.bfloat16
+    assert torch.allclose(got[0], want[0], atol=1e-6)
+    assert torch.allclose(got[2].float(), want[2].float(), atol=1e-2)
+
+
+def saved_shapes(fn, logits: torch.Tensor, targets: torch.Tensor) -> list[tuple[torch.Size, torch.dtype]]:
+    shapes = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        shapes.append((t.shape, t.dtype))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(logits.requires_grad_(), targets)
+    return shapes
+
+
+def test_only_the_logits_and_per_token_vectors_are_kept_for_the_backward():
+    logits = torch.randn(N, V).bfloat16()
+    targets = torch.randint(0, V, (len(INDEX),))
+    chosen_fp32 = (torch.Size([len(INDEX), V]), torch.float32)
+    assert chosen_fp32 in saved_shapes(plain, logits, targets)  # the plain way keeps its log-softmax
+    kept = saved_shapes(sliced, logits, targets)
+    assert chosen_fp32 not in kept
+    assert all(shape == logits.shape or len(shape) == 1 for shape, _ in kept), kept
