@@ -24,13 +24,13 @@ The models are random, written locally in Hugging Face layout with the real voca
   replayed (moe.routing_replay=rollout); the route mismatch is logged as in a run.
 Printed per case: the first step (warm-up, compile) and the median of the rest, tokens/s,
 peak GPU memory, and the publish (the third version's: its slot reused, as in a run; and the
-first's, into new files). `--json` writes the same figures to a file.
+first's, into new files). A case that fails is printed and the next one runs; the script then
+exits non-zero. With --json, the same in the report's shape (benchmarks/results.py).
 """
 
 import argparse
 import asyncio
 import gc
-import json
 import os
 import shutil
 import statistics
@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
+from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.learner import Learner, device_type
@@ -220,9 +221,13 @@ def start_group() -> None:
     dist.init_process_group("nccl" if device_type() == "cuda" else "gloo", rank=0, world_size=1)
 
 
-def describe_machine() -> dict:
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"torch": torch.__version__, "gpu": gpu, "cpus": os.cpu_count()}
+# The table's columns: (title, key of a case's figures); a case without the key leaves it empty.
+COLUMNS = [
+    ("case", "case"), ("parameters", "params"), ("trained", "trainable"), ("step s", "step_s"),
+    ("first step s", "first_step_s"), ("tokens/s", "tokens_per_s"), ("peak GiB", "peak_memory_gib"),
+    ("loss", "loss"), ("grad norm", "grad_norm"), ("published GiB", "published_gib"),
+    ("publish s", "publish_s"), ("first publish s", "first_publish_s"), ("route mismatch", "moe/route_mismatch"),
+]
 
 
 def print_case(f: dict) -> None:
@@ -237,11 +242,30 @@ def print_case(f: dict) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> dict:
+def benchmark_result(cases: list[dict], failed: dict[str, str], scale: str, config: TrainerConfig) -> BenchmarkResult:
+    """The cases in the report's shape: per case its step, throughput and peak as figures, and
+    everything in one table (a failed case: a row that says so)."""
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    result = BenchmarkResult("gpu_trainer", f"The trainer alone on {device}", this_command())
+    for f in cases:
+        result.figure(f"{f['case']}: step", f["step_s"], "s")
+        result.figure(f"{f['case']}: tokens/s", f["tokens_per_s"], "tokens/s")
+        result.figure(f"{f['case']}: peak memory", f["peak_memory_gib"], "GiB")
+    rows = [[f.get(key, "") for _, key in COLUMNS] for f in cases]
+    rows += [[name, f"failed: {why.strip().splitlines()[-1]}"] + [""] * (len(COLUMNS) - 2) for name, why in failed.items()]
+    title = f"{scale} scale, activation checkpointing {config.activation_checkpointing}, micro-batches of {config.micro_batch_tokens} tokens"
+    result.tables.append(Table(title, [title for title, _ in COLUMNS], rows))
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per case (the first warms up)")
-    parser.add_argument("--scale", choices=sorted(SCALES), default="gpu")
+    parser.add_argument(
+        "--scale", choices=sorted(SCALES), default="gpu" if torch.cuda.is_available() else "tiny",
+        help="model and batch sizes (default: gpu where a GPU is seen, else tiny)",
+    )
     parser.add_argument(
         "--activation-checkpointing", choices=("none", "full", "selective"), default="full",
         help="trainer.activation_checkpointing (default: grpo_gpu's)",
@@ -249,34 +273,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--micro-batch-tokens", type=int, help="trainer.micro_batch_tokens (default: the scale's)")
     parser.add_argument("--vocab", type=int, help="the models' vocabulary size (default: the scale's)")
     parser.add_argument("--episodes", type=int, help="episodes in the batch (default: the scale's)")
-    parser.add_argument("--json", help="write the figures here")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     scale = replace(scale, vocab=args.vocab or scale.vocab, episodes=args.episodes or scale.episodes)
     config = trainer_config(args.activation_checkpointing, args.micro_batch_tokens or scale.micro_batch_tokens)
     start_group()
-    report = {
-        "machine": describe_machine(), "scale": args.scale, "cases": [], "failed": {},
-        "activation_checkpointing": config.activation_checkpointing, "micro_batch_tokens": config.micro_batch_tokens,
-    }
-    print(f"machine: {report['machine']}", flush=True)
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    print(f"{args.scale} scale; torch {torch.__version__}, GPU {gpu}, {os.cpu_count()} CPUs", flush=True)
+    cases, failed = [], {}
     try:
         with tempfile.TemporaryDirectory(prefix="gpu_trainer-") as root:
             for name in args.cases:
                 try:
-                    report["cases"].append(run_case(name, scale, config, args.steps, Path(root)))
-                    print_case(report["cases"][-1])
+                    cases.append(run_case(name, scale, config, args.steps, Path(root)))
+                    print_case(cases[-1])
                 except Exception:  # one case's failure is a finding: the next case still runs
-                    report["failed"][name] = traceback.format_exc()
-                    print(f"{name}: FAILED\n{report['failed'][name]}", flush=True)
+                    failed[name] = traceback.format_exc()
+                    print(f"{name}: FAILED\n{failed[name]}", flush=True)
                 gc.collect()  # the case's learner, before the next one allocates its own
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
                 if args.json:  # after each case: a run stopped at a time limit keeps what it measured
-                    Path(args.json).write_text(json.dumps(report, indent=1))
+                    benchmark_result(cases, failed, args.scale, config).write(args.json)
     finally:
         dist.destroy_process_group()
-    return report
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ FULL = QUICK | {
     "admission_waste": [],
     "checkpoint_cost": [],
     "trainer_memory": [],
+    "gpu_trainer": [],  # the tiny scale where no GPU is seen
     "learning_reliability": ["--seeds", "5"],
     "distillation": ["--seeds", "3"],
     "sft_then_grpo": [],

@@ -3,11 +3,12 @@ vLLM or torchstore. benchmarks/gpu_trainer.py depends on it to measure the train
 machine that has torch and not the rest of the stack; this runs that benchmark at toy sizes
 on CPU with those packages made unimportable."""
 
-import json
 import math
 import subprocess
 import sys
 from pathlib import Path
+
+from benchmarks.results import read_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,20 +23,19 @@ runpy.run_module("benchmarks.gpu_trainer", run_name="__main__")
 
 
 def test_the_learner_trains_dense_and_moe_models_without_monarch_vllm_or_torchstore(tmp_path):
-    report_path = tmp_path / "report.json"
-    args = ["--scale", "tiny", "--steps", "3", "--cases", "dense", "moe", "--json", str(report_path)]
+    result_path = tmp_path / "result.json"
+    args = ["--scale", "tiny", "--steps", "3", "--cases", "dense", "moe", "--json", str(result_path)]
     proc = subprocess.run(
         [sys.executable, "-c", RUN_WITHOUT_THEM, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(report_path.read_text())
-    assert report["failed"] == {}, report["failed"]
-    cases = {case["case"]: case for case in report["cases"]}
+    (table,) = read_result(result_path).tables
+    cases = {row[0]: dict(zip(table.columns, row)) for row in table.rows}
     assert set(cases) == {"dense", "moe"}
     for case in cases.values():
-        assert case["trainable"] == case["params"] > 0
-        assert math.isfinite(case["loss"]) and case["grad_norm"] > 0
-        assert case["published_gib"] > 0  # the weights reached the shared-memory channel
+        assert case["trained"] == case["parameters"] > 0
+        assert math.isfinite(case["loss"]) and case["grad norm"] > 0
+        assert case["published GiB"] > 0  # the weights reached the shared-memory channel
     # Random routes on 8 experts, 2 per token: the router's own choice rarely matches them all.
-    assert cases["moe"]["moe/route_mismatch"] > 0.5
+    assert cases["moe"]["route mismatch"] > 0.5
     assert "dense" in proc.stdout and "tokens/s" in proc.stdout
