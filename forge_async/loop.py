@@ -236,6 +236,7 @@ class GRPOLoop(TrainingLoop):
             weight_bytes=result.weight_bytes,
             wall_s=self.record.wall_s(),
             dropped_by_reason=buffer.dropped_by_reason,
+            samples_by_generator=list(generators.returned),
         )
 
     # Around the steps

@@ -36,10 +36,12 @@ class PipelineFigures:
     weight_bytes: int = _key("weights/bytes")
     wall_s: float = _key("time/wall_s")
     dropped_by_reason: dict[str, int] = field(default_factory=dict)  # samples/dropped_<reason>, SHOWN_DROPS
+    samples_by_generator: list[int] = field(default_factory=list)  # generator/<i>/samples: returned, over the run
 
     def row(self) -> dict[str, float]:
         row = {f.metadata["key"]: getattr(self, f.name) for f in fields(self) if "key" in f.metadata}
         row.update({f"samples/dropped_{reason}": self.dropped_by_reason.get(reason, 0) for reason in SHOWN_DROPS})
+        row.update({f"generator/{i}/samples": n for i, n in enumerate(self.samples_by_generator)})
         return row
 
 

@@ -207,7 +207,11 @@ def test_a_generator_host_that_dies_is_reported_the_run_goes_on_and_takes_it_bac
         while "node 2 taken back" not in output(run_dir, 0):
             assert time.monotonic() < deadline and procs[0].poll() is None, output(run_dir, 0)[-3000:]
             time.sleep(0.5)
+        back_at = read_metrics(run_dir)[-1]["generator/1/samples"]
         wait_for_step(procs[0], run_dir, read_metrics(run_dir)[-1]["step"] + 40)
+        while read_metrics(run_dir)[-1]["generator/1/samples"] <= back_at:  # until it has generated again
+            assert time.monotonic() < deadline + 120 and procs[0].poll() is None, output(run_dir, 0)[-3000:]
+            time.sleep(0.5)
         procs[0].send_signal(signal.SIGTERM)  # a clean stop: checkpoint, final model, summary
         codes = [procs[0].wait(timeout=120), procs[1].wait(timeout=60), back.wait(timeout=60)]
         assert codes == [128 + signal.SIGTERM, 0, 0], output(run_dir, 0)[-3000:]
