@@ -198,7 +198,7 @@ def policy_gradient_loss(
 
 
 def entropy_bonus(entropy: torch.Tensor, scale: torch.Tensor, coef: float) -> torch.Tensor:
-    """- coef * sum_{i,t} s_it * H_it over response tokens (`entropy`: `token_entropy`'s, `scale`:
+    """- coef * sum_{i,t} s_it * H_it over response tokens (`entropy`: `response_logprobs`'s, `scale`:
     `token_scale`'s). Added to the loss, it pulls each next-token distribution towards uniform."""
     return -coef * (entropy * scale).sum()
 
