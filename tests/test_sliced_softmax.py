@@ -5,7 +5,7 @@ kept for the backward."""
 import pytest
 import torch
 
-from forge_async.losses.sliced_softmax import sampled_logprobs_and_entropy, token_entropy
+from forge_async.losses.sliced_softmax import sampled_logprobs, sampled_logprobs_and_entropy, token_entropy
 
 N, V = 40, 23  # forward outputs, vocabulary
 # 30 chosen outputs, some twice (a padded response column repeats an index), sliced 7 at a time
@@ -45,6 +45,15 @@ def test_values_and_gradients_equal_the_plain_log_softmax(terms):
     unchosen = torch.ones(N, dtype=torch.bool)
     unchosen[INDEX] = False
     assert unchosen.sum() == 12 and got[2][unchosen].abs().sum() == 0  # outputs no token chose get none
+
+
+def test_a_frozen_models_logprobs_equal_the_plain_ones_and_carry_no_graph():
+    gen = torch.Generator().manual_seed(2)
+    logits = (torch.randn(N, V, generator=gen) * 3).requires_grad_()
+    targets = torch.randint(0, V, (len(INDEX),), generator=gen)
+    got = sampled_logprobs(logits, INDEX, targets, slice_tokens=SLICE)
+    assert not got.requires_grad
+    assert torch.allclose(got, plain(logits, targets)[0], atol=1e-6)
 
 
 def test_bf16_logits_get_a_bf16_gradient_close_to_the_plain_one():

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from forge_async.data.batch import TrainBatch
 from forge_async.losses.config import ImportanceConfig
-from forge_async.losses.sliced_softmax import sampled_logprobs_and_entropy
+from forge_async.losses import sliced_softmax
 
 # A ratio counts as truncated only beyond float noise: with cap 1 and identical
 # policies, ratios of 1 +- 1e-7 are not truncation.
@@ -48,10 +48,15 @@ def response_logprobs(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.
     """log p of each response token of the batch, and the entropy of its next-token distribution,
     from one forward of its rows: two [B, W] fp32 tensors, both differentiable (the softmax over
     the vocabulary is taken a slice of tokens at a time: losses/sliced_softmax.py)."""
+    logprobs, entropy = sliced_softmax.sampled_logprobs_and_entropy(*_response_logits(model, batch))
+    return logprobs.view_as(batch.logit_index), entropy.view_as(batch.logit_index)
+
+
+def _response_logits(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward of the batch's rows: its outputs flattened [R * L, V], and which of them
+    predicts each response token, with that token (both flattened [B * W])."""
     logits = model(batch.tokens, batch.positions, batch.attention_mask)
-    index, targets = batch.logit_index, batch.targets
-    logprobs, entropy = sampled_logprobs_and_entropy(logits.flatten(0, 1), index.flatten(), targets.flatten())
-    return logprobs.view_as(index), entropy.view_as(index)
+    return logits.flatten(0, 1), batch.logit_index.flatten(), batch.targets.flatten()
 
 
 def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -62,7 +67,7 @@ def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Te
 @torch.no_grad()
 def frozen_logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     """log p of each response token under a model that is not trained (a reference, a teacher): [B, W]."""
-    return response_logprobs(model, batch)[0]
+    return sliced_softmax.sampled_logprobs(*_response_logits(model, batch)).view_as(batch.logit_index)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

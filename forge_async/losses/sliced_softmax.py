@@ -11,6 +11,8 @@ softmax to form its gradient, written straight into the logits' gradient. The ma
 plain way's; only the order of the work differs.
 """
 
+from collections.abc import Iterator
+
 import torch
 
 # Elements of one slice's [tokens, vocabulary] fp32 tensors (128 MiB each): 220 tokens at
@@ -23,8 +25,7 @@ class _SampledLogSoftmax(torch.autograd.Function):
     def forward(ctx, logits: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, slice_tokens: int):
         logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
         entropy = torch.empty_like(logprobs)
-        for rows in _slices(index.numel(), slice_tokens):
-            log_p = _log_softmax(logits, index[rows])
+        for rows, log_p in _log_softmax_slices(logits, index, slice_tokens):
             logprobs[rows] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
             entropy[rows] = log_p.exp().mul_(log_p).sum(-1).neg_()
         ctx.save_for_backward(logits, index, targets, entropy)
@@ -39,8 +40,7 @@ class _SampledLogSoftmax(torch.autograd.Function):
         formed in place in at most two [slice, vocabulary] buffers."""
         logits, index, targets, entropy = ctx.saved_tensors
         grad = torch.zeros_like(logits)
-        for rows in _slices(index.numel(), ctx.slice_tokens):
-            g = _log_softmax(logits, index[rows])
+        for rows, g in _log_softmax_slices(logits, index, ctx.slice_tokens):
             p = g.exp()
             if grad_entropy is None:
                 g.zero_()
@@ -56,18 +56,16 @@ class _SampledLogSoftmax(torch.autograd.Function):
         return grad, None, None, None
 
 
-def _log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """log p over the vocabulary at the outputs `index` chooses, in fp32."""
-    return logits[index].float().log_softmax(-1)
+def _log_softmax_slices(logits: torch.Tensor, index: torch.Tensor, slice_tokens: int) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Each slice of `index`, and log p over the vocabulary at the outputs it chooses, in fp32."""
+    for start in range(0, index.numel(), slice_tokens):
+        rows = slice(start, min(start + slice_tokens, index.numel()))
+        yield rows, logits[index[rows]].float().log_softmax(-1)
 
 
 def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of each distribution given by its log-probabilities over the last dimension."""
     return -(log_probs.exp() * log_probs).sum(-1)
-
-
-def _slices(n: int, size: int) -> list[slice]:
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
 def sampled_logprobs_and_entropy(
@@ -77,5 +75,20 @@ def sampled_logprobs_and_entropy(
     `logits` [N, V] (any float dtype), `index` and `targets` [K] int64 -> two [K] fp32 tensors,
     both differentiable with respect to `logits`. `slice_tokens`: tokens per slice (default:
     SLICE_ELEMENTS' worth)."""
-    slice_tokens = slice_tokens or max(1, SLICE_ELEMENTS // logits.shape[-1])
-    return _SampledLogSoftmax.apply(logits, index, targets, slice_tokens)
+    return _SampledLogSoftmax.apply(logits, index, targets, slice_tokens or _default_slice(logits))
+
+
+@torch.no_grad()
+def sampled_logprobs(
+    logits: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, slice_tokens: int | None = None
+) -> torch.Tensor:
+    """log p(targets[k]) alone, as `sampled_logprobs_and_entropy` gives it, with no gradient and no
+    entropy (a frozen model's: a reference's, a teacher's)."""
+    logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
+    for rows, log_p in _log_softmax_slices(logits, index, slice_tokens or _default_slice(logits)):
+        logprobs[rows] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
+    return logprobs
+
+
+def _default_slice(logits: torch.Tensor) -> int:
+    return max(1, SLICE_ELEMENTS // logits.shape[-1])
