@@ -258,10 +258,18 @@ def benchmark_result(cases: list[dict], failed: dict[str, str], scale: str, conf
     return result
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
-    parser.add_argument("--steps", type=int, default=4, help="optimizer steps per case (the first warms up)")
+    parser.add_argument("--steps", type=positive, default=4, help="optimizer steps per case (the first warms up)")
     parser.add_argument(
         "--scale", choices=sorted(SCALES), default="gpu" if torch.cuda.is_available() else "tiny",
         help="model and batch sizes (default: gpu where a GPU is seen, else tiny)",
@@ -270,14 +278,18 @@ def main(argv: list[str] | None = None) -> None:
         "--activation-checkpointing", choices=("none", "full", "selective"), default="full",
         help="trainer.activation_checkpointing (default: grpo_gpu's)",
     )
-    parser.add_argument("--micro-batch-tokens", type=int, help="trainer.micro_batch_tokens (default: the scale's)")
-    parser.add_argument("--vocab", type=int, help="the models' vocabulary size (default: the scale's)")
-    parser.add_argument("--episodes", type=int, help="episodes in the batch (default: the scale's)")
+    parser.add_argument("--micro-batch-tokens", type=positive, help="trainer.micro_batch_tokens (default: the scale's)")
+    parser.add_argument("--vocab", type=positive, help="the models' vocabulary size (default: the scale's)")
+    parser.add_argument("--episodes", type=positive, help="episodes in the batch (default: the scale's)")
     add_json_argument(parser)
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
-    scale = replace(scale, vocab=args.vocab or scale.vocab, episodes=args.episodes or scale.episodes)
-    config = trainer_config(args.activation_checkpointing, args.micro_batch_tokens or scale.micro_batch_tokens)
+    scale = replace(
+        scale, vocab=args.vocab if args.vocab is not None else scale.vocab,
+        episodes=args.episodes if args.episodes is not None else scale.episodes,
+    )
+    micro_batch_tokens = args.micro_batch_tokens if args.micro_batch_tokens is not None else scale.micro_batch_tokens
+    config = trainer_config(args.activation_checkpointing, micro_batch_tokens)
     start_group()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     print(f"{args.scale} scale; torch {torch.__version__}, GPU {gpu}, {os.cpu_count()} CPUs", flush=True)
