@@ -9,8 +9,11 @@ import transformers
 
 from conftest import fixed_sequences, spawn_generator, spawn_trainer
 from forge_async.actors.generator_config import SamplingConfig
-from forge_async.data.episode import Episode
+from forge_async.data.episode import Completion, Episode
 from forge_async.launch import meshes
+from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.config import TinyModelConfig
+from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights import store
 
 TOLERANCE = 1e-4
@@ -153,4 +156,57 @@ def test_bfloat16_parity_before_and_after_a_weight_sync(tiny_checkpoint, weight_
         assert BF16_TOLERANCE > max_diff(v0, fp32_logprobs(tiny_checkpoint, fixed_sequences())) > TOLERANCE
     finally:
         asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
+        asyncio.run(store.delete_versions_before(10**9))
+
+
+
+PROMPT = [11, 3, 1, 4, 13]
+
+
+def longest_completion(checkpoint: Checkpoint) -> SamplingConfig:
+    """Exactly as many tokens as the context leaves after PROMPT: the engine's longest request."""
+    tokens = checkpoint.shape.max_seq_len - len(PROMPT)
+    return SamplingConfig(max_tokens=tokens, min_tokens=tokens)
+
+
+def test_generate_calls_run_at_once(generator, tiny_checkpoint):
+    """A one-token call sent after the longest one comes back first: the generator does not
+    answer its calls one after another (each call's requests join the engine's batch)."""
+
+    async def calls_in_order_of_return() -> list[str]:
+        returned = []
+
+        async def call(name: str, sampling: SamplingConfig) -> None:
+            await generator.generate.call_one([PROMPT], sampling)
+            returned.append(name)
+
+        await asyncio.gather(call("longest", longest_completion(tiny_checkpoint)), call("one token", SamplingConfig(max_tokens=1)))
+        return returned
+
+    assert asyncio.run(calls_in_order_of_return()) == ["one token", "longest"]
+
+
+def test_drain_mode_loads_a_version_once_the_running_requests_end(tmp_path, weight_store):
+    """generator.swap_mode=drain: a version loaded while a request runs waits for that request,
+    which is sampled by the old version alone; the next one by the new."""
+    # A long context: the request must outlast the version's fetch from torchstore (~0.2-0.4 s).
+    checkpoint = Checkpoint.open(create_tiny_checkpoint(tmp_path / "model", TinyModelConfig(max_seq_len=1024)))
+    procs, generator = spawn_generator(checkpoint, swap_mode="drain")
+    asyncio.run(store.put_policy(checkpoint.load_hf_state_dict(), version=7))
+
+    async def load_during_a_request() -> Completion:
+        running = generator.generate.call_one([PROMPT], longest_completion(checkpoint))
+        # Calls start in the order sent: once this one is answered, the first is in the engine.
+        await generator.generate.call_one([PROMPT], SamplingConfig(max_tokens=1))
+        assert (await generator.load_version.call_one(7))["version"] == 7
+        return (await running)[0][0]
+
+    try:
+        completion = asyncio.run(load_during_a_request())
+        assert len(completion.versions) == longest_completion(checkpoint).max_tokens
+        assert set(completion.versions) == {0}
+        (after,) = generator.generate.call_one([PROMPT], SamplingConfig(max_tokens=2)).get()
+        assert set(after[0].versions) == {7}
+    finally:
+        asyncio.run(meshes.stop_all(procs))
         asyncio.run(store.delete_versions_before(10**9))

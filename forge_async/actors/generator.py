@@ -2,7 +2,8 @@
 
 The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and is stepped by
 a background task on the actor's event loop (see VersionedEngine). `generate`
-queues requests and waits for them. With the shm weight transport, the loop
+queues requests and waits for them; its calls run concurrently (Monarch's
+`concurrent_endpoint`), so every call under way shares the engine's batch. With the shm weight transport, the loop
 looks at the channel's LATEST pointer before every engine step and applies a
 newer version by itself (generator.swap_mode): at once for inflight and
 abort_resume (running requests keep their KV, or are re-submitted with their
@@ -19,7 +20,7 @@ import os
 import tempfile
 import time
 
-from monarch.actor import endpoint
+from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.actors.proc_actor import ProcActor
 from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
@@ -195,7 +196,7 @@ class Generator(ProcActor):
             )
         return ids
 
-    @endpoint
+    @concurrent_endpoint
     @answers_on_port
     async def generate(
         self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
@@ -295,9 +296,11 @@ class Generator(ProcActor):
     @endpoint
     @answers_on_port
     async def load_version(self, version: int) -> dict[str, float]:
-        """Load policy `version` now (or a newer one, from the shm channel), between generate calls."""
+        """Load policy `version` (or a newer one, from the shm channel) while generate calls run,
+        as generator.swap_mode says: in drain mode once the running requests have finished."""
         start = time.perf_counter()
         if self.channel is not None:
+            await self._drain()
             with self.channel.reading(version) as (version, state_dict):
                 self._swap(state_dict, version)
             return {"version": version, "load_ms": (time.perf_counter() - start) * 1e3}
@@ -305,9 +308,19 @@ class Generator(ProcActor):
 
         state_dict = await store.get_policy(version)
         fetched = time.perf_counter()
+        await self._drain()
         self._swap(state_dict, version)
         end = time.perf_counter()
         return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}
+
+    async def _drain(self) -> None:
+        """In drain mode, before a swap: no new request starts until the running ones have
+        finished, so that each completion is sampled by one version (the swap lets them in)."""
+        if self.engine.swap_mode != "drain":
+            return
+        self.engine.draining = True
+        while self.engine.running:
+            await asyncio.sleep(0)  # one look per pass of the engine loop, which steps in between
 
     @endpoint
     async def score(self, sequences: list[list[int]]) -> list[list[float]]:

@@ -24,7 +24,7 @@ class WeightsConfig:
     # shm: same-host shared-memory files (memory speed; generators pick up new
     #      versions by themselves between engine steps).
     # torchstore: per-tensor puts/gets over Monarch RPC (works across hosts; a
-    #      generator loads a version when told to, between generate calls).
+    #      generator loads a version when told to, under generator.swap_mode).
     transport: str = "shm"
     # Directory of the shared-memory channel; null = a fresh one under /dev/shm per run.
     channel_dir: str | None = None
