@@ -10,7 +10,7 @@ from forge_async.data.episode import Completion
 from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.models.tokenizer import build_digit_tokenizer
-from forge_async.rollout.turn_batcher import MAX_WAIT_S, TurnBatcher
+from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.tasks.task import Prompt
 
 TOKENIZER = build_digit_tokenizer()
@@ -46,11 +46,14 @@ class Calls:
         return [[Completion(ids, [2], [0.0], [0], "2", "stop")] for ids in prompts]
 
 
+MAX_WAIT_S = 0.005
+
+
 def play(episodes: list[EnvRunner]) -> tuple[list[int], list[Completion]]:
     calls = Calls()
 
     async def main() -> list[Completion]:
-        batcher = TurnBatcher(calls)
+        batcher = TurnBatcher(calls, MAX_WAIT_S)
         prompt = Prompt([11, 3, 13], "3")
         return await asyncio.gather(*(batcher.play(runner, prompt) for runner in episodes))
 

@@ -106,6 +106,9 @@ class EnvConfig:
     max_episode_tokens: int | None = None
     # Longest an async reset/step may take; past it the episode is dropped (env_timeout).
     timeout_s: float = 30.0
+    # Longest a model turn waits for the other episodes of its rollout worker to ask for
+    # theirs, so that they go to the generator as one call (rollout/turn_batcher.py).
+    turn_batch_wait_s: float = 0.02
     # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
     # actors, roles environment0..n-1), episodes spread over them.
     procs: int = 0
@@ -120,6 +123,7 @@ class EnvConfig:
             nullable=True, note="null = the context",
         )
         check_range("env.timeout_s", self.timeout_s, POSITIVE)
+        check_range("env.turn_batch_wait_s", self.turn_batch_wait_s, AT_LEAST_0)
         check_range("env.procs", self.procs, AT_LEAST_0, note="0 = in the controller")
         if self.name == "openenv":
             self.openenv.check()

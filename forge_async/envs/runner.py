@@ -84,12 +84,14 @@ class EnvRunner:
         sampling: SamplingConfig,
         limits: EpisodeLimits,
         timeout_s: float,
+        turn_batch_wait_s: float = EnvConfig.turn_batch_wait_s,
     ):
         self.new_environment = new_environment
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.limits = limits
         self.timeout_s = timeout_s
+        self.turn_batch_wait_s = turn_batch_wait_s  # what the TurnBatcher of its episodes waits
 
     async def play(self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None) -> Completion:
         """One episode from `prompt`, each model turn sampled by `generate` (with `sampling`, by
@@ -244,4 +246,4 @@ def build_env_runner(
     config: EnvConfig, new_environment: EnvFactory, tokenizer, sampling: SamplingConfig, context: int
 ) -> EnvRunner:
     limits = EpisodeLimits(config.max_turns, min(config.max_episode_tokens or context, context), context)
-    return EnvRunner(new_environment, tokenizer, sampling, limits, config.timeout_s)
+    return EnvRunner(new_environment, tokenizer, sampling, limits, config.timeout_s, config.turn_batch_wait_s)

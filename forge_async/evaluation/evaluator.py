@@ -71,7 +71,7 @@ class Evaluator:
 
     async def _play(self, generate: Generate) -> tuple[list[list[Completion]], int]:
         """Each prompt's episodes, and how many the environment failed (left out, counted)."""
-        generate_one = TurnBatcher(generate)
+        generate_one = TurnBatcher(generate, self.runner.turn_batch_wait_s)
 
         async def play(prompt: Prompt) -> Completion | None:
             try:

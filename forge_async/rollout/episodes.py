@@ -39,11 +39,11 @@ class EpisodeRollouts(Rollouts):
     def producer(self, generate: Generate) -> Produce:
         """What a rollout worker calls for each group admitted: one TurnBatcher for all of them,
         so the turns of the worker's groups go out together."""
-        return partial(self._play_groups, TurnBatcher(generate))
+        return partial(self._play_groups, TurnBatcher(generate, self.runner.turn_batch_wait_s))
 
     async def produce(self, generate: Generate, num_prompts: int) -> tuple[list[Episode], Dropped]:
         """`num_prompts` groups played at once, scored, with the samples dropped on the way by reason."""
-        return await self._play_groups(TurnBatcher(generate), num_prompts)
+        return await self._play_groups(TurnBatcher(generate, self.runner.turn_batch_wait_s), num_prompts)
 
     async def _play_groups(self, generate_one: TurnBatcher, num_prompts: int) -> tuple[list[Episode], Dropped]:
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]

@@ -9,7 +9,11 @@ tool_lookup, against 6 natively), each call with its full fixed cost.
 
 So the batcher waits until every episode it plays is waiting on the model (its turn
 queued here or in a call under way), then sends what is queued; or, if an environment
-takes longer than MAX_WAIT_S, sends what is queued by then.
+takes longer than `max_wait_s` (env.turn_batch_wait_s), sends what is queued by then.
+The generator runs its calls at once, so a call's turns join the engine's batch as soon as
+they arrive; what a bigger call saves is the per-call work of both processes (a Monarch
+message each way, the endpoint's bookkeeping), which on a CPU host is taken from the
+engine's own cores.
 """
 
 import asyncio
@@ -21,14 +25,12 @@ from forge_async.envs.runner import EnvRunner
 from forge_async.rollout.types import Generate
 from forge_async.tasks.task import Prompt
 
-# Longest a queued turn waits for the other episodes' environments: a few loop passes on a
-# busy CPU, small against a generate call.
-MAX_WAIT_S = 0.005
-
 
 class TurnBatcher:
-    def __init__(self, generate: Generate):
+    def __init__(self, generate: Generate, max_wait_s: float):
+        """`max_wait_s`: longest a queued turn waits for the other episodes' environments."""
         self.generate = generate
+        self.max_wait_s = max_wait_s
         self._playing = 0  # episodes started and not ended
         self._in_calls = 0  # turns in generate calls under way
         self._queued: dict[tuple, tuple[SamplingConfig, list]] = {}  # per sampling config: (ids, future)s
@@ -51,7 +53,7 @@ class TurnBatcher:
         future = loop.create_future()
         self._queued.setdefault(astuple(sampling), (sampling, []))[1].append((prompt_ids, future))
         if self._deadline is None:
-            self._deadline = loop.call_later(MAX_WAIT_S, self._send_queued)
+            self._deadline = loop.call_later(self.max_wait_s, self._send_queued)
         self._check_soon()
         return await future
 
