@@ -169,29 +169,49 @@ def longest_completion(checkpoint: Checkpoint) -> SamplingConfig:
     return SamplingConfig(max_tokens=tokens, min_tokens=tokens)
 
 
-def test_generate_calls_run_at_once(generator, tiny_checkpoint):
-    """A one-token call sent after the longest one comes back first: the generator does not
-    answer its calls one after another (each call's requests join the engine's batch)."""
 
-    async def calls_in_order_of_return() -> list[str]:
+def calls_in_order_of_return(generator, checkpoint: Checkpoint) -> list[str]:
+    """The longest call, then a one-token call, sent together: which came back first."""
+
+    async def both() -> list[str]:
         returned = []
 
         async def call(name: str, sampling: SamplingConfig) -> None:
             await generator.generate.call_one([PROMPT], sampling)
             returned.append(name)
 
-        await asyncio.gather(call("longest", longest_completion(tiny_checkpoint)), call("one token", SamplingConfig(max_tokens=1)))
+        await asyncio.gather(call("longest", longest_completion(checkpoint)), call("one token", SamplingConfig(max_tokens=1)))
         return returned
 
-    assert asyncio.run(calls_in_order_of_return()) == ["one token", "longest"]
+    return asyncio.run(both())
 
 
-def test_drain_mode_loads_a_version_once_the_running_requests_end(tmp_path, weight_store):
+def test_generate_calls_run_one_after_another_by_default(generator, tiny_checkpoint):
+    """generator.calls_at_once=1: the first call is answered first, however short the next."""
+    assert calls_in_order_of_return(generator, tiny_checkpoint) == ["longest", "one token"]
+
+
+@pytest.fixture(scope="module")
+def unlimited_drain_generator(tmp_path_factory, weight_store):
+    """calls_at_once=0 and swap_mode=drain, with a long context: its longest request outlasts
+    a version's fetch from torchstore (~0.2-0.4 s)."""
+    checkpoint = Checkpoint.open(create_tiny_checkpoint(tmp_path_factory.mktemp("long") / "model", TinyModelConfig(max_seq_len=1024)))
+    procs, generator = spawn_generator(checkpoint, swap_mode="drain", calls_at_once=0)
+    yield checkpoint, generator
+    asyncio.run(meshes.stop_all(procs))
+
+
+def test_generate_calls_run_at_once_with_no_limit(unlimited_drain_generator):
+    """calls_at_once=0: a one-token call sent after the longest one comes back first (each
+    call's requests join the engine's batch at once)."""
+    checkpoint, generator = unlimited_drain_generator
+    assert calls_in_order_of_return(generator, checkpoint) == ["one token", "longest"]
+
+
+def test_drain_mode_loads_a_version_once_the_running_requests_end(unlimited_drain_generator):
     """generator.swap_mode=drain: a version loaded while a request runs waits for that request,
     which is sampled by the old version alone; the next one by the new."""
-    # A long context: the request must outlast the version's fetch from torchstore (~0.2-0.4 s).
-    checkpoint = Checkpoint.open(create_tiny_checkpoint(tmp_path / "model", TinyModelConfig(max_seq_len=1024)))
-    procs, generator = spawn_generator(checkpoint, swap_mode="drain")
+    checkpoint, generator = unlimited_drain_generator
     asyncio.run(store.put_policy(checkpoint.load_hf_state_dict(), version=7))
 
     async def load_during_a_request() -> Completion:
@@ -208,5 +228,4 @@ def test_drain_mode_loads_a_version_once_the_running_requests_end(tmp_path, weig
         (after,) = generator.generate.call_one([PROMPT], SamplingConfig(max_tokens=2)).get()
         assert set(after[0].versions) == {7}
     finally:
-        asyncio.run(meshes.stop_all(procs))
         asyncio.run(store.delete_versions_before(10**9))

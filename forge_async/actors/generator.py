@@ -2,8 +2,9 @@
 
 The engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and is stepped by
 a background task on the actor's event loop (see VersionedEngine). `generate`
-queues requests and waits for them; its calls run concurrently (Monarch's
-`concurrent_endpoint`), so every call under way shares the engine's batch. With the shm weight transport, the loop
+queues requests and waits for them; up to generator.calls_at_once calls run at once,
+their requests in one engine batch (a concurrent endpoint: other calls, `load_version`
+among them, are answered meanwhile). With the shm weight transport, the loop
 looks at the channel's LATEST pointer before every engine step and applies a
 newer version by itself (generator.swap_mode): at once for inflight and
 abort_resume (running requests keep their KV, or are re-submitted with their
@@ -14,6 +15,7 @@ version carries the adapter alone (generation/adapter_slot.py).
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -83,6 +85,7 @@ class Generator(ProcActor):
         )
         self.scratch_dir = weights.channel_dir
         self._work = asyncio.Event()
+        self._call_slots = asyncio.Semaphore(config.calls_at_once) if config.calls_at_once else contextlib.nullcontext()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
         self._decoding_since: int | None = None  # start (ns) of the current run of engine steps
         # Runs of engine steps (with the work between them: outputs, answering calls), and weight
@@ -202,6 +205,10 @@ class Generator(ProcActor):
         self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int = 1
     ) -> list[list[Completion]]:
         """`n` completions for each prompt, each token tagged with the version that sampled it."""
+        async with self._call_slots:  # calls start in the order they came (the semaphore is FIFO)
+            return await self._generate(prompts, sampling, n)
+
+    async def _generate(self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
         params = sampling_params(sampling)
         all_ids = [self._prompt_ids(p, sampling.max_tokens) for p in prompts]
         loop = asyncio.get_running_loop()
