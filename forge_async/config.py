@@ -152,6 +152,8 @@ class GRPOConfig(RunConfig):
                 f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
                 "name one with env.name=module:callable"
             )
+        if self.generator.calls_at_once is None:  # a multi-turn call is a turn of a few episodes
+            self.generator.calls_at_once = 0 if self.multi_turn else 1
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
         self.resolve_trainer(self.steps)

@@ -28,6 +28,7 @@ def app_config(*overrides: str, config_name: str = "grpo") -> GRPOConfig:
 
 
 BAD_VALUES = {
+    "generator.calls_at_once=-1": "generator.calls_at_once=-1: must be >= 0",
     "sampling.temperature=-1": "sampling.temperature=-1.0: must be >= 0 (0 = greedy)",
     "sampling.temperature=inf": "sampling.temperature=inf: must be a finite number >= 0",
     "sampling.top_p=1.5": "sampling.top_p=1.5: must be in (0, 1]",
@@ -206,6 +207,13 @@ def test_the_generator_dtype_follows_the_trainer_unless_set():
     assert app_config("trainer.dtype=bfloat16").generator.dtype == "bfloat16"
     assert app_config("trainer.dtype=bfloat16", "generator.dtype=float32").generator.dtype == "float32"
     assert app_config("steps=40").trainer.lr_total_steps == 40
+
+
+def test_generate_calls_at_once_follow_whether_episodes_have_turns_unless_set():
+    assert app_config().generator.calls_at_once == 1  # single-turn: a rollout's call after another
+    assert app_config(config_name="tool_lookup").generator.calls_at_once == 0  # multi-turn: no limit
+    assert app_config("env.name=agent:docs.examples.tool_lookup_agent:play", "task.name=tool_lookup").generator.calls_at_once == 0
+    assert app_config("generator.calls_at_once=4", config_name="tool_lookup").generator.calls_at_once == 4
 
 
 def test_a_kv_cache_smaller_than_one_full_context_sequence_is_named_before_vllm_starts(tiny_checkpoint):

@@ -85,7 +85,8 @@ class Generator(ProcActor):
         )
         self.scratch_dir = weights.channel_dir
         self._work = asyncio.Event()
-        self._call_slots = asyncio.Semaphore(config.calls_at_once) if config.calls_at_once else contextlib.nullcontext()
+        calls_at_once = 1 if config.calls_at_once is None else config.calls_at_once
+        self._call_slots = asyncio.Semaphore(calls_at_once) if calls_at_once else contextlib.nullcontext()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
         self._decoding_since: int | None = None  # start (ns) of the current run of engine steps
         # Runs of engine steps (with the work between them: outputs, answering calls), and weight

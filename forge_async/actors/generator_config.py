@@ -21,8 +21,9 @@ class GeneratorConfig:
     # Generate calls run at once, their requests in one engine batch; 0: no limit. 1 (one call
     # after another, first come first served) suits single-turn rollouts, where a call is a
     # rollout's samples: the first call's come back first. Multi-turn episodes send a call per
-    # turn of a few episodes: 0, so that they share the engine's steps.
-    calls_at_once: int = 1
+    # turn of a few episodes: 0, so that they share the engine's steps. null: the run sets it
+    # so (GRPOConfig); a generator composed alone takes 1.
+    calls_at_once: int | None = None
     # vLLM CPU OpenMP thread binding, e.g. "0" (core 0), "0-3", "auto", "nobind".
     cpu_threads_bind: str = "auto"
     # Share of its GPU's memory vLLM may take (weights, activations, KV cache). kv_cache_gib,
@@ -52,7 +53,7 @@ class GeneratorConfig:
         # vLLM seeds numpy with it, which takes 32-bit unsigned seeds only.
         check_range("generator.seed", self.seed, Range(0, 2**32 - 1))
         check_choice("generator.swap_mode", self.swap_mode, SWAP_MODES)
-        check_range("generator.calls_at_once", self.calls_at_once, AT_LEAST_0, note="0 = no limit")
+        check_range("generator.calls_at_once", self.calls_at_once, AT_LEAST_0, nullable=True, note="0 = no limit")
         check_choice("generator.cpu_weights", self.cpu_weights, ("plain", "packed"))
         check_range("generator.gpu_memory_utilization", self.gpu_memory_utilization, FRACTION)
         check_range(
