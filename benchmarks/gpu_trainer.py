@@ -23,8 +23,9 @@ The models are random, written locally in Hugging Face layout with the real voca
 - moe: a Qwen3-MoE of 8 layers, 32 experts, 8 per token, with the batch's routes (random)
   replayed (moe.routing_replay=rollout); the route mismatch is logged as in a run.
 Printed per case: the first step (warm-up, compile) and the median of the rest, tokens/s,
-peak GPU memory, and the publish (the third version's: its slot reused, as in a run; and the
-first's, into new files). A case that fails is printed and the next one runs; the script then
+peak GPU memory, and the publish (the third version's: its slot reused, as in a run; the
+first's, into new files; and the third again with the shared memory left pageable, not
+registered with CUDA). A case that fails is printed and the next one runs; the script then
 exits non-zero. With --json, the same in the report's shape (benchmarks/results.py).
 """
 
@@ -172,6 +173,7 @@ def run_case(name: str, scale: Scale, config: TrainerConfig, steps: int, root: P
     tokens = sum(len(e.completion.prompt_ids) + len(e.completion.token_ids) for e in batch)
     steady = statistics.median(step_s[1:]) if len(step_s) > 1 else step_s[0]
     publish_s, weight_bytes = publish_three_versions(learner, root / f"{name}-channel")
+    pageable_s, _ = publish_three_versions(learner, root / f"{name}-pageable", page_lock=False)
     figures = {
         "case": name,
         "params": sum(p.numel() for p in learner.model.parameters()),
@@ -185,29 +187,31 @@ def run_case(name: str, scale: Scale, config: TrainerConfig, steps: int, root: P
         "grad_norm": metrics["train/grad_norm"],
         "first_publish_s": publish_s[0],
         "publish_s": publish_s[-1],
+        "pageable_publish_s": pageable_s[-1],
         "published_gib": weight_bytes / 2**30,
         **{k: v for k, v in metrics.items() if k.startswith("moe/route_mismatch") and "layer" not in k},
     }
     return figures
 
 
-def publish_three_versions(learner: Learner, fallback: Path) -> tuple[list[float], int]:
+def publish_three_versions(learner: Learner, fallback: Path, page_lock: bool = True) -> tuple[list[float], int]:
     """Seconds to publish each of three versions as the trainer does (the bf16 Hugging Face state
     dict, copied into a shared-memory channel), and the bytes of one. The channel's two slots are
     new files for the first two (their pages are touched for the first time); the third reuses
     the first's, as every publish of a run does from its third version on. The channel is under
     /dev/shm, as a run's, where that has room for two versions (a container's can be small);
-    else at `fallback`."""
+    else at `fallback`. `page_lock=False`: into pageable memory (the publisher's option)."""
     size = sum(t.numel() * t.element_size() for t in learner.published_state_dict().values())
     shm = Path("/dev/shm")
     roomy = shm.is_dir() and shutil.disk_usage(shm).free > 3 * size
     channel = Path(tempfile.mkdtemp(prefix="gpu_trainer-", dir=shm)) if roomy else fallback
-    publisher = WeightPublisher(WeightsConfig(channel_dir=str(channel)))
+    publisher = WeightPublisher(WeightsConfig(channel_dir=str(channel)), page_lock=page_lock)
     seconds = []
     for version in range(learner.version, learner.version + 3):
         start = time.perf_counter()
         weight_bytes = asyncio.run(publisher.publish(version, learner.published_state_dict(), ("shm",)))
         seconds.append(time.perf_counter() - start)
+    publisher.close()
     shutil.rmtree(channel, ignore_errors=True)
     return seconds, weight_bytes
 
@@ -226,7 +230,7 @@ COLUMNS = [
     ("case", "case"), ("parameters", "params"), ("trained", "trainable"), ("step s", "step_s"),
     ("first step s", "first_step_s"), ("tokens/s", "tokens_per_s"), ("peak GiB", "peak_memory_gib"),
     ("loss", "loss"), ("grad norm", "grad_norm"), ("published GiB", "published_gib"),
-    ("publish s", "publish_s"), ("first publish s", "first_publish_s"), ("route mismatch", "moe/route_mismatch"),
+    ("publish s", "publish_s"), ("first publish s", "first_publish_s"), ("pageable publish s", "pageable_publish_s"), ("route mismatch", "moe/route_mismatch"),
 ]
 
 
@@ -236,7 +240,8 @@ def print_case(f: dict) -> None:
         f"step {f['step_s']:.2f} s (first {f['first_step_s']:.1f} s), {f['tokens_per_s']:,.0f} tokens/s "
         f"({f['response_tokens_per_s']:,.0f} response), peak {f['peak_memory_gib']:.1f} GiB, "
         f"loss {f['loss']:.4f}, grad norm {f['grad_norm']:.3f}, "
-        f"publish {f['published_gib']:.2f} GiB in {f['publish_s'] * 1e3:.0f} ms (first {f['first_publish_s'] * 1e3:.0f} ms)"
+        f"publish {f['published_gib']:.2f} GiB in {f['publish_s'] * 1e3:.0f} ms (first {f['first_publish_s'] * 1e3:.0f} ms, "
+        f"into pageable memory {f['pageable_publish_s'] * 1e3:.0f} ms)"
         + (f", route mismatch {f['moe/route_mismatch']:.2f}" if "moe/route_mismatch" in f else ""),
         flush=True,
     )
@@ -251,6 +256,8 @@ def benchmark_result(cases: list[dict], failed: dict[str, str], scale: str, conf
         result.figure(f"{f['case']}: step", f["step_s"], "s")
         result.figure(f"{f['case']}: tokens/s", f["tokens_per_s"], "tokens/s")
         result.figure(f"{f['case']}: peak memory", f["peak_memory_gib"], "GiB")
+        result.figure(f"{f['case']}: publish", f["publish_s"], "s")
+        result.figure(f"{f['case']}: publish into pageable memory", f["pageable_publish_s"], "s")
     rows = [[f.get(key, "") for _, key in COLUMNS] for f in cases]
     rows += [[name, f"failed: {why.strip().splitlines()[-1]}"] + [""] * (len(COLUMNS) - 2) for name, why in failed.items()]
     title = f"{scale} scale, activation checkpointing {config.activation_checkpointing}, micro-batches of {config.micro_batch_tokens} tokens"

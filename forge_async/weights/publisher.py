@@ -7,19 +7,27 @@ rank 0 publishes the slot once all have written. "torchstore": one DTensor shard
 per rank into the store, for relays and generators on other nodes.
 """
 
+import logging
+
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from forge_async.weights.config import WeightsConfig
-from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
+from forge_async.weights.shared_memory import SLOTS, SharedMemoryChannel, plan_layout
+
+logger = logging.getLogger(__name__)
 
 
 class WeightPublisher:
-    def __init__(self, weights: WeightsConfig):
+    def __init__(self, weights: WeightsConfig, page_lock: bool = True):
+        """`page_lock`: copy GPU tensors into shared memory registered with CUDA (see `_page_lock`);
+        False copies into pageable memory (benchmarks/gpu_trainer.py compares the two)."""
         self.default_targets = (weights.transport,)
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
+        self._page_locked: dict[int, torch.UntypedStorage] = {}  # slot -> its mapping, registered with CUDA
+        self._may_page_lock = page_lock  # False once CUDA refuses
 
     async def publish(self, version: int, state_dict: dict[str, torch.Tensor], targets: tuple[str, ...] | None) -> int:
         """`state_dict` (this rank's view: DTensors under FSDP) as `version`, to each of `targets`
@@ -43,13 +51,45 @@ class WeightPublisher:
             self.channel.begin_write(version, header, size)  # waits for readers of the slot
         dist.barrier()
         views = self.channel.tensor_views(version, header)
+        from_gpu = next(iter(state_dict.values())).device.type == "cuda"
+        page_locked = from_gpu and self._page_lock(version % SLOTS, next(iter(views.values())).untyped_storage())
         for name, tensor in state_dict.items():
             local, offset = local_shard(tensor)
             full = views[name]
-            full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))].copy_(local)
+            full[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))].copy_(local, non_blocking=page_locked)
+        if page_locked:
+            torch.cuda.synchronize()  # the copies ran asynchronously: done before the slot is published
         dist.barrier()
         if rank == 0:
             self.channel.publish(version)
+
+    def close(self) -> None:
+        """Unregister the page-locked mappings (before their files go; a process's exit does it too)."""
+        for mapping in self._page_locked.values():
+            torch.cuda.cudart().cudaHostUnregister(mapping.data_ptr())
+        self._page_locked.clear()
+
+    def _page_lock(self, slot: int, mapping: torch.UntypedStorage) -> bool:
+        """Register a slot's mapping with CUDA once (page-locked), so that GPU tensors are copied
+        into it by DMA: into pageable memory a GPU copy goes through a small staging buffer, at
+        about 1 GiB/s on an H100 host. False, with a warning, where CUDA refuses (the copies
+        then run as before)."""
+        held = self._page_locked.get(slot)
+        if held is not None and held.data_ptr() == mapping.data_ptr():
+            return True
+        if not self._may_page_lock:
+            return False
+        cudart = torch.cuda.cudart()
+        if held is not None:  # the slot's file was replaced: its old mapping goes
+            cudart.cudaHostUnregister(held.data_ptr())
+            del self._page_locked[slot]
+        error = cudart.cudaHostRegister(mapping.data_ptr(), mapping.nbytes(), 0)
+        if error != 0:
+            self._may_page_lock = False
+            logger.warning("weights: page-locking the shared-memory slot failed (CUDA error %s); publishing unpinned", int(error))
+            return False
+        self._page_locked[slot] = mapping
+        return True
 
 
 def local_shard(tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
