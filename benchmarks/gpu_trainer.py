@@ -9,7 +9,8 @@
 Each case builds the trainer's own Learner (forge_async/learner.py: the TorchTitan model
 under FSDP2, the GRPO loss, AdamW) in a one-rank group this script starts (NCCL on a GPU,
 gloo on CPU), takes `--steps` optimizer steps on one batch of random episodes, then
-publishes three versions of the weights into a shared-memory channel as a run does. Nothing
+publishes three versions of the weights into a shared-memory channel as a run does, and
+checks that the channel holds the last one byte for byte. Nothing
 else of a run is here (no Monarch, vLLM or torchstore): this measures the trainer on a
 machine that has a GPU and torch, and shows where its memory and time go.
 
@@ -44,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
@@ -55,6 +57,7 @@ from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.tiny import write_tiny_weights
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.publisher import WeightPublisher
+from forge_async.weights.shared_memory import SharedMemoryChannel
 
 CASES = ("dense", "lora", "moe", "compile")  # compile last: its first step is the longest
 QWEN3_VOCAB = 151936
@@ -211,9 +214,23 @@ def publish_three_versions(learner: Learner, fallback: Path, page_lock: bool = T
         start = time.perf_counter()
         weight_bytes = asyncio.run(publisher.publish(version, learner.published_state_dict(), ("shm",)))
         seconds.append(time.perf_counter() - start)
+    check_published(publisher.channel, version, learner.published_state_dict())
     publisher.close()
     shutil.rmtree(channel, ignore_errors=True)
     return seconds, weight_bytes
+
+
+def check_published(channel: SharedMemoryChannel, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+    """The channel holds `version` byte for byte as `state_dict` (a one-rank group: whole tensors)."""
+    with channel.reading(version) as (found, published):
+        wrong = [name for name, tensor in state_dict.items() if not torch.equal(published[name], whole(tensor).cpu())]
+    if found != version or wrong:
+        raise AssertionError(f"published version {found} (expected {version}) differs in {len(wrong)} tensors, e.g. {wrong[:3]}")
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly DTensor) state-dict entry, detached."""
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
 
 
 def start_group() -> None:
