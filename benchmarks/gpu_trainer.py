@@ -5,6 +5,7 @@
     .venv/bin/python -m benchmarks.gpu_trainer --scale tiny  # the same code, small shapes (CPU)
     .venv/bin/python -m benchmarks.gpu_trainer --scale tiny --vocab 151936 --episodes 128 \
         --micro-batch-tokens 8192 --cases dense                 # the vocabulary's memory, on CPU
+    .venv/bin/python -m benchmarks.gpu_trainer --cases compile --softmax-slice-elements 134217728
 
 Each case builds the trainer's own Learner (forge_async/learner.py: the TorchTitan model
 under FSDP2, the GRPO loss, AdamW) in a one-rank group this script starts (NCCL on a GPU,
@@ -52,6 +53,7 @@ from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_c
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.learner import Learner, device_type
+from forge_async.losses import sliced_softmax
 from forge_async.models.checkpoint import Checkpoint, save_config
 from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.tiny import write_tiny_weights
@@ -305,6 +307,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--micro-batch-tokens", type=positive, help="trainer.micro_batch_tokens (default: the scale's)")
     parser.add_argument("--vocab", type=positive, help="the models' vocabulary size (default: the scale's)")
     parser.add_argument("--episodes", type=positive, help="episodes in the batch (default: the scale's)")
+    parser.add_argument(
+        "--softmax-slice-elements", type=positive,
+        help=f"elements (tokens x vocabulary) of one slice of the vocabulary's softmax (default: {sliced_softmax.SLICE_ELEMENTS})",
+    )
     add_json_argument(parser)
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
@@ -314,9 +320,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     micro_batch_tokens = args.micro_batch_tokens if args.micro_batch_tokens is not None else scale.micro_batch_tokens
     config = trainer_config(args.activation_checkpointing, micro_batch_tokens)
+    if args.softmax_slice_elements is not None:  # a module constant: this process's trainer only
+        sliced_softmax.SLICE_ELEMENTS = args.softmax_slice_elements
     start_group()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    print(f"{args.scale} scale; torch {torch.__version__}, GPU {gpu}, {os.cpu_count()} CPUs", flush=True)
+    print(
+        f"{args.scale} scale; torch {torch.__version__}, GPU {gpu}, {os.cpu_count()} CPUs; "
+        f"softmax slices of {sliced_softmax.SLICE_ELEMENTS:,} elements", flush=True,
+    )
     cases, failed = [], {}
     try:
         with tempfile.TemporaryDirectory(prefix="gpu_trainer-") as root:
