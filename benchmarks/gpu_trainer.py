@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
@@ -58,7 +57,7 @@ from forge_async.models.checkpoint import Checkpoint, save_config
 from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.tiny import write_tiny_weights
 from forge_async.weights.config import WeightsConfig
-from forge_async.weights.publisher import WeightPublisher
+from forge_async.weights.publisher import WeightPublisher, local_shard
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 CASES = ("dense", "lora", "moe", "compile")  # compile last: its first step is the longest
@@ -225,14 +224,9 @@ def publish_three_versions(learner: Learner, fallback: Path, page_lock: bool = T
 def check_published(channel: SharedMemoryChannel, version: int, state_dict: dict[str, torch.Tensor]) -> None:
     """The channel holds `version` byte for byte as `state_dict` (a one-rank group: whole tensors)."""
     with channel.reading(version) as (found, published):
-        wrong = [name for name, tensor in state_dict.items() if not torch.equal(published[name], whole(tensor).cpu())]
+        wrong = [name for name, tensor in state_dict.items() if not torch.equal(published[name], local_shard(tensor)[0].cpu())]
     if found != version or wrong:
         raise AssertionError(f"published version {found} (expected {version}) differs in {len(wrong)} tensors, e.g. {wrong[:3]}")
-
-
-def whole(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a (possibly DTensor) state-dict entry, detached."""
-    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
 
 
 def start_group() -> None:

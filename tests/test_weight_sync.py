@@ -169,7 +169,6 @@ def longest_completion(checkpoint: Checkpoint) -> SamplingConfig:
     return SamplingConfig(max_tokens=tokens, min_tokens=tokens)
 
 
-
 def calls_in_order_of_return(generator, checkpoint: Checkpoint) -> list[str]:
     """The longest call, then a one-token call, sent together: which came back first."""
 

@@ -15,7 +15,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from forge_async.weights.config import WeightsConfig
-from forge_async.weights.shared_memory import SLOTS, SharedMemoryChannel, plan_layout
+from forge_async.weights.shared_memory import SharedMemoryChannel, plan_layout
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ class WeightPublisher:
         False copies into pageable memory (benchmarks/gpu_trainer.py compares the two)."""
         self.default_targets = (weights.transport,)
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
-        self._page_locked: dict[int, torch.UntypedStorage] = {}  # slot -> its mapping, registered with CUDA
+        self._page_locked: dict[int, torch.Tensor] = {}  # slot -> its mapping, registered with CUDA
         self._may_page_lock = page_lock  # False once CUDA refuses
 
     async def publish(self, version: int, state_dict: dict[str, torch.Tensor], targets: tuple[str, ...] | None) -> int:
@@ -52,7 +52,7 @@ class WeightPublisher:
         dist.barrier()
         views = self.channel.tensor_views(version, header)
         from_gpu = next(iter(state_dict.values())).device.type == "cuda"
-        page_locked = from_gpu and self._page_lock(version % SLOTS, next(iter(views.values())).untyped_storage())
+        page_locked = from_gpu and self._page_lock(*self.channel.slot_mapping(version))
         for name, tensor in state_dict.items():
             local, offset = local_shard(tensor)
             full = views[name]
@@ -69,7 +69,7 @@ class WeightPublisher:
             torch.cuda.cudart().cudaHostUnregister(mapping.data_ptr())
         self._page_locked.clear()
 
-    def _page_lock(self, slot: int, mapping: torch.UntypedStorage) -> bool:
+    def _page_lock(self, slot: int, mapping: torch.Tensor) -> bool:
         """Register a slot's mapping with CUDA once (page-locked), so that GPU tensors are copied
         into it by DMA: into pageable memory a GPU copy goes through a small staging buffer, at
         about 1 GiB/s on an H100 host. False, with a warning, where CUDA refuses (the copies
@@ -83,7 +83,7 @@ class WeightPublisher:
         if held is not None:  # the slot's file was replaced: its old mapping goes
             cudart.cudaHostUnregister(held.data_ptr())
             del self._page_locked[slot]
-        error = cudart.cudaHostRegister(mapping.data_ptr(), mapping.nbytes(), 0)
+        error = cudart.cudaHostRegister(mapping.data_ptr(), mapping.numel(), 0)  # a uint8 mapping
         if error != 0:
             self._may_page_lock = False
             logger.warning("weights: page-locking the shared-memory slot failed (CUDA error %s); publishing unpinned", int(error))

@@ -35,7 +35,7 @@ import torch
 from forge_async.weights import scratch
 
 _ALIGN = 64
-SLOTS = 2
+_SLOTS = 2
 _LATEST = "LATEST"
 _DOORBELL = "DOORBELL"
 _PREFIX = struct.Struct("<QQ")  # header length, version
@@ -105,6 +105,11 @@ class SharedMemoryChannel:
             self._maps[slot] = cached = (stat.st_ino, mapping)
         return cached[1]
 
+    def slot_mapping(self, version: int) -> tuple[int, torch.Tensor]:
+        """The slot that holds `version`, and this process's mapping of its file."""
+        slot = version % _SLOTS
+        return slot, self._mapping(slot)
+
     @staticmethod
     def view(buffer: torch.Tensor, slot: TensorSlot) -> torch.Tensor:
         return buffer[slot.offset : slot.offset + slot.nbytes].view(slot.torch_dtype).view(slot.shape)
@@ -113,7 +118,7 @@ class SharedMemoryChannel:
         """A view of each tensor `header` lays out in `version`'s slot. Kept while the slot's mapping
         and header stay the same (every version after the first): building views costs more
         than copying small tensors (LoRA adapters)."""
-        slot = version % SLOTS
+        slot = version % _SLOTS
         buffer = self._mapping(slot)
         cached = self._views.get(slot)
         if cached is None or cached[0] is not buffer or cached[1] != header:
@@ -129,7 +134,7 @@ class SharedMemoryChannel:
     def begin_write(self, version: int, header: bytes, size: int) -> None:
         """Lock the version's slot exclusively (waiting for readers), size it, write the header."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.slot_path(version % SLOTS)
+        path = self.slot_path(version % _SLOTS)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         if os.fstat(fd).st_size != size:
@@ -175,7 +180,7 @@ class SharedMemoryChannel:
     def write_slot(self, version: int, header: bytes, data: torch.Tensor) -> None:
         """Write and publish a whole slot file's bytes (`data`, as `reading_slot` gave them) as `version`."""
         self.begin_write(version, header, data.numel())
-        self._mapping(version % SLOTS).copy_(data)
+        self._mapping(version % _SLOTS).copy_(data)
         self.publish(version)
 
     def write(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
@@ -214,18 +219,18 @@ class SharedMemoryChannel:
     @contextmanager
     def reading_slot(self, version: int) -> Iterator[tuple[int, bytes, torch.Tensor]]:
         """Shared-locked: (version found, its header, the whole slot file as bytes), as `reading`."""
-        fd = os.open(self.slot_path(version % SLOTS), os.O_RDONLY)
+        fd = os.open(self.slot_path(version % _SLOTS), os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             length, found = _PREFIX.unpack(os.pread(fd, _PREFIX.size, 0))
-            yield found, os.pread(fd, length, _PREFIX.size), self._mapping(version % SLOTS)
+            yield found, os.pread(fd, length, _PREFIX.size), self._mapping(version % _SLOTS)
         finally:
             os.close(fd)
 
     def versions(self) -> list[int]:
         """Versions currently held in the slots (at most two)."""
         found = []
-        for slot in range(SLOTS):
+        for slot in range(_SLOTS):
             try:
                 with open(self.slot_path(slot), "rb") as f:
                     found.append(_PREFIX.unpack(f.read(_PREFIX.size))[1])
