@@ -12,7 +12,7 @@ import forge_async  # noqa: F401  (process-wide runtime settings)
 from forge_async.actors.generator_config import GeneratorConfig
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.launch import meshes
-from forge_async.launch.procs import keep_controller_alive_on_faults
+from forge_async.launch.procs import keep_controller_alive_on_faults, shut_down_monarch
 from forge_async.models.checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig, MoeConfig, TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
@@ -82,9 +82,7 @@ def spawn_trainer(
 @pytest.fixture(scope="session", autouse=True)
 def _shutdown_monarch():
     yield
-    from monarch.actor import shutdown_context
-
-    shutdown_context().get(timeout=30)
+    shut_down_monarch()
 
 
 def fixed_sequences() -> list[list[int]]:

@@ -28,7 +28,7 @@ from forge_async.heap_trim import start_heap_trimmer
 from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import import_frozen
-from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults
+from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults, shut_down_monarch
 from forge_async.launch.torchrun import leave_torchrun_job
 from forge_async.tracing import TRACER
 from forge_async.weights import scratch
@@ -189,9 +189,7 @@ def launch(
         print("interrupted during start-up", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     finally:
-        from monarch.actor import shutdown_context
-
-        shutdown_context().get(timeout=30)
+        shut_down_monarch()
     report(summary, app, what)
     after(summary)
     sys.exit(exit_status(summary))

@@ -129,6 +129,19 @@ def _note_fault(failure: MeshFailure) -> None:
     print(f"proc failure reported by Monarch: {failure.mesh_name}", file=sys.stderr, flush=True)
 
 
+def shut_down_monarch(timeout_s: float = 60.0) -> None:
+    """End this process's Monarch context: its host mesh stops the procs still running, each
+    given 10 s before SIGTERM. A shutdown that outlasts `timeout_s` (a proc that ignores its
+    stop) is noted on stderr and not waited for: whatever the process wrote is written by then."""
+    try:
+        monarch.actor.shutdown_context().get(timeout=timeout_s)
+    except TimeoutError:
+        print(
+            f"warning: Monarch's shutdown did not finish within {timeout_s:g} s; not waiting for it",
+            file=sys.stderr, flush=True,
+        )
+
+
 class RunProcs:
     """Each role's proc mesh: the first ones spawned together by `spawn_all`, new ones on demand."""
 
