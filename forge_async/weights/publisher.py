@@ -71,9 +71,9 @@ class WeightPublisher:
 
     def _page_lock(self, slot: int, mapping: torch.Tensor) -> bool:
         """Register a slot's mapping with CUDA once (page-locked), so that GPU tensors are copied
-        into it by DMA: into pageable memory a GPU copy goes through a small staging buffer, at
-        about 1 GiB/s on an H100 host. False, with a warning, where CUDA refuses (the copies
-        then run as before)."""
+        into it by DMA: into pageable memory a GPU copy goes through a staging buffer (1.11 GiB
+        took 137-200 ms pageable, 40-53 ms page-locked on an H100 host: docs/benchmarks.md).
+        False, with a warning, where CUDA refuses (the copies then run as before)."""
         held = self._page_locked.get(slot)
         if held is not None and held.data_ptr() == mapping.data_ptr():
             return True
