@@ -118,8 +118,7 @@ class SharedMemoryChannel:
         """A view of each tensor `header` lays out in `version`'s slot. Kept while the slot's mapping
         and header stay the same (every version after the first): building views costs more
         than copying small tensors (LoRA adapters)."""
-        slot = version % _SLOTS
-        buffer = self._mapping(slot)
+        slot, buffer = self.slot_mapping(version)
         cached = self._views.get(slot)
         if cached is None or cached[0] is not buffer or cached[1] != header:
             layout = json.loads(header)
@@ -180,7 +179,7 @@ class SharedMemoryChannel:
     def write_slot(self, version: int, header: bytes, data: torch.Tensor) -> None:
         """Write and publish a whole slot file's bytes (`data`, as `reading_slot` gave them) as `version`."""
         self.begin_write(version, header, data.numel())
-        self._mapping(version % _SLOTS).copy_(data)
+        self.slot_mapping(version)[1].copy_(data)
         self.publish(version)
 
     def write(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
@@ -223,7 +222,7 @@ class SharedMemoryChannel:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             length, found = _PREFIX.unpack(os.pread(fd, _PREFIX.size, 0))
-            yield found, os.pread(fd, length, _PREFIX.size), self._mapping(version % _SLOTS)
+            yield found, os.pread(fd, length, _PREFIX.size), self.slot_mapping(version)[1]
         finally:
             os.close(fd)
 
