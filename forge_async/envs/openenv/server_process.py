@@ -4,7 +4,8 @@
 
 runs in a process group of its own (its workers die with it), its output in a log
 file. The run waits for its `/health` to answer, and terminates the group (then kills
-it) when the run ends, however it ends. Only this host reaches it: loopback.
+it) when the run ends; a controller that ends without tidying up (a second Ctrl-C) kills
+it on its way out (child_processes.py). Only this host reaches it: loopback.
 
 SESSIONS_VARIABLE tells the server how many WebSocket sessions a worker may hold (the
 repo's servers pass it to create_app as max_concurrent_envs). The OS spreads connections
@@ -21,6 +22,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from forge_async import child_processes
 from forge_async.errors import ConfigError
 from forge_async.launch.hosts import free_port
 
@@ -56,6 +58,7 @@ class ServerProcess:
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
             )
+        child_processes.register(self.process.pid)
 
     def wait_until_up(self, timeout_s: float) -> None:
         """Back once /health answers; ServerNotUp naming the URL and the log's tail if the process
@@ -72,14 +75,16 @@ class ServerProcess:
 
     def stop(self) -> None:
         """Terminate the process group; killed if it is not gone after a grace period."""
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        _signal_group(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            _signal_group(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        if self.process.poll() is None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        child_processes.unregister(self.process.pid)
 
 
 def wait_for_server(url: str, timeout_s: float, exited: Callable[[], str | None] = lambda: None) -> None:
