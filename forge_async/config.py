@@ -23,9 +23,11 @@ from forge_async.callables import load_callable
 from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.registry import check_environment_name
+from forge_async.envs.textarena import TEXTARENA
 from forge_async.evaluation.config import EvalConfig
 from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
 from forge_async.models.shape import ModelShape
+from forge_async.progress_watch import StallConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
 from forge_async.tracing import TraceConfig
 from forge_async.weights.config import WeightsConfig
@@ -99,6 +101,8 @@ class GRPOConfig(RunConfig):
     # What scores each completion (rewards, reference KL, teacher): docs/scoring.md.
     scorers: list[ScorerConfig] = field(default_factory=default_scorers)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    # A run whose episodes all drop stops; the console says drops as they go on (progress_watch.py).
+    stall: StallConfig = field(default_factory=StallConfig)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -187,6 +191,31 @@ class GRPOConfig(RunConfig):
             from forge_async.tasks.reasoning_gym import check_config  # reasoning-gym: only for this task
 
             check_config(self.task.reasoning_gym)
+        self.check_text_on_digits()
+
+    def check_text_on_digits(self) -> None:
+        """Text prompts or observations on the tiny model's digit tokenizer, which reads digits only:
+        the task would fail once the procs are up, or every episode be dropped."""
+        if self.model.path is not None or self.model.tiny.tokenizer != "digits":
+            return
+        text = self._text_input()
+        if text is not None:
+            raise ConfigError(
+                f"{text}, which the tiny model's digit tokenizer (model.tiny.tokenizer=digits) cannot read: "
+                "set model.tiny.tokenizer=bytes"
+            )
+
+    def _text_input(self) -> str | None:
+        """What feeds the model text, as the start of a sentence naming its key; None: digits (or unknown)."""
+        if self.env.name is not None and self.env.name.startswith(TEXTARENA):
+            return f"env.name={self.env.name}: the game speaks text"
+        if self.task.name == "reasoning_gym":
+            return "task.name=reasoning_gym: its questions are text"
+        if self.task.name == "dataset" and self.task.dataset and self.task.dataset.endswith(".jsonl"):
+            prompt = _first_jsonl_prompt(Path(self.task.dataset), self.task.prompt_column)
+            if prompt is not None and not prompt.isdigit():
+                return f"task.dataset={self.task.dataset}: its first prompt {prompt[:40]!r} is text"
+        return None
 
     def check_model(self) -> None:
         """The settings that need a Mixture-of-Experts model, or a dense one, against model.path's
@@ -261,3 +290,17 @@ class GRPOConfig(RunConfig):
         groups = self.rollout_workers * self.prompts_per_rollout if self.mode == "async" else self.prompts_per_step
         evaluation = self.eval.prompts * self.eval.samples_per_prompt if self.eval.enabled else 0
         return groups * self.group_size + evaluation
+
+
+def _first_jsonl_prompt(path: Path, column: str) -> str | None:
+    """The text of a .jsonl dataset's first prompt (a chat prompt's contents joined); None where the
+    file or its first row cannot say (the loader names what is wrong)."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            first = next((line for line in lines if line.strip()), None)
+        prompt = json.loads(first)[column] if first is not None else None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if isinstance(prompt, list):
+        prompt = "".join(m.get("content", "") for m in prompt if isinstance(m, dict))
+    return prompt if isinstance(prompt, str) and prompt else None

@@ -27,7 +27,9 @@ weights, repeat: the baseline async is measured against.
 
 A run ends after `steps`, or early when `request_stop` is called (Ctrl-C): either way the
 step in flight finishes, generation drains into the buffer, and the run checkpoints
-(training_loop.py: what GRPO and SFT runs share). `run` returns the RunRecord that
+(training_loop.py: what GRPO and SFT runs share). Each has `checkpoint.stop_grace_s`: a
+step still in flight after a stop's grace is abandoned, so are the calls still in flight
+when the grace of the drain runs out (their samples counted lost by admission control). `run` returns the RunRecord that
 summary.json is written from.
 """
 
@@ -52,11 +54,10 @@ from forge_async.rollout.worker import run_worker
 from forge_async.run_record import RunRecord
 from forge_async.step_metrics import PipelineFigures, TokenRate
 from forge_async.tracing import TRACER
-from forge_async.training_loop import TrainingLoop
+from forge_async.training_loop import CANCELLED_WITHIN_S, LANE, TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
-LANE = "trainer loop"  # the controller's lane for the trainer's side (tracing.py)
 class GRPOLoop(TrainingLoop):
     def __init__(
         self,
@@ -74,7 +75,8 @@ class GRPOLoop(TrainingLoop):
         None, never evaluate. `record` is updated as the run goes (a resumed run's is restored
         by `run`)."""
         super().__init__(
-            config.steps, config.checkpoint.every_steps, handles, delivery, metrics, record, checkpointer, evaluations
+            config.steps, config.checkpoint.every_steps, config.checkpoint.stop_grace_s, handles, delivery, metrics,
+            record, checkpointer, evaluations,
         )
         self.config = config
         self.rollouts = rollouts
@@ -115,8 +117,19 @@ class GRPOLoop(TrainingLoop):
         finally:
             stop.set()  # workers finish the call in flight and hand it to the buffer
             await self.admission.close()
-            results = await asyncio.gather(*workers, return_exceptions=True)
+            results = await self._drained(workers)
         _raise_first_error(results)
+
+    async def _drained(self, workers: list[asyncio.Task]) -> list:
+        """Each worker's result (or error) once it has handed its calls in flight to the buffer;
+        those still at it after `_time_to_drain()` are cancelled and said to be cut short."""
+        _, late = await asyncio.wait(workers, timeout=self._time_to_drain())
+        if late:
+            for worker in late:
+                worker.cancel()
+            await asyncio.wait(late, timeout=CANCELLED_WITHIN_S)
+            self._cut_short(f"the generate calls in flight of {len(late)} rollout worker(s) were abandoned")
+        return [w.exception() for w in workers if w.done() and not w.cancelled()]
 
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:
         """Rollout worker `index`, its calls routed over the generators as `rollout_routing` says."""
@@ -144,6 +157,7 @@ class GRPOLoop(TrainingLoop):
             await self._note_drops(buffer)  # dropped samples no longer hold admission back
             _raise_first_error([w.exception() for w in workers if w.done()])
             self.delivery.check()  # a failed weight relay would leave admission waiting forever
+            self.rollouts.watch.check()  # every episode dropping: the run cannot progress
 
     # The synchronous loop
 
@@ -169,13 +183,15 @@ class GRPOLoop(TrainingLoop):
         """One batch, generated in calls of prompts_per_rollout prompts over the generators;
         returned with the buffer's stats.
 
-        With groups dropped for carrying no signal (filter.*), the prompts still missing are
-        generated again until the batch is full."""
+        With groups dropped (for carrying no signal, filter.*; by an environment's error), the
+        prompts still missing are generated again until the batch is full, or the progress watch
+        finds that none are kept."""
         missing = self.config.prompts_per_step
         while True:
             batch, buffer = await self._generate_prompts(missing)
             if batch is not None:
                 return batch, buffer
+            self.rollouts.watch.check()  # every episode dropping: the run cannot progress
             missing = (self.config.batch_size - buffer.size) // self.config.group_size
 
     async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, BufferStats]:
@@ -200,8 +216,7 @@ class GRPOLoop(TrainingLoop):
         row = {"step": self.record.step + 1, **batch_metrics(batch, self.record.version)}
         await self._note_drops(buffer)
         await self.admission.step_started(len(batch))
-        with TRACER.span("train_and_push call", LANE):
-            result = await self.handles.trainer.train_and_push(batch, self.delivery.push_targets)
+        result = await self._train_and_push(batch)
         record = self.record
         record.version, record.step = result.version, record.step + 1
         self.delivery.publish(record.version)
@@ -223,6 +238,7 @@ class GRPOLoop(TrainingLoop):
             trained=self.record.trained,
             dropped_stale=buffer.dropped_stale,
             dropped_other=buffer.dropped_other,
+            not_started=sum(buffer.not_started.values()),
             kept_zero_variance=buffer.kept_zero_variance,
             buffered=buffer.size,
             in_flight=self.admission.in_flight,
@@ -247,12 +263,12 @@ class GRPOLoop(TrainingLoop):
     async def _load_state(self, state: dict) -> None:
         self.rollouts.load_state_dict(state["rollouts"])
         buffer = await self.handles.buffer.stats()
-        self._dropped_seen = buffer.dropped_stale + buffer.dropped_other
+        self._dropped_seen = buffer.dropped_total
         self.admission.restore(self.record.version, queued=buffer.size)
 
     async def _note_drops(self, buffer: BufferStats) -> None:
         """Tell admission control about samples the buffer dropped since last told (`buffer`: its stats)."""
-        dropped = buffer.dropped_stale + buffer.dropped_other
+        dropped = buffer.dropped_total
         await self.admission.dropped(dropped - self._dropped_seen)
         self._dropped_seen = dropped
 

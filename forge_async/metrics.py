@@ -52,6 +52,12 @@ def scorer_metrics(episodes: list[Episode]) -> dict[str, float]:
 
 
 EVAL_KEY = "eval/version"  # the key that marks an evaluation row
+EVAL_DROPPED = "eval/dropped_"  # + a reason: an evaluation's samples dropped for it
+
+
+def measured_nothing(row: dict) -> bool:
+    """Whether every sample of an evaluation (its row) was dropped: its figures measure nothing."""
+    return row["eval/dropped"] >= row["eval/prompts"] * row["eval/samples_per_prompt"]
 
 
 def split_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -153,6 +159,14 @@ class MetricsLog:
         self._append({"step": step, **row})
         for sink in self.sinks:
             sink.write(step, row)
+        if measured_nothing(row):
+            reasons = ", ".join(f"{k.removeprefix(EVAL_DROPPED)} {n}" for k, n in row.items() if k.startswith(EVAL_DROPPED))
+            print(
+                f"eval v{row['eval/version']} | all {row['eval/dropped']} episodes dropped ({reasons}) | "
+                f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
+                flush=True,
+            )
+            return
         print(
             f"eval v{row['eval/version']} | reward {row['eval/reward_mean']:.2f} | "
             f"pass@{row['eval/samples_per_prompt']} {row['eval/pass@k']:.2f} | len {row['eval/len_mean']:.1f} | "
@@ -184,7 +198,7 @@ class MetricsLog:
             f"step {step:4d}/{self.total_steps} | reward {record['reward/mean']:.2f} "
             f"(avg{self._recent.maxlen} {self.reward_smoothed:.2f}) | "
             f"age {record['policy/age_mean']:.2f}/{record['policy/age_max']} | "
-            f"dropped {record['samples/dropped_stale']} | "
+            f"dropped {record['samples/dropped_stale']} stale, {record['samples/dropped_other']} other | "
             f"gen {record['generator/tokens_per_s']:,.0f} tok/s | "
             f"trainer idle {100 * record['train/idle_frac']:.0f}% | "
             f"{wall:.1f}s, ETA {eta:.0f}s"

@@ -4,23 +4,36 @@ A run restores its checkpoint if it resumes, brings the generators to the restor
 version, runs its steps (the subclass's `_steps`), evaluates the final policy, and
 checkpoints, whether it ran to the end, was asked to stop (Ctrl-C) or was ended by a
 failure the trainer survived. `run` returns the RunRecord that summary.json is written from.
+
+A stop (`request_stop`: Ctrl-C, SIGTERM) has a deadline: the step in flight, the work it
+drains and the final evaluation share `checkpoint.stop_grace_s`; what is still running then
+is abandoned and said (RunRecord.cut_short, summary.json's `cut_short`). The checkpoint then
+saves the last completed step, unless the trainer itself was abandoned mid-step: its state is
+then past the record's, and nothing is saved from it.
 """
 
 import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 
 from forge_async.checkpoint.checkpointer import CheckpointNotWritten, Checkpointer
+from forge_async.console import since_launch
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.run import RunHandles
+from forge_async.handles.trainer import StepResult
 from forge_async.metrics import MetricsLog
+from forge_async.progress_watch import RunStalled
 from forge_async.run_record import RunRecord
 from forge_async.scoring.scorer import ScorerError, ScorerFailed
+from forge_async.tracing import TRACER
 from forge_async.weights.delivery import WeightDelivery
 
 # Failures after which the trainer is fine: the run ends early but checkpoints and reports.
-RUN_ENDING = (GeneratorFailed, ScorerFailed, ScorerError, EnvironmentFailed)
+RUN_ENDING = (GeneratorFailed, ScorerFailed, ScorerError, EnvironmentFailed, RunStalled)
+CANCELLED_WITHIN_S = 2.0  # how long abandoned work is given to end once cancelled
+LANE = "trainer loop"  # the controller's lane for the trainer's side (tracing.py)
 
 
 class TrainingLoop:
@@ -28,6 +41,7 @@ class TrainingLoop:
         self,
         steps: int,
         checkpoint_every_steps: int,
+        stop_grace_s: float,
         handles: RunHandles,
         delivery: WeightDelivery,
         metrics: MetricsLog,
@@ -36,9 +50,11 @@ class TrainingLoop:
         evaluations: EvaluationSchedule | None = None,
     ):
         """`record` is updated as the run goes (a resumed run's is restored by `run`);
-        `evaluations`: None, never evaluate."""
+        `evaluations`: None, never evaluate; `stop_grace_s`: how long a stop waits for the step in
+        flight."""
         self.steps = steps
         self.checkpoint_every_steps = checkpoint_every_steps
+        self.stop_grace_s = stop_grace_s
         self.handles = handles
         self.delivery = delivery
         self.metrics = metrics
@@ -46,11 +62,17 @@ class TrainingLoop:
         self.checkpointer = checkpointer
         self.evaluations = evaluations
         self._stop = asyncio.Event()
+        self._stop_asked = asyncio.Event()
+        self._stop_deadline: float | None = None  # event-loop time the grace of a stop ends at
+        self.trainer_mid_step = False  # a train_and_push call was abandoned: the trainer is past the record
 
     def request_stop(self, reason: str) -> None:
-        """End the run after the step in flight (the run still checkpoints and reports)."""
+        """End the run after the step in flight, or `stop_grace_s` from now if it is not done by then
+        (the run still checkpoints and reports)."""
         self.record.stop_reason = reason
+        self._stop_deadline = asyncio.get_running_loop().time() + self.stop_grace_s
         self._stop.set()
+        self._stop_asked.set()
 
     async def run(self, resume_from: Path | None = None) -> RunRecord:
         """Train to `steps` (from a checkpoint, if given), checkpoint, return the record."""
@@ -63,16 +85,65 @@ class TrainingLoop:
             raise
         self.record.start_segment()
         try:
-            await self._steps()
-            if self.evaluations is not None:
-                await self.evaluations.final(interrupted=self._stop.is_set())
+            finished = await self._within_grace(self._steps(), "the step in flight")
+            if finished and self.evaluations is not None:
+                final = self.evaluations.final(interrupted=self._stop.is_set())
+                await self._within_grace(final, "the final evaluation")
         except RUN_ENDING as err:
             self.record.failure = str(err)
         finally:
             await self._close()
-        if self.checkpointer is not None:
+        if self.checkpointer is not None and self.trainer_mid_step:
+            step = self.record.step
+            self._cut_short(f"no checkpoint written: the trainer was still in step {step + 1}, past step {step}")
+        elif self.checkpointer is not None:
             await self._checkpoint()
         return self.record
+
+    async def _within_grace(self, work: Awaitable, what: str) -> bool:
+        """`work` awaited to its end (its error raised), or until the grace of a stop asked
+        meanwhile is over: then it is cancelled, `what` is said to be cut short, and False returned."""
+        task = asyncio.ensure_future(work)
+        grace_over = asyncio.create_task(self._grace_over())
+        try:
+            await asyncio.wait({task, grace_over}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace_over.cancel()
+            finished = task.done()
+            if not finished:
+                task.cancel()
+                await asyncio.wait({task}, timeout=CANCELLED_WITHIN_S)
+        if finished:
+            task.result()
+        else:
+            self._cut_short(f"{what} was abandoned {self.stop_grace_s:g} s after {self.record.stop_reason}")
+        return finished
+
+    async def _grace_over(self) -> None:
+        """Back when a stop has been asked and its grace has run out."""
+        await self._stop_asked.wait()
+        await asyncio.sleep(self._stop_deadline - asyncio.get_running_loop().time())
+
+    def _time_to_drain(self) -> float:
+        """How long the end of the steps may wait for the work in flight (rollouts, evaluations):
+        what is left of a stop's grace, or the whole grace when the steps are all done."""
+        if self._stop_deadline is None:
+            return self.stop_grace_s
+        return max(0.0, self._stop_deadline - asyncio.get_running_loop().time())
+
+    def _cut_short(self, what: str) -> None:
+        self.record.cut_short.append(what)
+        print(f"{since_launch()} stopping: {what}", flush=True)
+
+    async def _train_and_push(self, batch: list) -> StepResult:
+        """The trainer's step on `batch`, its weights pushed. If the call is abandoned (a stop past
+        its grace), `trainer_mid_step` stays set: the trainer finishes the step on its own, so its
+        state is past the record's and must not be checkpointed as the record's step."""
+        self.trainer_mid_step = True
+        with TRACER.span("train_and_push call", LANE):
+            result = await self.handles.trainer.train_and_push(batch, self.delivery.push_targets)
+        self.trainer_mid_step = False
+        return result
 
     async def _steps(self) -> None:
         """The loop's steps, until `_steps_left()` says none are."""

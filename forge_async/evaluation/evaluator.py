@@ -11,12 +11,14 @@ what the buffer holds, and the generators serve the rollout workers between eval
     eval/pass@k       the share of prompts with at least one sample whose reward reaches
                       eval.pass_reward (k = eval/samples_per_prompt)
     eval/len_mean     model tokens per sample
+    eval/dropped      samples an environment or a scorer failed (left out of the figures), and
+                      eval/dropped_<reason> for each reason
 """
 
 import asyncio
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
@@ -26,6 +28,7 @@ from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.evaluation.config import EvalConfig
+from forge_async.metrics import EVAL_DROPPED
 from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.rollout.types import Generate
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
@@ -54,35 +57,37 @@ class Evaluator:
         async with pinned as version:
             if self.runner is None:
                 ids = [prompt.token_ids for prompt in self.prompts]
-                groups, failed = await generate(ids, self.sampling, self.config.samples_per_prompt), 0
+                groups, dropped = await generate(ids, self.sampling, self.config.samples_per_prompt), Counter()
             else:
-                groups, failed = await self._play(generate)
+                groups, dropped = await self._play(generate)
         sampled = [(prompt, group) for prompt, group in zip(self.prompts, groups) if group]
         episodes, unscored = await self.scoring.score([p for p, _ in sampled], [g for _, g in sampled], 0)
         check_pinned(episodes, version)
+        dropped.update({"scorer_error": unscored} if unscored else {})
         return {
             "eval/version": version,
             **self._figures(episodes, [p for p, _ in sampled]),
             "eval/prompts": len(self.prompts),
             "eval/samples_per_prompt": self.config.samples_per_prompt,
-            "eval/dropped": failed + unscored,
+            "eval/dropped": sum(dropped.values()),
+            **{f"{EVAL_DROPPED}{reason}": n for reason, n in dropped.items()},
             "eval/seconds": time.perf_counter() - start,
         }
 
-    async def _play(self, generate: Generate) -> tuple[list[list[Completion]], int]:
-        """Each prompt's episodes, and how many the environment failed (left out, counted)."""
+    async def _play(self, generate: Generate) -> tuple[list[list[Completion]], Counter[str]]:
+        """Each prompt's episodes, and those the environment failed (left out), counted by reason."""
         generate_one = TurnBatcher(generate, self.runner.turn_batch_wait_s)
 
-        async def play(prompt: Prompt) -> Completion | None:
+        async def play(prompt: Prompt) -> Completion | EpisodeDropped:
             try:
                 return await generate_one.play(self.runner, prompt, self.sampling)
-            except EpisodeDropped:
-                return None
+            except EpisodeDropped as drop:
+                return drop
 
         k = self.config.samples_per_prompt
         played = await asyncio.gather(*(play(p) for p in self.prompts for _ in range(k)))
-        groups = [[c for c in played[i * k : (i + 1) * k] if c is not None] for i in range(len(self.prompts))]
-        return groups, played.count(None)
+        groups = [[c for c in played[i * k : (i + 1) * k] if isinstance(c, Completion)] for i in range(len(self.prompts))]
+        return groups, Counter(drop.reason for drop in played if isinstance(drop, EpisodeDropped))
 
     def _figures(self, episodes: list[Episode], scored: list[Prompt]) -> dict[str, float]:
         """mean@k, pass@k (over every held-out prompt: one with no scored sample did not pass), length;

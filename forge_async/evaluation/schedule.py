@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from forge_async.evaluation.evaluator import Evaluator
 from forge_async.handles.generators import GeneratorCalls, GeneratorLost, GeneratorPool
-from forge_async.metrics import MetricsLog
+from forge_async.metrics import MetricsLog, measured_nothing
 from forge_async.run_record import RunRecord
 from forge_async.tracing import TRACER
 from forge_async.weights.delivery import WeightDelivery
@@ -56,8 +56,9 @@ class EvaluationSchedule:
             print(f"evaluation at step {self.record.step} abandoned: generator {index} is lost", flush=True)
             return
         row["time/wall_s"] = self.record.wall_s()
-        self.record.eval_first = self.record.eval_first or row
-        self.record.eval_last = row
+        if not measured_nothing(row):  # the summary's figures are of evaluations that measured
+            self.record.eval_first = self.record.eval_first or row
+            self.record.eval_last = row
         self.metrics.log_eval(self.record.step, row)
 
     async def final(self, interrupted: bool) -> None:

@@ -11,6 +11,7 @@ import random
 from functools import partial
 
 from forge_async.actors.generator_config import SamplingConfig
+from forge_async.progress_watch import ProgressWatch, StallConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt, Task
 from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
@@ -27,9 +28,11 @@ class Rollouts:
         prompts_per_rollout: int,
         seed: int,
         partial_calls: bool = False,
+        watch: ProgressWatch | None = None,
     ):
         """`prompts_per_rollout`: the prompts of one generate call. `partial_calls`: a worker's call
-        may take fewer, as admission has room for (groups may be dropped on arrival)."""
+        may take fewer, as admission has room for (groups may be dropped on arrival). `watch` is told
+        what became of every call's episodes (by default one with stall.*'s defaults)."""
         self.task = task
         self.scoring = scoring
         self.sampling = sampling
@@ -37,6 +40,7 @@ class Rollouts:
         self.prompts_per_rollout = prompts_per_rollout
         self.shape = WorkerShape(prompts_per_rollout, calls_in_flight=1, partial_calls=partial_calls)
         self.rng = random.Random(seed)
+        self.watch = watch or ProgressWatch(StallConfig())
         self.tokens = 0  # completion tokens produced
         self._next_group = 0
 
@@ -49,12 +53,22 @@ class Rollouts:
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
         groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
         self.tokens += sum(len(c.token_ids) for group in groups for c in group)
-        return await self._scored(prompts, groups)
+        episodes, dropped = await self._scored(prompts, groups)
+        self._watched(episodes, dropped)
+        return episodes, dropped
 
     async def _scored(self, prompts: list[Prompt], groups: list[list[Completion]]) -> tuple[list[Episode], Dropped]:
         first_group, self._next_group = self._next_group, self._next_group + len(prompts)
         episodes, unscored = await self.scoring.score(prompts, groups, first_group)
         return episodes, ({"scorer_error": unscored} if unscored else {})
+
+    def _watched(self, episodes: list[Episode], dropped: Dropped, messages: dict[str, str] | None = None) -> None:
+        """Tell the watch what became of a call's (or group's) episodes; `messages`: what went wrong,
+        by reason (a scorer's error: the scoring tier's last)."""
+        messages = dict(messages or {})
+        if dropped.get("scorer_error") and self.scoring.last_error is not None:
+            messages["scorer_error"] = self.scoring.last_error
+        self.watch.note(len(episodes), dropped, messages)
 
     def metrics(self) -> dict[str, float]:
         """Figures of the rollouts since the last call (multi-turn rollouts have some)."""

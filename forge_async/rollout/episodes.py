@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from functools import partial
 
+from forge_async.data.buffer import NOT_STARTED
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
@@ -34,7 +35,6 @@ class EpisodeRollouts(Rollouts):
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []
-        self._reported: set[str] = set()  # drop reasons whose first occurrence was printed
 
     def producer(self, generate: Generate) -> Produce:
         """What a rollout worker calls for each group admitted: one TurnBatcher for all of them,
@@ -60,7 +60,6 @@ class EpisodeRollouts(Rollouts):
             try:
                 completion = await generate_one.play(self.runner, prompt)
             except EpisodeDropped as drop:
-                self._report(drop)
                 return drop
             finally:
                 ended_at.append(time.perf_counter())
@@ -70,21 +69,18 @@ class EpisodeRollouts(Rollouts):
 
         outcomes = await asyncio.gather(*(play() for _ in range(self.group_size)))
         completions = [o for o in outcomes if isinstance(o, Completion)]
-        dropped = Counter(o.reason for o in outcomes if isinstance(o, EpisodeDropped))
+        drops = [o for o in outcomes if isinstance(o, EpisodeDropped)]
+        dropped = Counter(drop.reason for drop in drops)
         self._straggler_waits_s.append(max(ended_at) - min(ended_at))
-        if not completions:
-            return [], dict(dropped)
-        lengths = [len(c.token_ids) for c in completions]
-        self._length_spreads.append(max(lengths) - min(lengths))
-        episodes, unscored = await self._scored([prompt], [completions])
-        dropped.update(unscored)
-        return episodes, dict(dropped)
-
-    def _report(self, drop: EpisodeDropped) -> None:
-        """Print the first drop of each reason (all are counted: samples/dropped_<reason>)."""
-        if drop.reason not in self._reported:
-            self._reported.add(drop.reason)
-            print(f"environment: {drop}; episode dropped (counted as {drop.reason}, later ones silently)", flush=True)
+        episodes = []
+        if completions:
+            lengths = [len(c.token_ids) for c in completions]
+            self._length_spreads.append(max(lengths) - min(lengths))
+            episodes, unscored = await self._scored([prompt], [completions])
+            dropped.update(unscored)
+        first_drops = {drop.reason: drop for drop in reversed(drops)}  # reversed: each reason's first wins
+        self._watched(episodes, dropped, {reason: str(drop) for reason, drop in first_drops.items()})
+        return episodes, _buffered(dropped, drops)
 
     def metrics(self) -> dict[str, float]:
         """Straggler figures of the groups finished since the last call; episodes ended by a limit."""
@@ -104,3 +100,10 @@ class EpisodeRollouts(Rollouts):
         super().load_state_dict(state)
         self.ended = Counter(state["ended"])
 
+
+def _buffered(dropped: Counter[str], drops: list[EpisodeDropped]) -> Dropped:
+    """A group's drops by reason as the buffer counts them: those of episodes dropped before their
+    first model turn under NOT_STARTED, not counted as generated."""
+    not_started = Counter(drop.reason for drop in drops if not drop.started)
+    started = {reason: n - not_started[reason] for reason, n in dropped.items() if n > not_started[reason]}
+    return started | {NOT_STARTED + reason: n for reason, n in not_started.items()}

@@ -65,6 +65,7 @@ class ScoringTier:
         self.config = config or ScoringConfig()
         self.scale_by_std = scale_by_std
         self.clocks = {s.name: ScorerClock() for s in self.scorers}
+        self.last_error: str | None = None  # what the last completion dropped as unscorable was dropped for
 
     async def score(
         self, prompts: list[Prompt], groups: list[list[Completion]], first_group_id: int
@@ -88,13 +89,16 @@ class ScoringTier:
     def _unscorable(self, prompt: Prompt, completion: Completion, scores: dict[str, Score]) -> bool:
         """Whether a scorer failed on this completion; with on_error=fail, that is a ScorerError."""
         failed = [(name, s.error) for name, s in scores.items() if s.error is not None]
-        if failed and self.config.on_error == "fail":
-            name, error = failed[0]
+        if not failed:
+            return False
+        name, error = failed[0]
+        if self.config.on_error == "fail":
             raise ScorerError(
                 f"scorer {name!r} {error} (prompt {prompt.text!r}, completion {completion.text!r}); "
                 "scoring.on_error=drop drops such completions instead"
             )
-        return bool(failed)
+        self.last_error = f"scorer {name!r} {error} (completion {completion.text[:80]!r})"
+        return True
 
     def _group(self, scored: list[tuple[Completion, dict[str, Score]]], group_id: int) -> list[Episode]:
         """One prompt's scored completions as episodes, advantages relative to each other."""
