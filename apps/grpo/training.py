@@ -40,6 +40,7 @@ from forge_async.metric_sinks import build_sinks
 from forge_async.metrics import MetricsLog
 from forge_async.models.checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
+from forge_async.progress_watch import ProgressWatch
 from forge_async.rollout.calls import Rollouts
 from forge_async.rollout.episodes import EpisodeRollouts
 from forge_async.run_record import RunRecord
@@ -170,8 +171,9 @@ def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunne
     """Single-turn rollouts, or multi-turn episodes played by `env_runner`."""
     common = (task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed)
     if env_runner is not None:
-        return EpisodeRollouts(env_runner, *common)
-    return Rollouts(*common, partial_calls=config.filter.zero_variance_groups)
+    watch = ProgressWatch(config.stall)
+        return EpisodeRollouts(env_runner, *common, watch=watch)
+    return Rollouts(*common, partial_calls=config.filter.zero_variance_groups, watch=watch)
 
 
 async def save_final_policy(handles: RunHandles, run_dir: Path) -> str | None:
