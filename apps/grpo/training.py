@@ -170,8 +170,8 @@ async def run_to_the_end(
 def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunner | None) -> Rollouts:
     """Single-turn rollouts, or multi-turn episodes played by `env_runner`."""
     common = (task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed)
-    if env_runner is not None:
     watch = ProgressWatch(config.stall)
+    if env_runner is not None:
         return EpisodeRollouts(env_runner, *common, watch=watch)
     return Rollouts(*common, partial_calls=config.filter.zero_variance_groups, watch=watch)
 
