@@ -23,6 +23,7 @@ class PipelineFigures:
     trained: int = _key("samples/trained")
     dropped_stale: int = _key("samples/dropped_stale")
     dropped_other: int = _key("samples/dropped_other")
+    not_started: int = _key("samples/not_started")  # dropped before reaching a generator: not generated
     kept_zero_variance: int = _key("samples/kept_zero_variance")
     buffered: int = _key("samples/buffered")
     in_flight: int = _key("samples/in_flight")

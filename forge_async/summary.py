@@ -5,7 +5,11 @@
 
 `generated` counts episodes that reached the replay buffer, over the whole run
 (a resumed run continues the counters of its checkpoint). Drops are also given
-by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance, scorer_error).
+by reason (`dropped_by_reason`: stale, overflow, buffer_lost, zero_variance, scorer_error,
+env_error, ...). Episodes dropped before their first model turn (an environment's reset
+failed, no session came free) never reached a generator: they are `not_started` (with
+`not_started_by_reason`), outside `generated` and the identity; `dropped_by_reason`
+counts them with the rest.
 """
 
 import json
@@ -44,12 +48,16 @@ async def write_summary(
         "wall_s": wall,
         "interrupted": record.stop_reason is not None,
         "stop_reason": record.stop_reason,
+        # what a stop past checkpoint.stop_grace_s abandoned or did not save; [] when nothing was
+        "cut_short": record.cut_short,
         "failure": record.failure,
         "generated": buffer.added,
         "trained": record.trained,
         "dropped_stale": buffer.dropped_stale,
         "dropped_other": buffer.dropped_other,
         "dropped_by_reason": buffer.dropped_by_reason,
+        "not_started": sum(buffer.not_started.values()),  # dropped before reaching a generator: not generated
+        "not_started_by_reason": buffer.not_started,
         "dropped_zero_variance": buffer.dropped_by_reason.get("zero_variance", 0),  # part of dropped_other
         # episodes of groups with equal rewards trained on: over filter.max_oversampling
         "kept_zero_variance": buffer.kept_zero_variance,

@@ -1,10 +1,14 @@
 """The replay buffer's policy: bounded FIFO of episodes with a hard policy-age limit."""
 
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from forge_async.data.episode import Episode
 from forge_async.data.filters import split_zero_variance_groups, whole_groups_within
+
+# The prefix of a drop reason (in `add`'s `dropped`) for episodes dropped before their first model
+# turn: they never reached a generator, so are not counted as generated (`added`).
+NOT_STARTED = "not_started:"
 
 
 @dataclass(frozen=True)
@@ -15,10 +19,17 @@ class BufferStats:
     added: int  # episodes that reached it, dropped ones included (its `generated`)
     sampled: int  # taken for training
     dropped_stale: int
-    dropped_other: int  # every other reason (zero_variance, overflow, buffer_lost, ...)
-    dropped_by_reason: dict[str, int]
+    dropped_other: int  # every other reason (zero_variance, overflow, buffer_lost, ...) of episodes in `added`
+    dropped_by_reason: dict[str, int]  # every drop, those of `not_started` included
     kept_zero_variance: int  # groups with equal rewards trained on: over filter.max_oversampling
     dropped_stale_by_len: dict  # per completion-length quartile (docs/staleness.md)
+    # episodes dropped before their first model turn (not in `added`), by reason
+    not_started: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def dropped_total(self) -> int:
+        """Every episode dropped, before its first model turn or after: admitted samples that will not be trained."""
+        return sum(self.dropped_by_reason.values())
 
 
 class EpisodeBuffer:
@@ -32,8 +43,10 @@ class EpisodeBuffer:
     arrive, counted as "zero_variance", up to `max_zero_variance_drops` episodes between
     two sampled batches; beyond that they are kept (`kept_zero_variance`;
     data/filters.py). Samples lost on the way
-    (a scorer's or an environment's error) arrive as counts by reason. Counters
-    keep every episode accounted for: added = sampled + dropped (by reason) + held.
+    (a scorer's or an environment's error) arrive as counts by reason; those of
+    episodes that never reached a generator (NOT_STARTED) are counted apart, not as
+    added. Counters keep every episode accounted for: added = sampled + dropped (by
+    reason, less not_started) + held.
     Completion lengths (model tokens) of the episodes added and of those dropped as
     stale are counted too: a long completion is older when it arrives, so a hard
     drop could favour short ones (`stale_drops_by_length`).
@@ -59,7 +72,8 @@ class EpisodeBuffer:
         self._episodes: deque[Episode] = deque()
         self.added = 0
         self.sampled = 0
-        self.dropped: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()  # by reason, not_started's included
+        self.not_started: Counter[str] = Counter()
         self.added_by_len: Counter[int] = Counter()  # episodes added, by completion length
         self.stale_by_len: Counter[int] = Counter()  # episodes dropped as stale, by completion length
 
@@ -70,9 +84,14 @@ class EpisodeBuffer:
         """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
         rewards are all equal ("zero_variance"). `dropped`: samples of the same groups lost before
         they got here, by reason (a scorer's error, an environment's), counted with the rest."""
-        dropped = dropped or {}
-        self.added += len(episodes) + sum(dropped.values())
-        self.dropped.update(dropped)
+        for key, count in (dropped or {}).items():
+            reason = key.removeprefix(NOT_STARTED)
+            self.dropped[reason] += count
+            if reason == key:
+                self.added += count
+            else:
+                self.not_started[reason] += count
+        self.added += len(episodes)
         self.added_by_len.update(e.completion.model_tokens for e in episodes)
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
@@ -116,8 +135,9 @@ class EpisodeBuffer:
             added=self.added,
             sampled=self.sampled,
             dropped_stale=self.dropped["stale"],
-            dropped_other=sum(n for reason, n in self.dropped.items() if reason != "stale"),
+            dropped_other=sum(n for reason, n in self.dropped.items() if reason != "stale") - self.not_started.total(),
             dropped_by_reason=dict(self.dropped),
+            not_started=dict(self.not_started),
             kept_zero_variance=self.kept_zero_variance,
             dropped_stale_by_len=stale_drops_by_length(self.added_by_len, self.stale_by_len),
         )
@@ -129,6 +149,7 @@ class EpisodeBuffer:
             "added": self.added,
             "sampled": self.sampled,
             "dropped": dict(self.dropped),
+            "not_started": dict(self.not_started),
             "kept_zero_variance": self.kept_zero_variance,
             "zero_variance_since_sample": self._zero_variance_since_sample,
             "added_by_len": dict(self.added_by_len),
@@ -139,6 +160,7 @@ class EpisodeBuffer:
         self._episodes = deque(state["episodes"])
         self.added, self.sampled = state["added"], state["sampled"]
         self.dropped = Counter(state["dropped"])
+        self.not_started = Counter(state.get("not_started", {}))  # absent before they were counted apart
         self.kept_zero_variance = state.get("kept_zero_variance", 0)  # absent before the cap existed
         self._zero_variance_since_sample = state.get("zero_variance_since_sample", 0)
         # Checkpoints written before lengths were counted have none: count from here on.

@@ -9,7 +9,13 @@ than the one before it; the episode's policy age is that of its oldest model tok
 An environment that raises, returns something malformed or (async) takes longer
 than env.timeout_s gets its episode dropped: EpisodeDropped, counted by reason
 (env_error, env_timeout) by the caller. The run goes on. An environment's optional
-`close()` is called when its episode ends, however it ends.
+`close()` is called when its episode ends, however it ends. A drop before the first model
+turn (at reset, or waiting for a session) is of an episode that never reached a generator:
+`started` False, counted apart (not_started; data/buffer.py).
+
+`session_limit`: an async context manager each episode holds while it plays, in the
+process that drives the episodes (the controller), wherever their environments run: an
+OpenEnv server's sessions (envs/openenv/capacity.py).
 """
 
 import asyncio
@@ -17,6 +23,7 @@ import inspect
 import math
 import numbers
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -38,12 +45,13 @@ GenerateOne = Callable[[list[int], SamplingConfig], Awaitable[Completion]]
 class EpisodeDropped(Exception):
     """The environment failed this episode; `reason` is what the drop is counted as."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, started: bool = True):
         super().__init__(message)
         self.reason = reason
+        self.started = started  # False: dropped before its first model turn
 
     def __reduce__(self):  # it travels from environment procs (env.procs) with its reason
-        return EpisodeDropped, (self.reason, str(self))
+        return EpisodeDropped, (self.reason, str(self), self.started)
 
 
 @dataclass
@@ -85,8 +93,10 @@ class EnvRunner:
         limits: EpisodeLimits,
         timeout_s: float,
         turn_batch_wait_s: float = EnvConfig.turn_batch_wait_s,
+        session_limit: AbstractAsyncContextManager | None = None,
     ):
         self.new_environment = new_environment
+        self.session_limit = session_limit
         self.tokenizer = tokenizer
         self.sampling = sampling
         self.limits = limits
@@ -96,23 +106,20 @@ class EnvRunner:
     async def play(self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None) -> Completion:
         """One episode from `prompt`, each model turn sampled by `generate` (with `sampling`, by
         default the runner's: evaluation samples with its own)."""
-        env = self.new_environment()
-        try:
-            return await self._play(env, prompt, generate, sampling or self.sampling)
-        finally:
-            close = getattr(env, "close", None)
-            if close is not None:
-                await self._call(close)
+        async with self.session_limit or nullcontext():
+            env = self.new_environment()
+            try:
+                return await self._play(env, prompt, generate, sampling or self.sampling)
+            finally:
+                close = getattr(env, "close", None)
+                if close is not None:
+                    await self._call(close)
 
     async def _play(
         self, env: Environment, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig
     ) -> Completion:
-        first = self._first_observation_ids(await self._call(env.reset, prompt))
+        first = await self._first_observation(env, prompt)
         transcript = _Transcript([], [], [])
-        if self._turn_budget(len(first), 0) < 1:
-            raise EpisodeDropped(
-                "env_error", f"reset()'s observation ({len(first)} tokens) leaves no room in the context"
-            )
         reward, turns, finish, answer = 0.0, 0, "done", None
         while True:
             budget = self._turn_budget(len(first), len(transcript.token_ids))
@@ -146,6 +153,20 @@ class EnvRunner:
             answer=answer,
             routes=transcript.routes,  # an episode ends with a model turn
         )
+
+    async def _first_observation(self, env: Environment, prompt: Prompt) -> list[int]:
+        """reset()'s observation, as token ids with room left for a model turn; a drop here is
+        of an episode that never reached a generator."""
+        try:
+            first = self._first_observation_ids(await self._call(env.reset, prompt))
+            if self._turn_budget(len(first), 0) < 1:
+                raise EpisodeDropped(
+                    "env_error", f"reset()'s observation ({len(first)} tokens) leaves no room in the context"
+                )
+            return first
+        except EpisodeDropped as drop:
+            drop.started = False
+            raise
 
     def _turn_budget(self, first: int, so_far: int) -> int:
         """Tokens the next model turn may take: the per-turn, per-episode and context limits."""
@@ -243,7 +264,14 @@ def environment_factory(task: Task) -> EnvFactory | None:
 
 
 def build_env_runner(
-    config: EnvConfig, new_environment: EnvFactory, tokenizer, sampling: SamplingConfig, context: int
+    config: EnvConfig,
+    new_environment: EnvFactory,
+    tokenizer,
+    sampling: SamplingConfig,
+    context: int,
+    session_limit: AbstractAsyncContextManager | None = None,
 ) -> EnvRunner:
     limits = EpisodeLimits(config.max_turns, min(config.max_episode_tokens or context, context), context)
-    return EnvRunner(new_environment, tokenizer, sampling, limits, config.timeout_s, config.turn_batch_wait_s)
+    return EnvRunner(
+        new_environment, tokenizer, sampling, limits, config.timeout_s, config.turn_batch_wait_s, session_limit
+    )

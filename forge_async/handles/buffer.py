@@ -8,7 +8,7 @@ buffer's counters and the run's accounting still adds up.
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from forge_async.data.buffer import BufferStats
+from forge_async.data.buffer import NOT_STARTED, BufferStats
 from forge_async.data.episode import Episode
 from forge_async.handles.procs_file import ProcsFile, located
 from forge_async.handles.supervision import stop_quietly, supervised
@@ -22,7 +22,7 @@ class BufferHandle:
         self.spawner = spawner
         self.procs_file = procs_file
         self.procs = None  # until start()
-        self._counters = {"added": 0, "sampled": 0, "dropped": {}, "kept_zero_variance": 0}
+        self._counters = {"added": 0, "sampled": 0, "dropped": {}, "not_started": {}, "kept_zero_variance": 0}
         self._replacing = asyncio.Lock()
         self._replies = ReplyPort()  # add and sample, every step: answered on one port
 
@@ -33,7 +33,8 @@ class BufferHandle:
     async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
         """Episodes into the buffer, with the samples lost on their way to it, by reason."""
         await self._call(lambda: self._replies.call_one(self.actor.add, episodes, dropped, alive=self.actor.where))
-        self._counters["added"] += len(episodes) + sum((dropped or {}).values())
+        started = (n for reason, n in (dropped or {}).items() if not reason.startswith(NOT_STARTED))
+        self._counters["added"] += len(episodes) + sum(started)
 
     async def sample(
         self, batch_size: int, trainer_version: int, wait_s: float = 0.0
@@ -52,6 +53,7 @@ class BufferHandle:
 
     def _noted(self, stats: BufferStats) -> BufferStats:
         self._counters["dropped"] = dict(stats.dropped_by_reason)
+        self._counters["not_started"] = dict(stats.not_started)
         self._counters["kept_zero_variance"] = stats.kept_zero_variance
         return stats
 
@@ -61,6 +63,7 @@ class BufferHandle:
     async def load_state_dict(self, state: dict) -> None:
         await self._call(lambda: self.actor.load_state_dict.call_one(state))
         self._counters = {k: state[k] for k in ("added", "sampled", "dropped")}
+        self._counters["not_started"] = state.get("not_started", {})
         self._counters["kept_zero_variance"] = state.get("kept_zero_variance", 0)
 
     async def trace_spans(self) -> list:
@@ -84,7 +87,7 @@ class BufferHandle:
 
     async def _replace(self) -> None:
         c = self._counters
-        held = c["added"] - c["sampled"] - sum(c["dropped"].values())
+        held = c["added"] - c["sampled"] - sum(c["dropped"].values()) + sum(c["not_started"].values())
         dropped = dict(c["dropped"])
         dropped["buffer_lost"] = dropped.get("buffer_lost", 0) + held
         print(
