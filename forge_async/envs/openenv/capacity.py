@@ -1,0 +1,144 @@
+"""How many sessions an OpenEnv server holds at once, and the run's bound on its sessions.
+
+OpenEnv servers do not publish their capacity (create_app's max_concurrent_envs). A session
+they cannot hold is accepted, answered with an error whose code is CAPACITY_REACHED and
+which carries `max_sessions`, then closed. `probe_capacity` opens sessions (WebSockets that
+ask for the state) up to one past what the run would hold at once, stops at the first
+refusal, and closes them all. The capacity found is per server process: a server the run
+serves with `env.openenv.workers=N` (uvicorn) holds N times it.
+
+`SessionLimit` is the bound the run keeps: at most `sessions` episodes hold a session at
+once, in the controller, which plays (or drives, with env.procs) every episode of the run,
+training and evaluation alike. An episode waits for a free session, at most `wait_s`;
+past it, it is dropped before its first model turn (openenv_session_wait).
+"""
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from forge_async.envs.runner import EpisodeDropped
+from forge_async.errors import ConfigError
+
+CAPACITY_REACHED = "CAPACITY_REACHED"
+_PROBE_WAVE = 32  # sessions opened at once while probing
+_CLOSE_WAIT_S = 5.0
+
+
+class ProbeFailed(ConfigError):
+    """The server's capacity could not be learned: it answered a session with an error of
+    another kind, or took longer than env.openenv.startup_timeout_s."""
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the run keeps to on one server: `sessions` at once, and where that number came from."""
+
+    sessions: int
+    source: str  # "probed", "at least, probed" (no refusal), "env.openenv.max_sessions"
+
+
+async def probe_capacity(url: str, most: int, timeout_s: float) -> int | None:
+    """The sessions one process of the server at `url` holds (its refusal's max_sessions), or None
+    if it held `most` at once. Every session opened is closed before this returns."""
+    held: list[ClientConnection] = []
+    try:
+        async with asyncio.timeout(timeout_s):
+            while len(held) < most:
+                wave = min(_PROBE_WAVE, most - len(held))
+                opened = await asyncio.gather(*(_open_session(url) for _ in range(wave)), return_exceptions=True)
+                held += [o for o in opened if isinstance(o, ClientConnection)]
+                failures = [o for o in opened if not isinstance(o, ClientConnection)]
+                refusals = [f for f in failures if isinstance(f, _Refused)]
+                if refusals:
+                    return refusals[0].max_sessions
+                if failures:
+                    raise failures[0]
+            return None
+    except TimeoutError:
+        raise ProbeFailed(
+            f"probing how many sessions the OpenEnv server at {url} holds took longer than {timeout_s:g}s "
+            "(env.openenv.startup_timeout_s); set env.openenv.max_sessions to skip the probe"
+        ) from None
+    finally:
+        await asyncio.gather(*(_close_session(ws) for ws in held))
+
+
+class _Refused(Exception):
+    def __init__(self, max_sessions: int):
+        super().__init__(f"at capacity: {max_sessions} sessions")
+        self.max_sessions = max_sessions
+
+
+async def _open_session(url: str) -> ClientConnection:
+    """A session the server holds (it answered a state request), or _Refused."""
+    ws = await connect(websocket_url(url))
+    try:
+        try:
+            await ws.send(json.dumps({"type": "state"}))
+        except ConnectionClosed:
+            pass  # a refusal closes the socket at once: its error reply is still there to read
+        reply = json.loads(await ws.recv())
+    except BaseException:
+        await ws.close()
+        raise
+    data: dict[str, Any] = reply.get("data") or {}
+    if reply.get("type") == "error" and data.get("code") == CAPACITY_REACHED:
+        await ws.close()
+        raise _Refused(int(data["max_sessions"]))
+    if reply.get("type") == "error" and data.get("code") != "EXECUTION_ERROR":  # state before reset may fail
+        await ws.close()
+        raise ProbeFailed(f"the OpenEnv server at {url} could not open a session: {data.get('message')} "
+                          f"(code {data.get('code')})")  # fmt: skip
+    return ws
+
+
+async def _close_session(ws: ClientConnection) -> None:
+    """End a session the way the server expects: a `close` message, then its close."""
+    try:
+        await ws.send(json.dumps({"type": "close"}))
+        await asyncio.wait_for(ws.wait_closed(), _CLOSE_WAIT_S)
+    except (ConnectionClosed, OSError, TimeoutError):
+        pass
+    finally:
+        await ws.close()
+
+
+def websocket_url(url: str) -> str:
+    """The /ws endpoint of the server at `url` (http(s):// or ws(s)://)."""
+    base = url.rstrip("/").replace("https://", "wss://", 1).replace("http://", "ws://", 1)
+    return f"{base}/ws"
+
+
+class SessionLimit:
+    """At most `sessions` episodes hold a session at once; an episode waits `wait_s` at most.
+
+    It travels with the episodes' factory (OpenEnvSessions) to environment procs, where it is
+    not used: the controller's runner keeps the bound for every episode (envs/runner.py)."""
+
+    def __init__(self, sessions: int, wait_s: float, url: str):
+        self.sessions, self.wait_s, self.url = sessions, wait_s, url
+        self._free: asyncio.Semaphore | None = None  # made in the process that uses it
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_free": None}
+
+    async def __aenter__(self) -> None:
+        if self._free is None:
+            self._free = asyncio.Semaphore(self.sessions)
+        try:
+            await asyncio.wait_for(self._free.acquire(), self.wait_s)
+        except TimeoutError:
+            raise EpisodeDropped(
+                "openenv_session_wait",
+                f"no session of the OpenEnv server at {self.url} came free within {self.wait_s:g}s "
+                f"(env.openenv.session_wait_s; the run holds {self.sessions} at once)",
+                started=False,
+            ) from None
+
+    async def __aexit__(self, *exc) -> None:
+        self._free.release()
