@@ -237,3 +237,39 @@ def test_a_run_saved_with_trainer_is_cap_resumes_with_it_as_importance_cap(tmp_p
     resumed = resumed_config(tmp_path, [f"resume={tmp_path}"], compose_default())
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(GRPOConfig), resumed))  # as load_config
     assert config.importance.cap is None and config.importance.mode == "truncate"
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        (("env.name=textarena:GuessTheNumber-v0",), "env.name=textarena:GuessTheNumber-v0: the game speaks text"),
+        (("task.name=reasoning_gym",), "task.name=reasoning_gym: its questions are text"),
+        (("task.name=dataset", "task.dataset=DATA"), "task.dataset=DATA: its first prompt 'What is 4 + 3?' is text"),
+    ],
+)
+def test_text_on_the_digit_tokenizer_fails_before_any_proc_starts_naming_the_fix(tmp_path, overrides, named):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "What is 4 + 3?", "answer": "7"}\n')
+    overrides = [o.replace("DATA", str(data)) for o in overrides]
+    with pytest.raises(ConfigError) as refused:
+        app_config(*overrides).check_paths()
+    assert str(refused.value) == (
+        f"{named.replace('DATA', str(data))}, which the tiny model's digit tokenizer (model.tiny.tokenizer=digits) "
+        "cannot read: set model.tiny.tokenizer=bytes"
+    )
+    app_config(*overrides, "model.tiny.tokenizer=bytes").check_paths()  # the fix it names passes
+
+
+def test_digits_on_the_digit_tokenizer_pass_the_text_check(tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "372", "answer": "7"}\n')
+    app_config("task.name=dataset", f"task.dataset={data}").check_paths()
+    app_config(config_name="tool_lookup").check_paths()
+    app_config("env.name=agent:docs.examples.tool_lookup_agent:play", "task.name=tool_lookup").check_paths()
+
+
+def test_sft_on_reasoning_gym_with_the_digit_tokenizer_exits_2_before_any_proc_starts(tmp_path):
+    run = run_app(tmp_path / "run", "task.name=reasoning_gym", app="apps.sft", timeout=60)
+    assert run.returncode == 2, run.output
+    assert "error: task.name=reasoning_gym: its questions are text" in run.output and "model.tiny.tokenizer=bytes" in run.output
+    assert "Traceback" not in run.output and "spawning" not in run.output, run.output

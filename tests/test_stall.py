@@ -7,6 +7,7 @@ the reason, the count and the first error, and summary.json written.
 """
 
 import asyncio
+import json
 import re
 
 import pytest
@@ -143,3 +144,45 @@ class pinned_at:
 
     async def __aexit__(self, *exc) -> None:
         return None
+
+
+STALLING_RUNS = {
+    "an agent that raises (async)": (
+        ("--config-name=tool_lookup", "env.name=agent:tests.stalling:raising_agent"),
+        "agent_error",
+        "the agent raised RuntimeError: the agent's tool server is down",
+    ),
+    "an environment whose reset raises (sync)": (
+        ("--config-name=tool_lookup", "mode=sync", "env.name=tests.stalling:BrokenResetEnv"),
+        "env_error",
+        "reset() raised ConnectionError: environment backend unreachable",
+    ),
+    "a reward function that returns text, dropped (async, single-turn)": (
+        ("task.name=dataset", "task.reward_fn=tests.stalling:text_reward", "scoring.on_error=drop"),
+        "scorer_error",
+        "returned 'high', not a finite number",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STALLING_RUNS))
+def test_a_run_whose_every_episode_fails_stops_with_one_line_and_its_summary(tmp_path, case):
+    overrides, reason, error = STALLING_RUNS[case]
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"{a}{b}", "answer": str(a)}) for a in range(10) for b in range(10)))
+    run = run_app(
+        tmp_path / "run", *overrides, f"task.dataset={data}", "steps=5", "stall.max_dropped_episodes=256",
+        timeout=240,
+    )
+    assert run.returncode == 1, run.output
+    assert "Traceback" not in run.output, run.output
+    stopped = [line for line in run.output.splitlines() if line.startswith("stopped early:")]
+    assert len(stopped) == 1, run.output
+    assert re.search(rf"the last \d+ episodes were all dropped \({reason} \d+\); first {reason}: .*{re.escape(error)}", stopped[0])
+    assert f"episode dropped ({reason}): " in run.output  # said as it began, not only at the end
+    summary = run.summary
+    assert summary["steps"] == 0 and summary["failure"] == stopped[0].removeprefix("stopped early: ")
+    assert summary["dropped_by_reason"][reason] >= 256
+    if "eval v0" in run.output:  # an evaluation of episodes that all dropped measured nothing
+        assert f"eval v0 | all 64 episodes dropped ({reason} 64)" in run.output, run.output
+        assert summary["eval_last"] is None
