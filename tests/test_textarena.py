@@ -4,6 +4,7 @@ played offline, and one short GRPO run on the preset's game."""
 import asyncio
 import pickle
 import random
+from functools import partial
 
 import pytest
 
@@ -132,6 +133,55 @@ def test_a_game_that_raises_drops_its_episode_as_textarena_error():
     with pytest.raises(EpisodeDropped, match="GuessTheNumber-v0 step") as dropped:
         env.step(ModelTurn(None, [], "stop", 0))  # not text: the game's regex raises
     assert dropped.value.reason == "textarena_error"
+
+
+def test_a_game_that_fails_inside_textarena_mid_episode_is_dropped_as_textarena_error():
+    # textarena 0.7.4's ThreeCardMonte-v0 passes set_invalid_move its reason as the reward: the
+    # second invalid move in a row ends the game with text for a reward.
+    env = TextArenaEnv("ThreeCardMonte-v0", TextArenaConfig())
+    env.reset(seed_prompt(3))
+    assert not env.step(turn("no move")).done  # warned
+    with pytest.raises(EpisodeDropped, match=r"^ThreeCardMonte-v0 ended with reward 'Bad action.*' for its player, not a number") as dropped:
+        env.step(turn("no move", 1))
+    assert dropped.value.reason == "textarena_error"
+
+
+def test_a_game_whose_step_raises_mid_episode_is_counted_as_textarena_error_by_the_runner(monkeypatch):
+    from textarena.envs.GuessTheNumber.env import GuessTheNumberEnv
+    from textarena.envs.registration import ENV_REGISTRY, EnvSpec
+
+    class GuessOnceThenRaise(GuessTheNumberEnv):
+        def step(self, action: str):
+            if self.state.turn >= 1:
+                raise KeyError("the game's own bug")
+            return super().step(action)
+
+    spec = EnvSpec("GuessOnceThenRaise-v0-raw", GuessOnceThenRaise, None, ENV_REGISTRY[GAME + "-raw"].kwargs)
+    monkeypatch.setitem(ENV_REGISTRY, spec.id, spec)
+    factory = partial(TextArenaEnv, "GuessOnceThenRaise-v0", TextArenaConfig())
+    runner = EnvRunner(factory, TOKENIZER, SamplingConfig(max_tokens=8), EpisodeLimits(8, 1024, 1024), 5.0)
+    model = ByteModel(["[1]", "[2]"])
+    with pytest.raises(EpisodeDropped, match=r"^GuessOnceThenRaise-v0 step\(\) raised KeyError") as dropped:
+        asyncio.run(runner.play(seed_prompt(3), model))
+    assert dropped.value.reason == "textarena_error" and model.calls == 2  # its first move was played
+
+
+@pytest.mark.parametrize("game", ["ThreeCardMonte-v0", "Countdown-v0"])
+def test_a_game_broken_inside_textarena_is_named_at_start_by_playing_random_moves(game):
+    with pytest.raises(
+        TextArenaError,
+        match=rf"^env.name=textarena:{game}: TextArena game {game} fails inside textarena 0.7.4 when played with "
+        r"random moves \(seed 0, move \d+: .*\): .*; pick another game",
+    ):
+        check_game(game, TextArenaConfig())
+
+
+def test_a_broken_game_stops_the_app_with_one_line_before_any_proc_starts(tmp_path):
+    run = run_app(tmp_path / "run", "task.name=seeds", "env.name=textarena:ThreeCardMonte-v0", "model.tiny.tokenizer=bytes", timeout=120)
+    assert run.returncode == 2, run.output
+    errors = [line for line in run.output.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in errors if "TextArena game ThreeCardMonte-v0 fails inside textarena" in line] != []
+    assert "Traceback" not in run.output and "spawning" not in run.output
 
 
 def test_games_that_cannot_be_played_here_fail_at_start_naming_them(monkeypatch):

@@ -10,7 +10,10 @@ task.name=seeds; else a seed derived from the prompt). Then:
     done    the game's reward, from `close()`: TextArena gives rewards only when a game closes
 
 Invalid moves are the game's business: a single-player game warns once, then ends the
-game with its own penalty. A game that raises drops its episode (textarena_error).
+game with its own penalty. A game that raises, or ends with a reward that is not a number,
+drops its episode (textarena_error). Before any proc starts, `check_game` also plays the
+game a few times with random moves, so that a game broken inside TextArena (some are, in
+textarena 0.7.4) is named there rather than dropping most of a run's episodes.
 
 TextArena games draw from Python's global `random` (a game's state seeds it). Each game
 here keeps a random state of its own, swapped in around its calls, so that the episodes
@@ -18,20 +21,26 @@ of a group, played interleaved in one process, deal and play the same game.
 """
 
 import difflib
+import math
+import numbers
 import random
 import re
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
+from importlib.metadata import version
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, TextArenaConfig
 from forge_async.envs.runner import EnvFactory, EpisodeDropped
 from forge_async.errors import ConfigError
+from forge_async.tasks.seeds import seed_prompt
 from forge_async.tasks.task import Prompt
 
 TEXTARENA = "textarena:"  # env.name=textarena:GAME
 _RAW = "-raw"  # the variant whose observations are the new messages only, unrendered
+PLAYTEST_SEEDS = (0, 1, 2)  # the games check_game plays with random moves
+PLAYTEST_MOVES = 24  # the most moves of each
 
 
 class TextArenaError(ConfigError):
@@ -86,6 +95,39 @@ def check_game(game: str, config: TextArenaConfig) -> None:
         random.setstate(outer)
     if not alone:  # a multiplayer game that accepts one player at reset
         raise TextArenaError(f"{where} cannot be played here: it is not a single-player game")
+    playtest(game, config)
+
+
+def playtest(game: str, config: TextArenaConfig) -> None:
+    """One TextArenaError naming the game if it fails in a few games of random moves, played as
+    episodes play them: ThreeCardMonte-v0 and Countdown-v0 of textarena 0.7.4 pass their invalid
+    moves' reason and reward in the wrong order, and fail on the first invalid move."""
+    for seed in PLAYTEST_SEEDS:
+        moves: list[str] = []
+        env = TextArenaEnv(game, config)
+        try:
+            chooser = random.Random(seed)
+            candidates = random_moves(env.reset(seed_prompt(seed)))
+            done = False
+            while not done and len(moves) < PLAYTEST_MOVES:
+                moves.append(chooser.choice(candidates))
+                done = env.step(ModelTurn(moves[-1], [], "stop", len(moves) - 1)).done
+            env.close()
+        except EpisodeDropped as err:
+            played = f"seed {seed}, move {len(moves)}: {moves[-1]!r}" if moves else f"seed {seed}, at reset"
+            raise TextArenaError(
+                f"env.name={TEXTARENA}{game}: TextArena game {game} fails inside textarena {version('textarena')} "
+                f"when played with random moves ({played}): {str(err).removeprefix(game + ' ')}; "
+                "pick another game (docs/environments.md lists those that pass)"
+            ) from None
+
+
+def random_moves(opening: str) -> list[str]:
+    """Moves to play at random: the bracketed ones the game's opening shows (its format, e.g.
+    `[A C]`), its words bare and bracketed, small numbers bracketed, and text that is no move."""
+    shown = re.findall(r"\[[^\[\]\n]{1,12}\]", opening)
+    words = sorted(set(re.findall(r"[A-Za-z]{2,}|\d+", opening)))[:40]
+    return shown + words + [f"[{word}]" for word in words] + [f"[{n}]" for n in range(10)] + ["", "no move"]
 
 
 def _hosted_models(env) -> list[str]:
@@ -136,9 +178,16 @@ class TextArenaEnv:
             if not done:
                 return EnvStep(observation=self._new_messages())
             rewards, _ = self._close()
-        if not rewards or 0 not in rewards:
+            return EnvStep(reward=self._player_reward(rewards), done=True)
+
+    def _player_reward(self, rewards: dict | None) -> float:
+        """The player's reward from the game's `close()`: a finite number, or the episode drops."""
+        reward = (rewards or {}).get(0)
+        if reward is None:
             raise EpisodeDropped("textarena_error", f"{self.name} ended without a reward for its player")
-        return EnvStep(reward=float(rewards[0]), done=True)
+        if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
+            raise EpisodeDropped("textarena_error", f"{self.name} ended with reward {reward!r} for its player, not a number")
+        return float(reward)
 
     def close(self) -> None:
         """Closes a game still open: one cut by env.max_turns or a limit (it has no reward yet)."""
@@ -163,6 +212,8 @@ class TextArenaEnv:
             random.setstate(self.random_state)
         try:
             yield
+        except EpisodeDropped:
+            raise
         except Exception as err:
             raise EpisodeDropped(
                 "textarena_error", f"{self.name} {what}() raised {type(err).__name__}: {err}"
