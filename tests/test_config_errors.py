@@ -1,13 +1,17 @@
 """Out-of-range config values fail at start with one ConfigError naming the key, the value and the range."""
 
+import dataclasses
 import re
+import subprocess
+import sys
+import typing
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the config schema
-from apps.grpo.subprocess_run import run_app
+from apps.grpo.subprocess_run import REPO, run_app
 from forge_async.launch import roles
 from forge_async.checkpoint.resume import resumed_config
 from forge_async.actors.generator_config import GeneratorConfig
@@ -160,6 +164,7 @@ def test_the_app_exits_2_naming_the_key_before_any_proc_starts(tmp_path):
     assert "error: sampling.top_p=1.5: must be in (0, 1]" in run.output
     assert "Traceback" not in run.output
     assert "spawning" not in run.output and not (run.run_dir / "initial_model").exists()
+    assert "Monarch" not in run.output  # Monarch never started: nothing of it on the console
 
 
 def test_an_environment_that_cannot_be_imported_fails_before_any_proc_starts():
@@ -273,3 +278,72 @@ def test_sft_on_reasoning_gym_with_the_digit_tokenizer_exits_2_before_any_proc_s
     assert run.returncode == 2, run.output
     assert "error: task.name=reasoning_gym: its questions are text" in run.output and "model.tiny.tokenizer=bytes" in run.output
     assert "Traceback" not in run.output and "spawning" not in run.output, run.output
+
+
+def free_form_mappings(section: type, prefix: str = "") -> list[str]:
+    """Every key of `section` typed as a mapping the user fills (dict[...]), list items by index 0."""
+    keys = []
+    for name, hint in typing.get_type_hints(section).items():
+        kinds = [hint, *typing.get_args(hint)]
+        if typing.get_origin(hint) is dict:
+            keys.append(prefix + name)
+        elif typing.get_origin(hint) is list and dataclasses.is_dataclass(item := typing.get_args(hint)[0]):
+            keys += free_form_mappings(item, f"{prefix}{name}.0.")
+        elif section_type := next((k for k in kinds if dataclasses.is_dataclass(k)), None):
+            keys += free_form_mappings(section_type, f"{prefix}{name}.")
+    return keys
+
+
+FREE_FORM_MAPPINGS = free_form_mappings(GRPOConfig)
+
+
+def test_every_free_form_mapping_takes_a_mapping_override_as_it_is():
+    assert {"env.textarena.game_kwargs", "task.reasoning_gym.datasets.0.config"} <= set(FREE_FORM_MAPPINGS)
+    for key in FREE_FORM_MAPPINGS:  # without Hydra's `+`: struct mode refused them
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+            cfg = compose(config_name="grpo", overrides=[f"{key}={{size: 3, name: x}}"])
+        assert OmegaConf.to_container(OmegaConf.select(cfg, key)) == {"size": 3, "name": "x"}, key
+        assert OmegaConf.is_struct(cfg)  # unknown keys elsewhere are still refused
+
+
+def cli_config(*overrides: str, app: str = "apps.grpo") -> subprocess.CompletedProcess:
+    """`python -m APP OVERRIDES --cfg job`: the config as Hydra composes it on the command line, not run."""
+    command = [sys.executable, "-m", app, *overrides, "--cfg", "job"]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+def test_mappings_are_set_with_key_equals_mapping_on_the_command_line():
+    shown = cli_config("env.textarena.game_kwargs={size: 3}", "task.reasoning_gym.datasets.0.config={min_terms: 2}")
+    assert shown.returncode == 0, shown.stderr
+    config = OmegaConf.create(shown.stdout)
+    assert config.env.textarena.game_kwargs == {"size": 3}
+    assert config.task.reasoning_gym.datasets[0].config == {"min_terms": 2}
+    # As every mapping in Hydra: merged into the one the config has.
+    preset = OmegaConf.create(cli_config("--config-name=textarena", "env.textarena.game_kwargs={max_turns: 6}").stdout)
+    assert preset.env.textarena.game_kwargs == {"min_number": 1, "max_number": 9, "max_turns": 6}
+    refused = cli_config("env.textarena.nope=1")  # a section's keys are still checked
+    assert refused.returncode != 0 and "Key 'nope' not in 'TextArenaConfig'" in refused.stderr
+
+
+WRONG_SHAPES = {
+    "task.reasoning_gym.datasets={chain_sum: 1}": "a mapping where a list is expected: "
+    "task.reasoning_gym.datasets='[{name: ..., weight: ..., config: ...}, ...]'",
+    "env.textarena.game_kwargs=[size, 3]": "a list where a mapping is expected: env.textarena.game_kwargs='{key: value, ...}'",
+    "env.textarena.game_kwargs=3": "a plain value where a mapping is expected",
+    "placement.trainer_gpus={0: 1}": "a mapping where a list is expected: placement.trainer_gpus='[..., ...]'",
+    "env.textarena=on": "a plain value where a mapping is expected: env.textarena='{game_kwargs: ..., bracket_actions: ...",
+}
+
+
+@pytest.mark.parametrize("override", WRONG_SHAPES)
+def test_an_override_of_the_wrong_shape_is_one_line_naming_the_shape_expected(override):
+    shown = cli_config(override)
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr.startswith(f"error: {override}: {WRONG_SHAPES[override]}"), shown.stderr
+    assert shown.stderr.count("\n") == 1 and shown.stdout == ""  # one line, and Hydra never composed
+
+
+def test_the_shape_check_follows_each_app_s_schema():
+    shown = cli_config("task.reasoning_gym.datasets={chain_sum: 1}", app="apps.sft")
+    assert shown.returncode == 2 and "a mapping where a list is expected" in shown.stderr, shown.stderr
+    assert cli_config("task.reasoning_gym.datasets.0.config={min_terms: 2}", app="apps.sft").returncode == 0

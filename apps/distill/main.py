@@ -21,11 +21,12 @@ from omegaconf import DictConfig
 from apps.distill.config import DistillConfig
 from apps.distill.teacher import train_teacher
 from apps.grpo.main import CONFIG_DIR, launch, load_config, start
+from forge_async.config_schema import open_mappings
 from forge_async.metrics import read_rows
 
 # configs/distill.yaml builds on grpo.yaml, whose defaults name `grpo_schema`: here that is
 # DistillConfig (GRPOConfig plus `teacher:`).
-ConfigStore.instance().store(name="grpo_schema", node=DistillConfig)
+ConfigStore.instance().store(name="grpo_schema", node=open_mappings(DistillConfig))
 
 WINDOW = 10  # steps averaged for the report's first and last figures
 
@@ -61,4 +62,4 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    start(hydra_main)
+    start(hydra_main, DistillConfig)

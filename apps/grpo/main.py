@@ -22,8 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
+from forge_async.config_schema import check_override_shapes, open_mappings
 from forge_async.console import keep_console_for_own_lines, since_launch
-from forge_async.errors import TrainerFailed, UserError
+from forge_async.errors import ConfigError, TrainerFailed, UserError
 from forge_async.heap_trim import start_heap_trimmer
 from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
@@ -33,7 +34,7 @@ from forge_async.launch.torchrun import leave_torchrun_job
 from forge_async.tracing import TRACER
 from forge_async.weights import scratch
 
-ConfigStore.instance().store(name="grpo_schema", node=GRPOConfig)
+ConfigStore.instance().store(name="grpo_schema", node=open_mappings(GRPOConfig))
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
@@ -173,11 +174,16 @@ def launch(
     `after(summary)` adds the app's own lines to the report. `run(config, run_dir)` and
     `report(summary, app, what)`: GRPO's unless the app brings its own (apps.sft)."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # Monarch starts with the run, its output sent to the logs: a run stopped before (bad input)
+    # has nothing to shut down, and starting Monarch's runtime to stop it would put Monarch's
+    # "internal logs are being written to /tmp/..." line on the console.
+    monarch_started = False
     try:
         config = prepare(run_dir)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
         if not config.verbose:
             keep_console_for_own_lines(run_dir / "logs")
+        monarch_started = True
         summary = asyncio.run(run(config, run_dir))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -189,7 +195,8 @@ def launch(
         print("interrupted during start-up", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     finally:
-        shut_down_monarch()
+        if monarch_started:
+            shut_down_monarch()
     report(summary, app, what)
     after(summary)
     sys.exit(exit_status(summary))
@@ -200,8 +207,14 @@ def hydra_main(cfg: DictConfig) -> None:
     launch(lambda run_dir: load_config(cfg), "apps.grpo", "GRPO")
 
 
-def start(hydra_entry: Callable[[], None]) -> None:
-    """`resume=RUN_DIR` continues in that directory: Hydra is pointed at it before it starts."""
+def start(hydra_entry: Callable[[], None], schema: type = GRPOConfig) -> None:
+    """`resume=RUN_DIR` continues in that directory: Hydra is pointed at it before it starts.
+    An override of the wrong shape for `schema`'s key is one line before Hydra composes."""
+    try:
+        check_override_shapes(schema, sys.argv[1:])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     resume = resume_dir_from_argv(sys.argv[1:])
     if resume is not None:
         if not Path(resume).is_dir():

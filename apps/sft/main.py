@@ -21,9 +21,10 @@ from omegaconf import DictConfig
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from apps.grpo.main import CONFIG_DIR, launch, load_config, report_early_end, report_evaluations, spawned_procs, start
 from apps.sft.config import SFTConfig
+from forge_async.config_schema import open_mappings
 from forge_async.launch.imports import import_frozen
 
-ConfigStore.instance().store(name="sft_schema", node=SFTConfig)
+ConfigStore.instance().store(name="sft_schema", node=open_mappings(SFTConfig))
 
 
 async def run(config: SFTConfig, run_dir: Path) -> dict:
@@ -66,4 +67,4 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    start(hydra_main)
+    start(hydra_main, SFTConfig)
