@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 
+from forge_async import child_processes
+
 _caller_exits = False
 
 
@@ -28,7 +30,9 @@ def exit_app(code: int | str | None) -> None:
 
 
 def exit_now(code: int | str | None) -> None:
-    """sys.exit(code), minus the interpreter's finalisation."""
+    """sys.exit(code), minus the interpreter's finalisation (and so its atexit hooks: children
+    the run left running are killed here)."""
+    child_processes.kill_all()
     if isinstance(code, str):
         print(code, file=sys.stderr)
     sys.stdout.flush()

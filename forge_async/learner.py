@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
+from safetensors import SafetensorError
 
 from forge_async.actors.trainer_config import TrainerConfig
 from forge_async.data.batch import Row, TrainBatch, micro_batches, pack_rows, prompt_rows
@@ -357,8 +358,8 @@ class Learner:
                 if self.lora and adapter_directory:
                     peft = self.adapter_names.to_peft(full)
                     save_adapter(adapter_directory, peft, self.lora, str(self.checkpoint.path))
-            except OSError as err:  # returned, not raised (see save_state)
-                return {"error": err.strerror or str(err)}
+            except (OSError, SafetensorError) as err:  # returned, not raised (see save_state)
+                return {"error": getattr(err, "strerror", None) or str(err)}
         return {"path": directory}
 
 

@@ -128,7 +128,7 @@ class GRPOLoop(TrainingLoop):
             for worker in late:
                 worker.cancel()
             await asyncio.wait(late, timeout=CANCELLED_WITHIN_S)
-            self._cut_short(f"the generate calls in flight of {len(late)} rollout worker(s) were abandoned")
+            self.note_cut_short(f"the generate calls in flight of {len(late)} rollout worker(s) were abandoned")
         return [w.exception() for w in workers if w.done() and not w.cancelled()]
 
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:

@@ -175,8 +175,8 @@ class MetricsLog:
         )
 
     def _append(self, row: dict) -> None:
-        """One row onto metrics.jsonl, whole or not at all: a row that cannot be written (a full
-        disk) is cut off again, reported once, and the run goes on (side_outputs.py)."""
+        """One row onto metrics.jsonl, whole or not at all: a row that cannot be written is cut
+        off again, reported once, and the run goes on; on a full disk it stops (side_outputs.py)."""
         line = (json.dumps(row) + "\n").encode()
 
         def append() -> None:
@@ -189,7 +189,7 @@ class MetricsLog:
                 self._file.truncate(end)
                 raise
 
-        write_side_output(self.path.name, append)
+        write_side_output(self.path, append)
 
     def _console_line(self, record: dict) -> str:
         step, wall = record["step"], record["time/wall_s"]

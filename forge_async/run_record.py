@@ -74,6 +74,8 @@ class RunRecord:
     eval_first: dict | None = None  # the rows of the first and the latest evaluation
     eval_last: dict | None = None
     stop_reason: str | None = None  # the signal that interrupted the run
+    # what a stop past its grace abandoned, or did not save (checkpoint.stop_grace_s)
+    cut_short: list[str] = field(default_factory=list)
     failure: str | None = None  # what ended the run early (the trainer was fine: the run saved)
     wall_before_s: float = 0.0  # wall time of earlier segments of a resumed run
     segment_start: float = field(default_factory=time.perf_counter)  # this segment's start

@@ -1,10 +1,11 @@
-"""Files a run writes beside its training, which it reports but never dies of.
+"""Files a run writes beside its training, which it reports but never dies of, but for a full disk.
 
 metrics.jsonl, trace.json, summary.json, plots.png, procs.json and the final model
-are written as the run goes or at its end. A write that fails (a full disk, a lost
-mount) is reported once per output, on stderr, and the run goes on without it: the
+are written as the run goes or at its end. A write that fails (a lost mount, a
+permission) is reported once per output, on stderr, and the run goes on without it: the
 training state that matters is in the checkpoints, whose failures end the run cleanly
-(checkpoint/checkpointer.py).
+(checkpoint/checkpointer.py). A write that finds the disk full is noted instead
+(disk_full.py): the run then ends after its step in flight, with that one line.
 """
 
 import sys
@@ -12,17 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from forge_async import disk_full
+
 T = TypeVar("T")
 
 _reported: set[str] = set()
 
 
-def write_side_output(name: str, write: Callable[[], T]) -> T | None:
-    """`write()`'s result, or None if it failed with an OSError (reported, once per `name`)."""
+def write_side_output(path: Path, write: Callable[[], T]) -> T | None:
+    """`write()`'s result, or None if it failed with an OSError (reported, once per output `path`)."""
     try:
         return write()
     except OSError as err:
-        report_side_output_failure(name, err)
+        report_side_output_failure(path, err)
         return None
 
 
@@ -40,12 +43,17 @@ def replace_text(path: Path, text: str) -> bool:
             raise
         return True
 
-    return write_side_output(path.name, write) is not None
+    return write_side_output(path, write) is not None
 
 
-def report_side_output_failure(name: str, err: OSError | str) -> None:
-    if name in _reported:
+def report_side_output_failure(path: Path, err: OSError | str) -> None:
+    """`path` not written because of `err`: a full disk is noted (disk_full.py), anything else
+    warned of once."""
+    if disk_full.is_disk_full(err):
+        disk_full.note(path)
         return
-    _reported.add(name)
+    if path.name in _reported:
+        return
+    _reported.add(path.name)
     reason = err.strerror or str(err) if isinstance(err, OSError) else err
-    print(f"warning: {name} not written ({reason}); the run goes on without it", file=sys.stderr, flush=True)
+    print(f"warning: {path.name} not written ({reason}); the run goes on without it", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable
 from pathlib import Path
 
+from forge_async import disk_full
 from forge_async.checkpoint.checkpointer import CheckpointNotWritten, Checkpointer
 from forge_async.console import since_launch
 from forge_async.envs.remote import EnvironmentFailed
@@ -93,9 +94,10 @@ class TrainingLoop:
             self.record.failure = str(err)
         finally:
             await self._close()
+        self.record.failure = self.record.failure or disk_full.first()
         if self.checkpointer is not None and self.trainer_mid_step:
             step = self.record.step
-            self._cut_short(f"no checkpoint written: the trainer was still in step {step + 1}, past step {step}")
+            self.note_cut_short(f"no checkpoint written: the trainer was still in step {step + 1}, past step {step}")
         elif self.checkpointer is not None:
             await self._checkpoint()
         return self.record
@@ -107,17 +109,16 @@ class TrainingLoop:
         grace_over = asyncio.create_task(self._grace_over())
         try:
             await asyncio.wait({task, grace_over}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                task.result()
+                return True
+            self.note_cut_short(f"{what} was abandoned {self.stop_grace_s:g} s after {self.record.stop_reason}")
+            return False
         finally:
             grace_over.cancel()
-            finished = task.done()
-            if not finished:
+            if not task.done():
                 task.cancel()
                 await asyncio.wait({task}, timeout=CANCELLED_WITHIN_S)
-        if finished:
-            task.result()
-        else:
-            self._cut_short(f"{what} was abandoned {self.stop_grace_s:g} s after {self.record.stop_reason}")
-        return finished
 
     async def _grace_over(self) -> None:
         """Back when a stop has been asked and its grace has run out."""
@@ -125,13 +126,14 @@ class TrainingLoop:
         await asyncio.sleep(self._stop_deadline - asyncio.get_running_loop().time())
 
     def _time_to_drain(self) -> float:
-        """How long the end of the steps may wait for the work in flight (rollouts, evaluations):
-        what is left of a stop's grace, or the whole grace when the steps are all done."""
+        """How long the end of the steps may wait for the generate calls in flight: what is left of
+        a stop's grace, or the whole grace when the steps are all done."""
         if self._stop_deadline is None:
             return self.stop_grace_s
         return max(0.0, self._stop_deadline - asyncio.get_running_loop().time())
 
-    def _cut_short(self, what: str) -> None:
+    def note_cut_short(self, what: str) -> None:
+        """`what` a stop abandoned or left unsaved: said now, and in summary.json."""
         self.record.cut_short.append(what)
         print(f"{since_launch()} stopping: {what}", flush=True)
 
@@ -196,7 +198,8 @@ class TrainingLoop:
         self.metrics.close()
 
     def _steps_left(self) -> bool:
-        return self.record.step < self.steps and not self._stop.is_set()
+        """Steps to go, no stop asked, and no write has found the disk full (disk_full.py)."""
+        return self.record.step < self.steps and not self._stop.is_set() and disk_full.first() is None
 
     def _due_for_checkpoint(self) -> bool:
         """Every checkpoint.every_steps steps; the run's last step is saved after the loop."""

@@ -20,12 +20,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
+from forge_async import disk_full
 from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
 from forge_async.config import GRPOConfig
 from forge_async.config_schema import check_override_shapes, open_mappings
 from forge_async.console import keep_console_for_own_lines, since_launch
 from forge_async.errors import ConfigError, TrainerFailed, UserError
 from forge_async.heap_trim import start_heap_trimmer
+from forge_async.interrupt import take_sigterm_as_ctrl_c
 from forge_async.exit import exit_app
 from forge_async.launch.hosts import Hosts
 from forge_async.launch.imports import import_frozen
@@ -144,6 +146,8 @@ def report_early_end(summary: dict, app: str) -> None:
 
 
 def exit_status(summary: dict) -> int:
+    for what in summary["cut_short"]:
+        print(f"cut short: {what}")
     """0 for a run that ran its steps; 1 for one a failure stopped; 128 + signal if interrupted."""
     if summary["failure"]:
         return 1
@@ -189,6 +193,7 @@ def launch(
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except TrainerFailed as err:
+        take_sigterm_as_ctrl_c()
         print(f"error: {err}\nresume with: python -m {app} resume={run_dir}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet
@@ -199,9 +204,15 @@ def launch(
             shut_down_monarch()
     report(summary, app, what)
     after(summary)
+    except OSError as err:  # a full disk before the run's own writers could note it
+        if not disk_full.is_disk_full(err):
+            raise
+        print(f"error: {disk_full.describe(err.filename or run_dir)}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(exit_status(summary))
 
 
+    summary["failure"] = summary["failure"] or disk_full.first()  # plots.png is drawn after the summary
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="grpo")
 def hydra_main(cfg: DictConfig) -> None:
     launch(lambda run_dir: load_config(cfg), "apps.grpo", "GRPO")

@@ -10,6 +10,7 @@ policy, the timeline and summary.json.
 
 import asyncio
 import json
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from forge_async import disk_full
 from forge_async.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
@@ -152,19 +154,26 @@ async def run_to_the_end(
     trace: bool,
     summarise: Callable[[str | None], Awaitable[dict]],
 ) -> dict:
-    """`loop` run (Ctrl-C asks it to stop), then the final policy, the timeline and the summary
-    (`summarise(final_model)`); a trainer failure is summarised, then raised."""
-    with stop_on_signals(loop.request_stop):
+    """`loop` run (Ctrl-C asks it to stop; a second, until the summary is written, exits at once),
+    then the final policy (unless the trainer was abandoned mid-step), the timeline and the
+    summary (`summarise(final_model)`); a trainer failure is summarised, then raised. A full disk
+    met on the way is the run's failure (disk_full.py)."""
+    with stop_on_signals(loop.request_stop, loop.stop_grace_s):
         try:
             await loop.run(resume_from)
         except TrainerFailed as err:
             loop.record.failure = str(err)
             await summarise(None)
             raise
-    final_model = await save_final_policy(handles, run_dir)
-    if trace:
-        await write_trace(handles, run_dir)
-    return await summarise(final_model)
+        final_model = None
+        if loop.trainer_mid_step:
+            loop.note_cut_short("no final policy saved: the trainer was still in its step")
+        else:
+            final_model = await save_final_policy(handles, run_dir)
+        if trace:
+            await write_trace(handles, run_dir)
+        loop.record.failure = loop.record.failure or disk_full.first()
+        return await summarise(final_model)
 
 
 def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunner | None) -> Rollouts:
@@ -177,12 +186,15 @@ def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunne
 
 
 async def save_final_policy(handles: RunHandles, run_dir: Path) -> str | None:
-    """RUN_DIR/final_model (and final_adapter with LoRA); None if it could not be written."""
+    """RUN_DIR/final_model (and final_adapter with LoRA); None if it could not be written (then
+    nothing half-written is left there)."""
     print("saving the final policy ...", flush=True)
     started = asyncio.get_running_loop().time()
-    saved = await handles.trainer.save_hf(str(run_dir / "final_model"), str(run_dir / "final_adapter"))
+    final = run_dir / "final_model"
+    saved = await handles.trainer.save_hf(str(final), str(run_dir / "final_adapter"))
     if "error" in saved:
-        report_side_output_failure("final_model/", saved["error"])
+        shutil.rmtree(final, ignore_errors=True)
+        report_side_output_failure(final, saved["error"])
         return None
     print(f"final policy saved in {asyncio.get_running_loop().time() - started:.1f}s: {saved['path']}", flush=True)
     return saved["path"]
@@ -199,6 +211,6 @@ def draw_plots_if_any(run_dir: Path) -> Path | None:
     from forge_async.plot import PlotError, draw_plots  # matplotlib is slow to import: only at the end
 
     try:
-        return write_side_output("plots.png", lambda: draw_plots(run_dir))
+        return write_side_output(run_dir / "plots.png", lambda: draw_plots(run_dir))
     except PlotError:
         return None

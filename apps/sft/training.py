@@ -39,12 +39,10 @@ from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
 from forge_async.tracing import TRACER
-from forge_async.training_loop import TrainingLoop
+from forge_async.training_loop import LANE, TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
 from forge_async.side_outputs import replace_text
-
-LANE = "trainer loop"  # the controller's lane for the steps (tracing.py)
 
 
 async def train(config: SFTConfig, run_dir: Path, procs: RunProcs) -> dict:
@@ -139,7 +137,8 @@ class SFTLoop(TrainingLoop):
         evaluations: EvaluationSchedule | None = None,
     ):
         super().__init__(
-            config.steps, config.checkpoint.every_steps, handles, delivery, metrics, record, checkpointer, evaluations
+            config.steps, config.checkpoint.every_steps, config.checkpoint.stop_grace_s, handles, delivery, metrics,
+            record, checkpointer, evaluations,
         )
         self.prompts_per_step = config.prompts_per_step
         self.demonstrations = demonstrations
@@ -161,8 +160,7 @@ class SFTLoop(TrainingLoop):
         with TRACER.span("step", LANE):
             batch = self.demonstrations.batch(self.prompts_per_step, record.version)
             started = time.perf_counter()
-            with TRACER.span("train_and_push call", LANE):
-                result = await self.handles.trainer.train_and_push(batch, self.delivery.push_targets)
+            result = await self._train_and_push(batch)
             seconds = time.perf_counter() - started
         record.version, record.step = result.version, record.step + 1
         self.delivery.publish(record.version)
@@ -204,6 +202,8 @@ def write_summary(
         "wall_s": wall,
         "interrupted": record.stop_reason is not None,
         "stop_reason": record.stop_reason,
+        # what a stop past checkpoint.stop_grace_s abandoned or did not save; [] when nothing was
+        "cut_short": record.cut_short,
         "failure": record.failure,
         "trained": record.trained,  # demonstrations
         "trained_tokens": demonstrations.tokens,  # their completion tokens, EOS included

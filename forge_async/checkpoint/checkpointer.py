@@ -7,12 +7,14 @@ buffer's episodes and counters (taken in one call, so they agree), and each
 generator's sampler RNG state (with those, a sync-mode run resumes bit for bit).
 """
 
+import io
 import shutil
 import time
 from pathlib import Path
 
 import torch
 
+from forge_async import disk_full
 from forge_async.checkpoint.directory import CheckpointDirectory, size_of
 from forge_async.handles.run import RunHandles
 
@@ -41,7 +43,7 @@ class Checkpointer:
                 await self._write(staging, step, loop_state, handles)
                 path = self.directory.commit(staging)
             except OSError as err:
-                raise self._not_written(step, needed, err.strerror or str(err)) from None
+                raise self._not_written(step, needed, self._why(staging, err)) from None
         return {"path": str(path), "seconds": time.perf_counter() - start, "bytes": size_of(path)}
 
     async def _write(self, staging: Path, step: int, loop_state: dict, handles: RunHandles) -> None:
@@ -54,7 +56,9 @@ class Checkpointer:
             "buffer": await handles.buffer.state_dict(),
             "generator_rng": await handles.generators.rng_states(),
         }
-        torch.save(state, staging / CONTROLLER_FILE)
+        serialized = io.BytesIO()  # torch.save's own writer reports a full disk as a RuntimeError
+        torch.save(state, serialized)
+        (staging / CONTROLLER_FILE).write_bytes(serialized.getbuffer())
 
     async def _room_needed(self, step: int, handles: RunHandles) -> int:
         """The bytes a checkpoint asks to be free: the trainer's state, plus the controller's part
@@ -68,6 +72,14 @@ class Checkpointer:
         if free < needed:
             raise self._not_written(step, needed, f"{_mib(free)} free")
         return needed
+
+    @staticmethod
+    def _why(staging: Path, err: OSError) -> str:
+        """What a failed write of the checkpoint in `staging` met: a full disk with the room left, or
+        the OS's words."""
+        if disk_full.is_disk_full(err):
+            return f"{disk_full.NO_SPACE.lower()}; {disk_full.room_at(staging)}"
+        return err.strerror or str(err)
 
     def _not_written(self, step: int, needed: int, why: str) -> CheckpointNotWritten:
         newest = self.directory.complete()

@@ -18,6 +18,7 @@ RESUMABLE_KEYS = (
     "target_reward",
     "checkpoint.every_steps",
     "checkpoint.keep",
+    "checkpoint.stop_grace_s",
     "generator.max_restarts",
     "weights.transport",
     "weights.cross_host",
