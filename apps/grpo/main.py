@@ -141,13 +141,13 @@ def report_early_end(summary: dict, app: str) -> None:
         print(f"stopped early: {summary['failure']}")
     if summary["stop_reason"]:
         print(f"interrupted ({summary['stop_reason']}) after step {summary['steps']}")
+    for what in summary["cut_short"]:
+        print(f"cut short: {what}")
     if summary["failure"] or summary["stop_reason"]:
         print(f"resume with: python -m {app} resume={summary['run_dir']}")
 
 
 def exit_status(summary: dict) -> int:
-    for what in summary["cut_short"]:
-        print(f"cut short: {what}")
     """0 for a run that ran its steps; 1 for one a failure stopped; 128 + signal if interrupted."""
     if summary["failure"]:
         return 1
@@ -188,31 +188,31 @@ def launch(
         if not config.verbose:
             keep_console_for_own_lines(run_dir / "logs")
         monarch_started = True
+        take_sigterm_as_ctrl_c()
         summary = asyncio.run(run(config, run_dir))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except TrainerFailed as err:
-        take_sigterm_as_ctrl_c()
         print(f"error: {err}\nresume with: python -m {app} resume={run_dir}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet
         print("interrupted during start-up", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
-    finally:
-        if monarch_started:
-            shut_down_monarch()
-    report(summary, app, what)
-    after(summary)
     except OSError as err:  # a full disk before the run's own writers could note it
         if not disk_full.is_disk_full(err):
             raise
         print(f"error: {disk_full.describe(err.filename or run_dir)}", file=sys.stderr)
         sys.exit(1)
+    finally:
+        if monarch_started:
+            shut_down_monarch()
+    summary["failure"] = summary["failure"] or disk_full.first()  # plots.png is drawn after the summary
+    report(summary, app, what)
+    after(summary)
     sys.exit(exit_status(summary))
 
 
-    summary["failure"] = summary["failure"] or disk_full.first()  # plots.png is drawn after the summary
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="grpo")
 def hydra_main(cfg: DictConfig) -> None:
     launch(lambda run_dir: load_config(cfg), "apps.grpo", "GRPO")
