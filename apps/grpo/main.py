@@ -114,8 +114,13 @@ def report(summary: dict, app: str = "apps.grpo", what: str = "GRPO") -> None:
         " checkpoints/, logs/)"
     )
     report_evaluations(summary)
-    if summary["dropped_other"]:
+    if summary["dropped_other"] or summary["not_started"]:
         print(f"dropped by reason: {summary['dropped_by_reason']}")
+    if summary["not_started"]:
+        print(
+            f"not started (dropped before reaching a generator; not counted as generated): "
+            f"{summary['not_started']} {summary['not_started_by_reason']}"
+        )
     if summary["generator_restarts"]:
         print(
             f"generator restarts: {summary['generator_restarts']} "

@@ -107,9 +107,10 @@ async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task
     new_environment = environment_factory(task)
     if new_environment is None:
         return None
+    session_limit = getattr(new_environment, "session_limit", None)  # kept here, wherever environments run
     if config.env.procs:
         new_environment = await handles.environments.start(new_environment)
-    return build_env_runner(config.env, new_environment, tokenizer, config.sampling, context)
+    return build_env_runner(config.env, new_environment, tokenizer, config.sampling, context, session_limit)
 
 
 async def train_on(

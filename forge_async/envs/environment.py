@@ -60,6 +60,16 @@ class OpenEnvConfig:
     app: str | None = None  # "module:app": the run serves it itself on 127.0.0.1 (uvicorn), stopped after
     workers: int = 1  # uvicorn worker processes serving app= (a pure-Python server is GIL-bound)
     startup_timeout_s: float = 60.0  # longest the server's /health may take to answer at start
+    # Sessions the run holds on the server at once; null: learned from the server at start
+    # (envs/openenv/capacity.py). Episodes wait for a free session.
+    max_sessions: int | None = None
+    session_wait_s: float = 600.0  # longest an episode waits for a free session (then openenv_session_wait)
+    # A session the server refuses all the same (at capacity) is asked for again, backing off,
+    # for this long; then its episode is dropped (openenv_refused). Within env.timeout_s.
+    refused_retry_s: float = 10.0
+    # Merged into reset()'s arguments; a string value "{seed}", "{text}", "{answer}" or
+    # "{meta.KEY}" takes that field of the task's prompt (envs/openenv/reset_arguments.py).
+    reset_kwargs: dict[str, Any] = field(default_factory=dict)
     action_field: str = "message"  # the action field the model's turn text is sent in
     token_ids_field: str | None = None  # also send the turn's token ids in this action field; null: not
     observation_field: str = "message"  # the observation field the model sees: text or token ids
@@ -76,6 +86,12 @@ class OpenEnvConfig:
             raise ConfigError(f"env.openenv.app={self.app}: must be module:app, e.g. my_package.server:app")
         check_range("env.openenv.workers", self.workers, AT_LEAST_1)
         check_range("env.openenv.startup_timeout_s", self.startup_timeout_s, POSITIVE)
+        check_range("env.openenv.max_sessions", self.max_sessions, AT_LEAST_1, nullable=True, note="null = probed")
+        check_range("env.openenv.session_wait_s", self.session_wait_s, POSITIVE)
+        check_range("env.openenv.refused_retry_s", self.refused_retry_s, AT_LEAST_0)
+        from forge_async.envs.openenv.reset_arguments import check_reset_kwargs  # only for env.name=openenv
+
+        check_reset_kwargs(self.reset_kwargs)
 
 
 @dataclass
@@ -127,3 +143,8 @@ class EnvConfig:
         check_range("env.procs", self.procs, AT_LEAST_0, note="0 = in the controller")
         if self.name == "openenv":
             self.openenv.check()
+            if self.openenv.refused_retry_s >= self.timeout_s:
+                raise ConfigError(
+                    f"env.openenv.refused_retry_s={self.openenv.refused_retry_s:g} must be below "
+                    f"env.timeout_s={self.timeout_s:g}, which bounds the whole reset() it retries within"
+                )

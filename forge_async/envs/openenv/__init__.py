@@ -5,7 +5,9 @@
 
 `openenv_environments` yields the factory of one session per episode (client.py) with
 the server up for the block: checked at start (a server that never answers fails there,
-naming its URL), started and stopped by the run for app=.
+naming its URL), started and stopped by the run for app=. Once it is up, the sessions it
+holds at once are learned (capacity.py; or env.openenv.max_sessions) and said in one line;
+the run holds no more than that at once.
 """
 
 import asyncio
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from forge_async.console import since_launch
 from forge_async.envs.environment import EnvConfig, OpenEnvConfig
+from forge_async.envs.openenv.capacity import Capacity, SessionLimit, probe_capacity
 from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.server_process import ServerProcess, wait_for_server
 from forge_async.errors import ConfigError
@@ -45,7 +48,8 @@ async def openenv_environments(
     `log_dir` (default: a temporary directory)."""
     openenv = config.openenv
     if openenv.url is not None:
-        yield OpenEnvSessions(openenv.url, openenv, eos_token_id, config.timeout_s)
+        limit = await session_limit(openenv, openenv.url, sessions, processes=1)
+        yield OpenEnvSessions(openenv.url, openenv, eos_token_id, config.timeout_s, session_limit=limit)
         return
     log_path = Path(log_dir or tempfile.mkdtemp(prefix="openenv-")) / "openenv_server.log"
     server = ServerProcess(openenv.app, openenv.workers, sessions, log_path)
@@ -57,6 +61,32 @@ async def openenv_environments(
             f"(uvicorn workers: {openenv.workers}, sessions a worker: {sessions}; log {log_path})",
             flush=True,
         )
-        yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid)
+        limit = await session_limit(openenv, server.url, sessions, processes=openenv.workers)
+        yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid, limit)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def session_limit(config: OpenEnvConfig, url: str, in_flight: int, processes: int) -> SessionLimit:
+    """The run's bound on its sessions at `url`: env.openenv.max_sessions, or the capacity probed
+    (that of one server process, times the `processes` serving it); said in one line."""
+    capacity = await server_capacity(config, url, in_flight, processes)
+    bound = min(capacity.sessions, in_flight)
+    plural = "" if capacity.sessions == 1 else "s"
+    print(
+        f"{since_launch()} OpenEnv server at {url}: {capacity.sessions} session{plural} at a time "
+        f"({capacity.source}): {bound} of the run's {in_flight} episodes in flight play at once, "
+        f"the others wait for a session (at most env.openenv.session_wait_s={config.session_wait_s:g}s)",
+        flush=True,
+    )
+    return SessionLimit(bound, config.session_wait_s, url)
+
+
+async def server_capacity(config: OpenEnvConfig, url: str, in_flight: int, processes: int) -> Capacity:
+    if config.max_sessions is not None:
+        return Capacity(config.max_sessions, "env.openenv.max_sessions")
+    per_process = await probe_capacity(url, in_flight + 1, config.startup_timeout_s)
+    if per_process is None:
+        return Capacity(in_flight + 1, "at least: probed, none refused")
+    where = "probed" if processes == 1 else f"probed: {per_process} a worker x {processes} uvicorn workers"
+    return Capacity(per_process * processes, where)

@@ -4,15 +4,18 @@ OpenEnv's HTTP /reset and /step build a new environment per request; only a WebS
 (`/ws`, driven by OpenEnv's GenericEnvClient) holds one environment for a whole
 episode. Each episode opens its own connection, and closes it however the episode ends.
 
-    reset(prompt)  -> client.reset(prompt=<its text>, meta=<its meta>, seed=..., eos_token_id=...)
+    reset(prompt)  -> client.reset(prompt=<its text>, meta=<its meta>, seed=..., eos_token_id=...,
+                                   **env.openenv.reset_kwargs)
     step(turn)     -> client.step({action_field: turn.text[, token_ids_field: turn.token_ids]})
     observation    <- the reply's observation[observation_field]: text or token ids
     reward, done   <- the reply's reward (None counts 0) and done
 
 A server's reset receives the keywords its signature names (OpenEnv drops the rest).
 The seed is drawn from the prompt, so the episodes of one group meet the same
-environment. A server that refuses the session, drops the connection or answers with
-an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on. A server
+environment. The run holds no more sessions at once than the server does (capacity.py); a
+session refused all the same is asked for again, backing off, for env.openenv.refused_retry_s,
+then its episode is dropped (openenv_refused). A server that drops the connection or answers
+with an error drops the episode (EpisodeDropped, openenv_<reason>); the run goes on. A server
 the run serves that is gone for good (its port refuses connections, or its process exited)
 ends the run (EnvironmentFailed),
 rather than leaving it to drop every episode from then on.
@@ -30,6 +33,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
+from forge_async.envs.openenv.capacity import CAPACITY_REACHED, SessionLimit
+from forge_async.envs.openenv.reset_arguments import reset_arguments
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EpisodeDropped
 from forge_async.tasks.task import Prompt
@@ -43,8 +48,9 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 # OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
 _ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")
-_REFUSED_CODES = {"CAPACITY_REACHED", "FACTORY_ERROR"}
+_REFUSED_CODES = {CAPACITY_REACHED, "FACTORY_ERROR"}
 _CLOSE_WAIT_S = 5.0
+_FIRST_BACKOFF_S, _LONGEST_BACKOFF_S = 0.05, 1.0  # between tries of a refused session
 _EXIT_WAIT_S = 2.0
 
 
@@ -76,6 +82,8 @@ class OpenEnvSessions:
     eos_token_id: int | None
     timeout_s: float  # env.timeout_s: the client's own wait for a reply
     server_pid: int | None = None  # the server the run serves (app=), on this host
+    # The sessions the run holds at once (capacity.py), kept by the controller's runner
+    session_limit: SessionLimit | None = None
 
     def __call__(self) -> "OpenEnvEpisode":
         return OpenEnvEpisode(self)
@@ -91,9 +99,8 @@ class OpenEnvEpisode:
 
     async def reset(self, prompt: Prompt) -> Observation:
         seed = zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode())
-        reply = await self._call(
-            "reset", prompt=prompt.text, meta=prompt.meta, seed=seed, eos_token_id=self.sessions.eos_token_id
-        )
+        arguments = {"prompt": prompt.text, "meta": prompt.meta, "seed": seed, "eos_token_id": self.sessions.eos_token_id}
+        reply = await self._call("reset", **arguments | reset_arguments(self.config.reset_kwargs, prompt, seed))
         return self._observation(reply.observation)
 
     async def step(self, turn: ModelTurn) -> EnvStep:
@@ -107,7 +114,26 @@ class OpenEnvEpisode:
         await self.client.close()
 
     async def _call(self, method: str, *args, **kwargs):
-        """The client's reset/step, its failures as drops by reason."""
+        """The client's reset/step, its failures as drops by reason; a session refused at reset is
+        asked for again, backing off, until env.openenv.refused_retry_s has passed since the first
+        refusal."""
+        clock = asyncio.get_running_loop()
+        deadline, backoff_s = None, _FIRST_BACKOFF_S
+        while True:
+            try:
+                return await self._call_once(method, *args, **kwargs)
+            except _Refused as refusal:
+                deadline = deadline or clock.time() + self.config.refused_retry_s
+                if clock.time() + backoff_s > deadline:
+                    raise EpisodeDropped(
+                        "openenv_refused", f"{refusal}; refused for env.openenv.refused_retry_s="
+                        f"{self.config.refused_retry_s:g}s",
+                    ) from None  # fmt: skip
+                await self.client.disconnect()  # the next try opens a new session
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(2 * backoff_s, _LONGEST_BACKOFF_S)
+
+    async def _call_once(self, method: str, *args, **kwargs):
         try:
             return await getattr(self.client, method)(*args, **kwargs)
         except ConnectionError as err:  # the WebSocket could not be opened
@@ -123,10 +149,10 @@ class OpenEnvEpisode:
             # A server at capacity accepts the WebSocket, says so and closes it normally: the episode's
             # first message may find it closed so. Any other close is a disconnect.
             if method == "reset" and err.rcvd is not None and err.rcvd.code == CloseCode.NORMAL_CLOSURE:
-                raise EpisodeDropped(
-                    "openenv_refused", f"OpenEnv server {self.sessions.url} ended the session before reset() "
-                    "(as a server at max_concurrent_envs does)",
-                ) from err  # fmt: skip
+                raise _Refused(
+                    f"OpenEnv server {self.sessions.url} ended the session before reset() "
+                    "(as a server at max_concurrent_envs does)"
+                ) from err
             raise EpisodeDropped(
                 "openenv_disconnected", f"OpenEnv server {self.sessions.url} closed the session at {method}(): {err}"
             ) from err
@@ -134,6 +160,8 @@ class OpenEnvEpisode:
             code = _ERROR_CODE.search(str(err))
             if code is None:
                 raise
+            if code.group(1) == CAPACITY_REACHED:
+                raise _Refused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
             reason = "openenv_refused" if code.group(1) in _REFUSED_CODES else "openenv_error"
             raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
 
@@ -146,6 +174,10 @@ class OpenEnvEpisode:
                 f"it has {sorted(observation)}",
             )
         return observation[field]
+
+
+class _Refused(Exception):
+    """The server did not hold the session (at capacity): worth asking again."""
 
 
 async def _exits(pid: int) -> bool:
