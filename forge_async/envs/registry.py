@@ -42,18 +42,21 @@ def check_environment_name(config: EnvConfig) -> None:
 
 @asynccontextmanager
 async def open_environments(
-    config: EnvConfig, tokenizer, episodes_in_flight: int = 1, run_dir: Path | None = None
+    config: EnvConfig, tokenizer, episodes_in_flight: int = 1, run_dir: Path | None = None, context: int | None = None
 ) -> AsyncIterator[EnvFactory | None]:
     """The factory of env.name's environments (None without env.name), open for the block.
     `episodes_in_flight`: the most the run plays at once (an OpenEnv server's sessions);
-    `run_dir`: where a server the run starts writes its log."""
+    `run_dir`: where a server the run starts writes its log; `context`: the model's, which an
+    OpenEnv server's opening observation is checked against."""
     if config.name is None:
         yield None
     elif config.name == "openenv":
         from forge_async.envs.openenv import openenv_environments
 
         log_dir = None if run_dir is None else run_dir / "logs"
-        async with openenv_environments(config, tokenizer.eos_token_id, episodes_in_flight, log_dir) as sessions:
+        async with openenv_environments(
+            config, tokenizer.eos_token_id, episodes_in_flight, log_dir, tokenizer, context
+        ) as sessions:
             yield sessions
     elif config.name.startswith(AGENT_PREFIX):
         from forge_async.envs.agent.environment import agent_environments
