@@ -1,20 +1,26 @@
 """env.name=openenv against a real OpenEnv server process (the repo's tool_lookup server under
 uvicorn): episodes as the native ones, sessions at once, drops by reason, start-up errors,
-and one GRPO run learning through it."""
+and one GRPO run learning through it. Sessions within a server's capacity (probed, waited
+for, refusals retried), reset arguments and episodes that never start on servers that count
+their sessions (tests/openenv_servers/counted_sessions.py)."""
 
 import asyncio
+import json
 import os
 import random
 import signal
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from apps.grpo.subprocess_run import run_app
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
+from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
+from forge_async.envs.openenv.capacity import probe_capacity
 from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
 from forge_async.launch.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
@@ -23,8 +29,10 @@ from forge_async.errors import ConfigError
 from forge_async.tasks.tool_lookup import ToolLookupTask
 from test_environments import EOS_ID, TOKENIZER, ScriptedModel
 from test_grpo_app import assert_accounting
+from tests.openenv_servers.counted_sessions import LOG_VARIABLE
 
 APP = "forge_async.envs.servers.tool_lookup_openenv:app"
+COUNTED = "tests.openenv_servers.counted_sessions"
 TASK = ToolLookupTask(TOKENIZER, max_prompt_tokens=8)
 
 
@@ -32,8 +40,11 @@ def openenv_config(**fields) -> EnvConfig:
     return EnvConfig(name="openenv", max_turns=2, openenv=OpenEnvConfig(**{"token_ids_field": "token_ids", **fields}))
 
 
-def tool_lookup_runner(new_environment) -> EnvRunner:
-    return EnvRunner(new_environment, TOKENIZER, SamplingConfig(max_tokens=3), EpisodeLimits(2, 64, 64), 10.0)
+def tool_lookup_runner(new_environment, session_limit=None) -> EnvRunner:
+    return EnvRunner(
+        new_environment, TOKENIZER, SamplingConfig(max_tokens=3), EpisodeLimits(2, 64, 64), 10.0,
+        session_limit=session_limit,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +119,8 @@ def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(server, 
 
     async def open_sessions(count: int, limit: int):
         """`count` sessions at once on a server the run serves, told to hold `limit` (the module's
-        server holds 6)."""
-        config = openenv_config(app=APP) if limit != 6 else openenv_config(url=server.url)
+        server holds 6); a refused session is asked for again for 0.3 s."""
+        config = openenv_config(app=APP, refused_retry_s=0.3) if limit != 6 else openenv_config(url=server.url)
         async with openenv_environments(config, EOS_ID, limit, tmp_path) as sessions:
             envs = [sessions() for _ in range(count)]
             try:
@@ -220,3 +231,111 @@ def test_tool_lookup_learns_through_an_openenv_server_the_run_serves(tmp_path):
     assert first < 0.06 and last > first + 0.08, (first, last)
     assert run.evaluations[-1]["eval/version"] == steps  # evaluated as OpenEnv episodes too
 
+
+# Sessions within the server's capacity
+
+
+@pytest.fixture
+def counted_server(tmp_path, monkeypatch):
+    """Starts `tests.openenv_servers.counted_sessions:<app>` (a real uvicorn process); yields its
+    URL and the file where it logs its peak of sessions held at once and its resets' arguments."""
+    log = tmp_path / "sessions.jsonl"
+    monkeypatch.setenv(LOG_VARIABLE, str(log))
+    servers = []
+
+    def start(app: str) -> tuple[str, Path]:
+        process = ServerProcess(f"{COUNTED}:{app}", workers=1, sessions=1, log_path=tmp_path / f"{app}.log")
+        servers.append(process)
+        process.start()
+        process.wait_until_up(120)
+        return process.url, log
+
+    yield start
+    for process in servers:
+        process.stop()
+
+
+def counted_config(**fields) -> EnvConfig:
+    """A counted server's episodes: tool_lookup's, shown its `message` field."""
+    return openenv_config(observation_field="message", **fields)
+
+
+def logged(log: Path, kind: str) -> list:
+    return [record[kind] for record in map(json.loads, log.read_text().splitlines()) if kind in record]
+
+
+def play_at_once(config: EnvConfig, in_flight: int, limited: bool = True) -> list[Completion | EpisodeDropped]:
+    """`in_flight` tool_lookup episodes played at once on config's server, the run's session bound
+    kept (or not)."""
+    prompts = [TASK.sample(random.Random(seed)) for seed in range(in_flight)]
+
+    async def play():
+        async with openenv_environments(config, EOS_ID, in_flight) as sessions:
+            runner = tool_lookup_runner(sessions, sessions.session_limit if limited else None)
+            return await asyncio.gather(
+                *(runner.play(p, ScriptedModel(list(answers(p)), [0, 0])) for p in prompts), return_exceptions=True
+            )
+
+    return asyncio.run(play())
+
+
+def test_the_probe_learns_a_servers_capacity_from_its_refusal_and_closes_every_session(counted_server):
+    url, log = counted_server("four_sessions")
+    assert asyncio.run(probe_capacity(url, 10, 30)) == 4
+    assert asyncio.run(probe_capacity(url, 3, 30)) is None  # it held the 3 asked for
+    assert asyncio.run(probe_capacity(url, 10, 30)) == 4  # none of the first probe's sessions left open
+    assert max(logged(log, "peak")) == 4
+
+
+def test_episodes_wait_for_the_one_session_a_server_holds_and_none_is_refused(counted_server, capsys):
+    url, log = counted_server("one_session")
+    # A refusal would drop its episode at once (no retries): every episode must wait for the session.
+    outcomes = play_at_once(counted_config(url=url, refused_retry_s=0), in_flight=6)
+    assert all(isinstance(o, Completion) for o in outcomes), outcomes
+    assert [round(o.env_reward, 6) for o in outcomes] == [1.0] * 6
+    assert max(logged(log, "peak")) == 1
+    assert f"OpenEnv server at {url}: 1 session at a time (probed): 1 of the run's 6 episodes" in capsys.readouterr().out
+
+
+def test_the_run_holds_no_more_sessions_than_env_openenv_max_sessions(counted_server, capsys):
+    url, log = counted_server("four_sessions")
+    outcomes = play_at_once(counted_config(url=url, max_sessions=2, refused_retry_s=0), in_flight=8)
+    assert all(isinstance(o, Completion) for o in outcomes), outcomes
+    assert max(logged(log, "peak")) == 2
+    assert "2 sessions at a time (env.openenv.max_sessions): 2 of the run's 8 episodes" in capsys.readouterr().out
+
+
+def test_a_refused_session_is_asked_for_again_until_refused_retry_s_then_dropped(counted_server):
+    url, log = counted_server("four_sessions")
+    # Without the run's bound, 6 episodes at once meet a server of 4: two are refused at first.
+    retried = play_at_once(counted_config(url=url, refused_retry_s=5), in_flight=6, limited=False)
+    assert all(isinstance(o, Completion) for o in retried), retried
+    dropped = play_at_once(counted_config(url=url, refused_retry_s=0), in_flight=6, limited=False)
+    refused = [o for o in dropped if isinstance(o, EpisodeDropped)]
+    assert [(d.reason, d.started) for d in refused] == [("openenv_refused", False)] * 2, dropped
+    assert "refused for env.openenv.refused_retry_s=0s" in str(refused[0])
+    assert max(logged(log, "peak")) == 4
+
+
+def test_reset_kwargs_reach_the_servers_reset_with_fields_of_the_prompt(counted_server):
+    url, log = counted_server("four_sessions")
+    prompt = TASK.sample(random.Random(0))
+    kwargs = {"dataset_name": "chain_sum", "size": 100, "key": "{meta.key}", "label": "key-{meta.key}"}
+
+    async def reset(reset_kwargs: dict):
+        config = openenv_config(url=url, observation_field="received", reset_kwargs=reset_kwargs)
+        async with openenv_environments(config, EOS_ID, 1) as sessions:
+            env = sessions()
+            try:
+                return json.loads(await env.reset(prompt))
+            finally:
+                await env.close()
+
+    received = asyncio.run(reset(kwargs))
+    key = prompt.meta["key"]
+    assert received == {"dataset_name": "chain_sum", "size": 100, "key": key, "label": f"key-{key}", "seed": received["seed"]}
+    assert asyncio.run(reset({"seed": "{meta.key}"}))["seed"] == key  # over the seed the run draws
+    with pytest.raises(EnvironmentFailed, match=r"env.openenv.reset_kwargs.size: the task's prompt has no meta.size"):
+        asyncio.run(reset({"size": "{meta.size}"}))
+    with pytest.raises(ConfigError, match=r"reset_kwargs.size='\{sizes\}': \{sizes\} is no field of a prompt"):
+        EnvConfig(name="openenv", openenv=OpenEnvConfig(url=url, reset_kwargs={"size": "{sizes}"}))
