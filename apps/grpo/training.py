@@ -74,7 +74,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    async with open_environments(config.env, tokenizer, config.episodes_in_flight, run_dir) as new_environment:
+    async with open_environments(config.env, tokenizer, config.episodes_in_flight, run_dir, context) as new_environment:
         task = with_environment(build_task(config.task, tokenizer, room), new_environment, tokenizer)
         eval_prompts = held_out_prompts(config.eval, task, config.task, tokenizer, room) if config.eval.enabled else []
         print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)

@@ -70,9 +70,16 @@ class OpenEnvConfig:
     # Merged into reset()'s arguments; a string value "{seed}", "{text}", "{answer}" or
     # "{meta.KEY}" takes that field of the task's prompt (envs/openenv/reset_arguments.py).
     reset_kwargs: dict[str, Any] = field(default_factory=dict)
-    action_field: str = "message"  # the action field the model's turn text is sent in
+    # The action field the model's turn text is sent in; null: the one required string or number
+    # field of the action schema the server publishes (envs/openenv/schema.py).
+    action_field: str | None = None
     token_ids_field: str | None = None  # also send the turn's token ids in this action field; null: not
-    observation_field: str = "message"  # the observation field the model sees: text or token ids
+    # The observation field the model sees (text or token ids); null: the observation rendered to
+    # text (envs/openenv/rendering.py).
+    observation_field: str | None = None
+    render: str | None = None  # "module:function": observation (a dict) -> the text the model sees
+    action: str | None = None  # "module:function": (turn text, action schema) -> the action (a dict)
+    tool_parser: str = "hermes"  # a server whose actions are MCP tool calls: the vLLM parser reading them
 
     def check(self) -> None:
         if (self.url is None) == (self.app is None):
@@ -92,6 +99,14 @@ class OpenEnvConfig:
         from forge_async.envs.openenv.reset_arguments import check_reset_kwargs  # only for env.name=openenv
 
         check_reset_kwargs(self.reset_kwargs)
+        for custom, field_key in (("render", "observation_field"), ("action", "action_field")):
+            if getattr(self, custom) is not None and getattr(self, field_key) is not None:
+                raise ConfigError(
+                    f"env.openenv.{custom} and env.openenv.{field_key} both say what the model "
+                    f"{'sees' if custom == 'render' else 'sends'}: set one"
+                )
+            if getattr(self, custom) is not None and len(getattr(self, custom).split(":")) != 2:
+                raise ConfigError(f"env.openenv.{custom}={getattr(self, custom)}: must be module:function")
 
 
 @dataclass

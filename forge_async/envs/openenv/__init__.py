@@ -17,18 +17,26 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from forge_async.callables import load_callable
 from forge_async.console import since_launch
 from forge_async.envs.environment import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv.capacity import Capacity, SessionLimit, probe_capacity
 from forge_async.envs.openenv.client import OpenEnvSessions
+from forge_async.envs.openenv.schema import action_form
+from forge_async.envs.openenv.startup import ready_sessions
 from forge_async.envs.openenv.server_process import ServerProcess, wait_for_server
 from forge_async.errors import ConfigError
 
 
 def check_openenv(config: OpenEnvConfig) -> None:
-    """Before any proc starts: url='s server answers, or app='s module exists."""
+    """Before any proc starts: url='s server answers, and its actions take a turn (schema.py), or
+    app='s module exists; env.openenv.render and .action name functions."""
+    for custom in ("render", "action"):
+        if getattr(config, custom) is not None:
+            load_callable(getattr(config, custom), f"env.openenv.{custom}")
     if config.url is not None:
         wait_for_server(config.url, config.startup_timeout_s)
+        action_form(config.url, config, None, config.startup_timeout_s)
         return
     module = config.app.split(":")[0]
     try:
@@ -41,15 +49,18 @@ def check_openenv(config: OpenEnvConfig) -> None:
 
 @asynccontextmanager
 async def openenv_environments(
-    config: EnvConfig, eos_token_id: int | None, sessions: int, log_dir: Path | None = None
-) -> AsyncIterator[OpenEnvSessions]:
+    config: EnvConfig, eos_token_id: int | None, sessions: int, log_dir: Path | None = None,
+    tokenizer=None, context: int | None = None,
+) -> AsyncIterator[OpenEnvSessions]:  # fmt: skip
     """The factory of OpenEnv episodes, its server up for the block. `sessions`: the episodes
     the run may play at once, the sessions an app= server is told to accept; its log goes to
-    `log_dir` (default: a temporary directory)."""
+    `log_dir` (default: a temporary directory). The server's actions are read, and its opening
+    checked against the model's `context` (startup.py; MCP tool calls need the `tokenizer`)."""
     openenv = config.openenv
     if openenv.url is not None:
         limit = await session_limit(openenv, openenv.url, sessions, processes=1)
-        yield OpenEnvSessions(openenv.url, openenv, eos_token_id, config.timeout_s, session_limit=limit)
+        sessions_at = OpenEnvSessions(openenv.url, openenv, eos_token_id, config.timeout_s, session_limit=limit)
+        yield await ready_sessions(sessions_at, tokenizer, context)
         return
     log_path = Path(log_dir or tempfile.mkdtemp(prefix="openenv-")) / "openenv_server.log"
     server = ServerProcess(openenv.app, openenv.workers, sessions, log_path)
@@ -62,7 +73,8 @@ async def openenv_environments(
             flush=True,
         )
         limit = await session_limit(openenv, server.url, sessions, processes=openenv.workers)
-        yield OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid, limit)
+        served = OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid, limit)
+        yield await ready_sessions(served, tokenizer, context)
     finally:
         await asyncio.to_thread(server.stop)
 

@@ -6,8 +6,8 @@ episode. Each episode opens its own connection, and closes it however the episod
 
     reset(prompt)  -> client.reset(prompt=<its text>, meta=<its meta>, seed=..., eos_token_id=...,
                                    **env.openenv.reset_kwargs)
-    step(turn)     -> client.step({action_field: turn.text[, token_ids_field: turn.token_ids]})
-    observation    <- the reply's observation[observation_field]: text or token ids
+    step(turn)     -> client.step(<the turn as an action, in the form of the server's schema>)
+    observation    <- the reply's observation rendered to text (rendering.py), or a field of it
     reward, done   <- the reply's reward (None counts 0) and done
 
 A server's reset receives the keywords its signature names (OpenEnv drops the rest).
@@ -33,6 +33,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
+from forge_async.envs.openenv.actions import ActionForm, NoAction
+from forge_async.envs.openenv.rendering import ObservationText
 from forge_async.envs.openenv.capacity import CAPACITY_REACHED, SessionLimit
 from forge_async.envs.openenv.reset_arguments import reset_arguments
 from forge_async.envs.remote import EnvironmentFailed
@@ -85,6 +87,8 @@ class OpenEnvSessions:
     # The sessions the run holds at once (capacity.py), kept by the controller's runner
     session_limit: SessionLimit | None = None
 
+    actions: ActionForm | None = None  # how a turn becomes an action (schema.py); set at start
+
     def __call__(self) -> "OpenEnvEpisode":
         return OpenEnvEpisode(self)
 
@@ -96,19 +100,21 @@ class OpenEnvEpisode:
         self.client = _SessionClient(
             base_url=sessions.url, connect_timeout_s=sessions.timeout_s, message_timeout_s=sessions.timeout_s
         )
+        self.observation_text = ObservationText(self.config)
 
     async def reset(self, prompt: Prompt) -> Observation:
         seed = zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode())
         arguments = {"prompt": prompt.text, "meta": prompt.meta, "seed": seed, "eos_token_id": self.sessions.eos_token_id}
         reply = await self._call("reset", **arguments | reset_arguments(self.config.reset_kwargs, prompt, seed))
-        return self._observation(reply.observation)
+        # A server whose opening shows nothing (an MCP server's): the task's prompt opens the episode.
+        return self.observation_text(reply.observation) or prompt.text
 
     async def step(self, turn: ModelTurn) -> EnvStep:
-        action = {self.config.action_field: turn.text}
-        if self.config.token_ids_field is not None:
-            action[self.config.token_ids_field] = turn.token_ids
+        action = self.sessions.actions.action(turn)
+        if isinstance(action, NoAction):  # not an action of the server's: the episode ends (actions.py)
+            return EnvStep(done=True, answer=action.answer)
         reply = await self._call("step", action)
-        return EnvStep(self._observation(reply.observation), float(reply.reward or 0.0), bool(reply.done))
+        return EnvStep(self.observation_text(reply.observation), float(reply.reward or 0.0), bool(reply.done))
 
     async def close(self) -> None:
         await self.client.close()
@@ -164,17 +170,6 @@ class OpenEnvEpisode:
                 raise _Refused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
             reason = "openenv_refused" if code.group(1) in _REFUSED_CODES else "openenv_error"
             raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
-
-    def _observation(self, observation: dict) -> Observation:
-        field = self.config.observation_field
-        if field not in observation:
-            raise EpisodeDropped(
-                "openenv_error",
-                f"the OpenEnv observation has no field {field!r} (env.openenv.observation_field); "
-                f"it has {sorted(observation)}",
-            )
-        return observation[field]
-
 
 class _Refused(Exception):
     """The server did not hold the session (at capacity): worth asking again."""
