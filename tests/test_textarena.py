@@ -182,6 +182,8 @@ def test_a_broken_game_stops_the_app_with_one_line_before_any_proc_starts(tmp_pa
     errors = [line for line in run.output.splitlines() if line.startswith("error:")]
     assert errors == [line for line in errors if "TextArena game ThreeCardMonte-v0 fails inside textarena" in line] != []
     assert "Traceback" not in run.output and "spawning" not in run.output
+    # Monarch's line saying where its internal logs are: in the run's logs, not on the console.
+    assert "Monarch" not in run.output and "Monarch internal logs" in (run.run_dir / "logs" / "controller.log").read_text()
 
 
 def test_games_that_cannot_be_played_here_fail_at_start_naming_them(monkeypatch):
