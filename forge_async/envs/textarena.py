@@ -71,7 +71,8 @@ def check_game(game: str, config: TextArenaConfig) -> None:
     outer = random.getstate()
     try:
         env = make_game(game, config)
-        if not config.online and (hosted := _hosted_models(env)):
+        hosted = _hosted_models(env)
+        if hosted and not config.online:
             raise TextArenaError(
                 f"{where} calls a hosted model ({', '.join(hosted)}): it is not offline; "
                 "env.textarena.online=true plays it (with its API key)"
@@ -95,7 +96,8 @@ def check_game(game: str, config: TextArenaConfig) -> None:
         random.setstate(outer)
     if not alone:  # a multiplayer game that accepts one player at reset
         raise TextArenaError(f"{where} cannot be played here: it is not a single-player game")
-    playtest(game, config)
+    if not hosted:  # a hosted model's game is not played here: each move would be a call to it
+        playtest(game, config)
 
 
 def playtest(game: str, config: TextArenaConfig) -> None:
