@@ -15,6 +15,8 @@ import dataclasses
 import types
 import typing
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from forge_async.errors import ConfigError
@@ -42,9 +44,6 @@ def _open_mappings(node: DictConfig) -> None:
 def check_override_shapes(schema: type, args: list[str]) -> None:
     """A ConfigError naming the first command-line override whose value is not of the shape its
     key takes (a list, a mapping, a section). Anything else is left to Hydra."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
     parser = OverridesParser.create()
     for arg in args:
         if arg.startswith("-") or "=" not in arg:  # Hydra's flags (--config-name X, --cfg job, -m)
