@@ -97,7 +97,7 @@ class ScoringTier:
                 f"scorer {name!r} {error} (prompt {prompt.text!r}, completion {completion.text!r}); "
                 "scoring.on_error=drop drops such completions instead"
             )
-        self.last_error = f"scorer {name!r} {error} (completion {completion.text[:80]!r})"
+        self.last_error = f"scorer {name!r} {error}"
         return True
 
     def _group(self, scored: list[tuple[Completion, dict[str, Score]]], group_id: int) -> list[Episode]:
