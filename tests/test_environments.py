@@ -194,7 +194,7 @@ def assert_finished_dropping(run, *reasons: str) -> dict[str, int]:
     first time, counted in summary.json. Returns the summary's drops by reason."""
     assert run.returncode == 0, run.output
     for reason in reasons:
-        assert f"episode dropped (counted as {reason}" in run.output, reason
+        assert f"episode dropped ({reason}): " in run.output, reason
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert_accounting(summary)
     dropped = summary["dropped_by_reason"]
