@@ -339,3 +339,30 @@ def test_reset_kwargs_reach_the_servers_reset_with_fields_of_the_prompt(counted_
         asyncio.run(reset({"size": "{meta.size}"}))
     with pytest.raises(ConfigError, match=r"reset_kwargs.size='\{sizes\}': \{sizes\} is no field of a prompt"):
         EnvConfig(name="openenv", openenv=OpenEnvConfig(url=url, reset_kwargs={"size": "{sizes}"}))
+
+
+def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_unstarted_episodes_apart(
+    tmp_path, monkeypatch
+):
+    log = tmp_path / "sessions.jsonl"
+    monkeypatch.setenv(LOG_VARIABLE, str(log))
+    run = run_app(
+        tmp_path / "run", "--config-name=tool_lookup_openenv", "steps=3", "prompts_per_step=4", "group_size=4",
+        "rollout_workers=1", "prompts_per_rollout=2", "eval.every_steps=0",
+        f"env.openenv.app={COUNTED}:one_session_no_low_keys", "env.openenv.observation_field=message",
+        "env.openenv.reset_kwargs={level: '{meta.key}', dataset_name: chain_sum}", timeout=900,
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    assert "1 session at a time (probed): 1 of the run's 8 episodes in flight play at once" in run.output
+    assert max(logged(log, "peak")) == 1
+    resets = logged(log, "reset")
+    assert resets and all(r["dataset_name"] == "chain_sum" and isinstance(r["level"], int) for r in resets)
+    summary = run.summary
+    assert_accounting(summary)
+    # Resets of keys 0-2 fail: those episodes never reached a generator, and are not counted as generated.
+    unstarted = summary["not_started_by_reason"].get("openenv_error", 0)
+    assert unstarted > 0 and summary["not_started"] == unstarted, summary
+    assert summary["dropped_by_reason"].get("openenv_error") == unstarted
+    assert not {"openenv_refused", "openenv_session_wait"} & set(summary["dropped_by_reason"]), summary
+    assert summary["dropped_other"] == sum(summary["dropped_by_reason"].values()) - summary["dropped_stale"] - unstarted
+    assert "not started (dropped before reaching a generator" in run.output

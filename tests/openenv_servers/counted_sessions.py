@@ -1,9 +1,9 @@
 """tool_lookup's OpenEnv server (forge_async/envs/servers/tool_lookup_openenv.py), holding a fixed
 number of sessions, counting those open at once, and showing what its reset() received.
 
-    one_session           holds 1 session at a time (OpenEnv's default)
-    four_sessions         holds 4
-    one_session_no_key_7  holds 1; its reset fails for key 7 (an episode that never starts)
+    one_session              holds 1 session at a time (OpenEnv's default)
+    four_sessions            holds 4
+    one_session_no_low_keys  holds 1; its reset fails for keys 0-2 (episodes that never start)
 
 With FORGE_TEST_SESSIONS_FILE set, the server writes there the most sessions it held at once
 (whenever that grows), and the arguments of every reset it played, one JSON line each.
@@ -44,10 +44,11 @@ class CountedSessionsEnv(ToolLookupServerEnv):
         _count(-1)
 
 
-class NoKeySevenEnv(CountedSessionsEnv):
+class NoLowKeysEnv(CountedSessionsEnv):
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ReceivedObservation:
-        if (kwargs.get("meta") or {}).get("key") == 7:
-            raise RuntimeError("no table for key 7")
+        key = (kwargs.get("meta") or {}).get("key")
+        if key < 3:
+            raise RuntimeError(f"no table for key {key}")
         return super().reset(seed, episode_id, **kwargs)
 
 
@@ -73,4 +74,4 @@ def _app(environment: type[CountedSessionsEnv], sessions: int):
 
 one_session = _app(CountedSessionsEnv, 1)
 four_sessions = _app(CountedSessionsEnv, 4)
-one_session_no_key_7 = _app(NoKeySevenEnv, 1)
+one_session_no_low_keys = _app(NoLowKeysEnv, 1)
