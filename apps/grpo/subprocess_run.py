@@ -24,7 +24,7 @@ class AppRun:
     returncode: int
     output: str
     run_dir: Path
-    acted_at: dict[int, float] = field(default_factory=dict)  # step -> time.monotonic() of its action
+    acted_at: dict[int | str, float] = field(default_factory=dict)  # trigger -> time.monotonic() of its action
     ended_at: float = 0.0  # time.monotonic() when the process exited
 
     @property
@@ -54,12 +54,13 @@ def run_app(run_dir: Path, *overrides: str, timeout: int = 600, app: str = "apps
 
 def run_app_acting_at(
     run_dir: Path,
-    actions: dict[int, Callable[[subprocess.Popen], None]],
+    actions: dict[int | str, Callable[[subprocess.Popen], None]],
     *overrides: str,
     timeout: int = 600,
     app: str = "apps.grpo",
 ) -> AppRun:
-    """Like run_app, but calls `actions[k](process)` as soon as the app prints step k.
+    """Like run_app, but calls `actions[k](process)` as soon as the app prints step k (an int k),
+    or a line containing k (a str k: "meshes up").
 
     The app runs in a session of its own, so `os.killpg(process.pid, SIGINT)` acts
     like Ctrl-C in a terminal. After `timeout` seconds its process group (the app and its procs)
@@ -84,14 +85,20 @@ def run_app_acting_at(
     try:
         for line in proc.stdout:
             lines.append(line)
-            for step, action in actions.items():
-                if step not in acted_at and line.startswith(f"step {step:4d}/"):
-                    acted_at[step] = time.monotonic()
+            for trigger, action in actions.items():
+                if trigger not in acted_at and _triggers(trigger, line):
+                    acted_at[trigger] = time.monotonic()
                     action(proc)
         proc.wait()
     finally:
         watchdog.cancel()
     return AppRun(proc.returncode, "".join(lines), run_dir, acted_at, time.monotonic())
+
+
+def _triggers(trigger: int | str, line: str) -> bool:
+    if isinstance(trigger, int):
+        return line.startswith(f"step {trigger:4d}/")
+    return trigger in line
 
 
 def hydra_command_line(run_dir: Path, overrides: tuple[str, ...]) -> list[str]:
