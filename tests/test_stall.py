@@ -92,12 +92,13 @@ def test_the_step_line_counts_every_drop_not_only_stale_ones(tmp_path, capsys):
     log.log(
         {
             "step": 1, "reward/mean": 0.5, "time/wall_s": 1.0, "policy/age_mean": 0.0, "policy/age_max": 0,
-            "samples/dropped_stale": 2, "samples/dropped_other": 120, "generator/tokens_per_s": 10.0,
+            "samples/dropped_stale": 2, "samples/dropped_other": 120, "samples/not_started": 568,
+            "generator/tokens_per_s": 10.0,
             "train/idle_frac": 0.5, "train/entropy": 1.0,
         }
     )
     log.close()
-    assert "| dropped 2 stale, 120 other |" in capsys.readouterr().out
+    assert "| dropped 2 stale, 120 other, 568 not started |" in capsys.readouterr().out
 
 
 def evaluate_with_scorer(fn: str | None, tmp_path) -> dict:
