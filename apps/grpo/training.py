@@ -208,10 +208,15 @@ async def write_trace(handles: RunHandles, run_dir: Path) -> None:
 
 
 def draw_plots_if_any(run_dir: Path) -> Path | None:
-    """RUN_DIR/plots.png, for a run that trained at least one step."""
+    """RUN_DIR/plots.png, for a run that trained at least one step (none where it could not be
+    written whole)."""
     from forge_async.plot import PlotError, draw_plots  # matplotlib is slow to import: only at the end
 
+    path = run_dir / "plots.png"
     try:
-        return write_side_output(run_dir / "plots.png", lambda: draw_plots(run_dir))
+        drawn = write_side_output(path, lambda: draw_plots(run_dir))
     except PlotError:
         return None
+    if drawn is None:
+        path.unlink(missing_ok=True)
+    return drawn
