@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.grpo.subprocess_run import run_app
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.callables import CallableError
 from forge_async.data.episode import ENV_TOKEN
@@ -224,6 +225,19 @@ def test_an_opening_too_long_for_the_context_stops_at_start_naming_the_key(numbe
         play(number_board.url, prompt, ["1"], tokenizer=build_digit_tokenizer())
 
 
+def test_a_run_whose_opening_does_not_fit_stops_at_start_in_one_line(tmp_path):
+    # The board and its message fill 64 tokens; the message alone would fit (a field picked by
+    # default would not show the board).
+    run = run_app(
+        tmp_path / "run", "env.name=openenv", f"env.openenv.app={NUMBER_BOARD}", "model.tiny.tokenizer=bytes",
+        "model.tiny.max_seq_len=64", "steps=1",
+    )  # fmt: skip
+    assert run.returncode == 2, run.output
+    assert "OpenEnv actions: the turn's text as guess (integer)" in run.output
+    assert "the model's context is 64" in run.output and "Traceback" not in run.output
+    assert "step    1" not in run.output
+
+
 OPENENV_REPO = os.environ.get("FORGE_OPENENV_REPO")
 
 
@@ -237,3 +251,19 @@ def test_openenv_echo_env_unmodified(tmp_path, monkeypatch):
     finally:
         server.stop()
     assert observations(done) == '<|tool|>{"message":"hi","length":2}<|assistant|>' and done.answer == "done"
+
+
+@pytest.mark.skipif(OPENENV_REPO is None, reason="FORGE_OPENENV_REPO: an OpenEnv checkout's envs/ directory")
+def test_openenv_textarena_env_unmodified(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", f"{OPENENV_REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("TEXTARENA_ENV_ID", "GuessTheNumber-v0")
+    monkeypatch.setenv("TEXTARENA_DOWNLOAD_NLTK", "0")
+    server = serve("textarena_env.server.app:app", tmp_path)
+    try:
+        done = play(server.url, Prompt(token_ids=[], answer="", text="", meta={}), ["[10]", "[15]"], context=1024)
+    finally:
+        server.stop()
+    assert BYTES.decode(done.prompt_ids).startswith("<bos><|user|>[GAME] You are Player 0. You are playing Guess")
+    # Each turn: the game's reply to it, not its history again.
+    replies = observations(done).split("<|tool|>")[1:]
+    assert replies[0].startswith("[Player] [10]\n[GAME] ") and "You are Player 0" not in observations(done)
