@@ -6,6 +6,7 @@ is structured, and an MCP server of FastMCP tools, their episodes played through
 Opt-in: OpenEnv's own echo_env, unmodified (FORGE_OPENENV_REPO=<an OpenEnv checkout>/envs)."""
 
 import asyncio
+import copy
 import json
 import os
 import zlib
@@ -19,14 +20,14 @@ from forge_async.callables import CallableError
 from forge_async.data.episode import ENV_TOKEN
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv import check_openenv, openenv_environments
-from forge_async.envs.openenv.actions import FieldAction, NoAction, field_value
+from forge_async.envs.openenv.actions import FieldAction, NoAction, field_value, opening
 from forge_async.envs.openenv.rendering import ObservationText
 from forge_async.envs.openenv.schema import action_form
 from forge_async.envs.openenv.server_process import ServerProcess
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
-from forge_async.tasks.task import Prompt
+from forge_async.tasks.task import Prompt, prompt_token_ids
 from test_agents import ScriptedText
 
 BYTES = build_byte_tokenizer()
@@ -214,6 +215,20 @@ def test_the_tools_are_listed_at_start(mcp_tools):
     call = ModelTurn('<tool_call>{"name": "shout", "arguments": {"text": "a"}}</tool_call>', [], "stop", 0)
     assert form.action(call) == {"type": "call_tool", "tool_name": "shout", "arguments": {"text": "a"}}
     assert form.action(ModelTurn("just text", [], "stop", 0)) == NoAction(answer="just text")
+
+
+def test_an_mcp_episode_opens_with_the_tools_in_the_chat_template(mcp_tools):
+    tokenizer = copy.deepcopy(BYTES)  # a template that shows the tools, as a chat model's does
+    tokenizer.chat_template = (
+        "{% for t in tools %}{{ '<|system|>' ~ t['function']['name'] }}{% endfor %}"
+        "{% for m in messages %}{{ '<|' ~ m['role'] ~ '|>' ~ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    form = action_form(mcp_tools.url, OpenEnvConfig(url=mcp_tools.url), tokenizer, 10)
+    assert tokenizer.decode(opening(form, "hi")) == "<|system|>add<|system|>shout<|user|>hi<|assistant|>"
+    # A template that has no place for tools: the text as any prompt.
+    without = action_form(mcp_tools.url, OpenEnvConfig(url=mcp_tools.url), BYTES, 10)
+    assert opening(without, "hi") == prompt_token_ids(BYTES, "hi")
 
 
 def test_an_opening_too_long_for_the_context_stops_at_start_naming_the_key(number_board):

@@ -5,7 +5,8 @@
                     true/false/yes/no; a choice (enum, Literal): the option the text is, or else
                     the one it names last (case ignored)
     ToolCallAction  {type: call_tool, tool_name, arguments}: the turn's first tool call, read by
-                    the vLLM tool parser env.openenv.tool_parser, as the agent endpoint reads them
+                    the vLLM tool parser env.openenv.tool_parser, as the agent endpoint reads them;
+                    the episode opens with the tools in the chat template (`opening`)
     CustomAction    env.openenv.action=module:function(turn text, action schema) -> the action
 
 A turn that is no action (no number for an integer field, a custom function's None) is the
@@ -21,7 +22,8 @@ from functools import cached_property
 
 from forge_async.callables import load_callable
 from forge_async.envs.agent.replies import ToolCallReader
-from forge_async.envs.environment import ModelTurn
+from forge_async.envs.environment import ModelTurn, Observation
+from forge_async.tasks.task import known_tokens
 
 _TYPES = ("string", "integer", "number", "boolean")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -111,6 +113,15 @@ class ToolCallAction:
         call = calls[0]["function"]
         return {"type": "call_tool", "tool_name": call["name"], "arguments": json.loads(call["arguments"] or "{}")}
 
+    def opening(self, text: str) -> Observation:
+        """The episode's first observation with the tools in it, as the chat template shows a chat
+        model the tools it may call (a template without tools shows the text alone)."""
+        if not self.tokenizer.chat_template:
+            return text
+        messages = [{"role": "user", "content": text}]
+        ids = self.tokenizer.apply_chat_template(messages, tools=list(self.tools), add_generation_prompt=True)
+        return known_tokens(self.tokenizer, list(ids["input_ids"] if hasattr(ids, "keys") else ids), text)
+
     def describe(self) -> str:
         names = ", ".join(tool["function"]["name"] for tool in self.tools)
         return f"MCP tool calls read by the {self.parser} parser (tools: {names or 'none'})"
@@ -144,3 +155,8 @@ class CustomAction:
 
 
 ActionForm = FieldAction | ToolCallAction | CustomAction
+
+
+def opening(actions: ActionForm, text: str) -> Observation:
+    """An episode's first observation, `text`: with an MCP server's tools when its actions are tool calls."""
+    return actions.opening(text) if isinstance(actions, ToolCallAction) else text

@@ -33,7 +33,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
-from forge_async.envs.openenv.actions import ActionForm, NoAction
+from forge_async.envs.openenv.actions import ActionForm, NoAction, opening
 from forge_async.envs.openenv.rendering import ObservationText
 from forge_async.envs.openenv.capacity import CAPACITY_REACHED, SessionLimit
 from forge_async.envs.openenv.reset_arguments import reset_arguments
@@ -107,7 +107,7 @@ class OpenEnvEpisode:
         arguments = {"prompt": prompt.text, "meta": prompt.meta, "seed": seed, "eos_token_id": self.sessions.eos_token_id}
         reply = await self._call("reset", **arguments | reset_arguments(self.config.reset_kwargs, prompt, seed))
         # A server whose opening shows nothing (an MCP server's): the task's prompt opens the episode.
-        return self.observation_text(reply.observation) or prompt.text
+        return opening(self.sessions.actions, self.observation_text(reply.observation) or prompt.text)
 
     async def step(self, turn: ModelTurn) -> EnvStep:
         action = self.sessions.actions.action(turn)
