@@ -24,6 +24,7 @@ from forge_async.envs.openenv.actions import FieldAction, NoAction, field_value,
 from forge_async.envs.openenv.rendering import ObservationText
 from forge_async.envs.openenv.schema import action_form
 from forge_async.envs.openenv.server_process import ServerProcess
+from forge_async.envs.openenv.startup import check_tool_parser
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
@@ -210,6 +211,9 @@ def test_mcp_tool_calls_over_a_real_server(mcp_tools):
 
 
 def test_the_tools_are_listed_at_start(mcp_tools):
+    check_openenv(OpenEnvConfig(url=mcp_tools.url))  # before any proc starts: no tokenizer yet
+    with pytest.raises(ConfigError, match=r"env.openenv.tool_parser='nope': not a vLLM tool parser"):
+        check_tool_parser(action_form(mcp_tools.url, OpenEnvConfig(url=mcp_tools.url, tool_parser="nope"), BYTES, 10))
     form = action_form(mcp_tools.url, OpenEnvConfig(url=mcp_tools.url), BYTES, 10)
     assert form.describe() == "MCP tool calls read by the hermes parser (tools: add, shout)"
     call = ModelTurn('<tool_call>{"name": "shout", "arguments": {"text": "a"}}</tool_call>', [], "stop", 0)

@@ -27,13 +27,12 @@ _TOOL_CALL = "call_tool"  # the `type` of OpenEnv's CallToolAction
 
 
 def action_form(url: str, config: OpenEnvConfig, tokenizer, timeout_s: float) -> ActionForm:
-    """The form of `url`'s actions, from the schema it publishes (and its tools, for MCP)."""
+    """The form of `url`'s actions, from the schema it publishes (and its tools, for MCP: read
+    with `tokenizer`'s parser; None checks the form alone)."""
     schema = _http(url, "/schema", None, timeout_s)["action"]
     if config.action is not None:
         return CustomAction(config.action, schema)
     if _is_tool_call(schema):
-        if tokenizer is None:
-            raise ConfigError(f"OpenEnv server {url}: its actions are MCP tool calls, which need the model's tokenizer")
         listed = _http(url, "/step", {"action": {"type": "list_tools"}}, timeout_s)["observation"]["tools"]
         return ToolCallAction(tuple(_openai_tool(tool) for tool in listed), config.tool_parser, tokenizer)
     field = config.action_field or _the_turn_field(url, schema)

@@ -40,6 +40,8 @@ async def ready_sessions(sessions: OpenEnvSessions, tokenizer, context: int | No
 
 
 def check_tool_parser(actions: ToolCallAction) -> None:
+    if actions.tokenizer is None:
+        raise ConfigError("env.name=openenv: the server's actions are MCP tool calls, read with the model's tokenizer")
     try:
         actions.reader
     except KeyError as err:
