@@ -117,7 +117,7 @@ def test_render_and_action_functions_replace_the_defaults_and_must_exist(number_
     assert custom.action(ModelTurn("none", [], "stop", 0)) == NoAction()
     with pytest.raises(CallableError, match=r"env.openenv.render 'tests.nowhere:render' cannot be imported"):
         check_openenv(OpenEnvConfig(url=number_board.url, render="tests.nowhere:render"))
-    with pytest.raises(ConfigError, match="env.openenv.render and env.openenv.observation_field both"):
+    with pytest.raises(ConfigError, match="env.openenv.render and env.openenv.observation_field are both set"):
         EnvConfig(name="openenv", openenv=OpenEnvConfig(app=NUMBER_BOARD, render="a:b", observation_field="message"))
 
 

@@ -99,14 +99,18 @@ class OpenEnvConfig:
         from forge_async.envs.openenv.reset_arguments import check_reset_kwargs  # only for env.name=openenv
 
         check_reset_kwargs(self.reset_kwargs)
-        for custom, field_key in (("render", "observation_field"), ("action", "action_field")):
-            if getattr(self, custom) is not None and getattr(self, field_key) is not None:
-                raise ConfigError(
-                    f"env.openenv.{custom} and env.openenv.{field_key} both say what the model "
-                    f"{'sees' if custom == 'render' else 'sends'}: set one"
-                )
-            if getattr(self, custom) is not None and len(getattr(self, custom).split(":")) != 2:
-                raise ConfigError(f"env.openenv.{custom}={getattr(self, custom)}: must be module:function")
+        _check_custom("render", self.render, "observation_field", self.observation_field)
+        _check_custom("action", self.action, "action_field", self.action_field)
+
+
+def _check_custom(key: str, function: str | None, field_key: str, field_name: str | None) -> None:
+    """env.openenv.render or .action: a module:function, not set with the field it replaces."""
+    if function is None:
+        return
+    if field_name is not None:
+        raise ConfigError(f"env.openenv.{key} and env.openenv.{field_key} are both set: set one")
+    if len(function.split(":")) != 2:
+        raise ConfigError(f"env.openenv.{key}={function}: must be module:function")
 
 
 @dataclass
