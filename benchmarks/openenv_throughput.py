@@ -30,6 +30,7 @@ import psutil
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.envs.environment import ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv.client import OpenEnvSessions
+from forge_async.envs.openenv.schema import action_form
 from forge_async.envs.openenv.server_process import ServerProcess
 from forge_async.models.tokenizer import EOS, VOCAB, build_digit_tokenizer
 from forge_async.tasks.tool_lookup import ToolLookupTask
@@ -60,7 +61,8 @@ async def episodes_until(sessions: OpenEnvSessions, deadline: float, seed: int) 
 def client(url: str, sessions: int, seconds: float, seed: int, start: Barrier, played: Queue) -> None:
     """One client process: once every client is ready (`start`), `sessions` episodes at a time for
     `seconds`; puts the episodes it finished in `played`."""
-    factory = OpenEnvSessions(url, OpenEnvConfig(url=url, token_ids_field="token_ids"), EOS_ID, 30.0)
+    config = OpenEnvConfig(url=url, token_ids_field="token_ids")
+    factory = OpenEnvSessions(url, config, EOS_ID, 30.0, actions=action_form(url, config, None, 30.0))
     start.wait()
 
     async def run() -> int:
