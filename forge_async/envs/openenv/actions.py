@@ -1,21 +1,24 @@
 """A model turn as an action of an OpenEnv server, in the form its schema gives (schema.py).
 
     FieldAction     {field: the turn's text in the field's type}: text as it is; an integer or a
-                    number: the last number in the text ("I guess 7" -> 7); a boolean: the last
-                    true/false/yes/no; a choice (enum, Literal): the option the text is, or else
-                    the one it names last (case ignored)
+                    number: the last number in the text ("I guess 7" -> 7), within the field's
+                    bounds (minimum, maximum); a boolean: the last true/false/yes/no; a choice
+                    (enum, Literal): the option the text is, or else the one it names last
+                    (case ignored)
     ToolCallAction  {type: call_tool, tool_name, arguments}: the turn's first tool call, read by
                     the vLLM tool parser env.openenv.tool_parser, as the agent endpoint reads them;
                     the episode opens with the tools in the chat template (`opening`)
     CustomAction    env.openenv.action=module:function(turn text, action schema) -> the action
 
-A turn that is no action (no number for an integer field, a custom function's None) is the
-game's invalid move: the episode ends there with no reward, and is trained on; nothing is sent.
+A turn that is no action (no number for an integer field, or one out of its bounds; a custom
+function's None) is the game's invalid move: the episode ends there with no reward, and is
+trained on; nothing is sent.
 A turn with no tool call is the model's final answer: the episode ends there, the task's reward
 scores it (as an agent program's returned text is).
 """
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -57,12 +60,22 @@ def field_value(text: str, field_schema: dict):
         said = [_BOOLEANS[word] for word in re.findall(r"[a-z]+", text.lower()) if word in _BOOLEANS]
         return said[-1] if said else None
     numbers = _NUMBER.findall(text)
-    if not numbers:
+    if not numbers or not _within(float(numbers[-1]), field_schema):
         return None
     number = float(numbers[-1])
     if kind == "number":
         return number
     return int(number) if number.is_integer() else None
+
+
+def _within(number: float, field_schema: dict) -> bool:
+    """Whether `number` is within the field's bounds (pydantic's ge, gt, le, lt)."""
+    return (
+        number >= field_schema.get("minimum", -math.inf)
+        and number > field_schema.get("exclusiveMinimum", -math.inf)
+        and number <= field_schema.get("maximum", math.inf)
+        and number < field_schema.get("exclusiveMaximum", math.inf)
+    )
 
 
 def _choice(text: str, options: list):
