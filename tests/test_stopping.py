@@ -16,6 +16,7 @@ from pathlib import Path
 from apps.grpo.subprocess_run import AppRun, run_app_acting_at
 from forge_async import child_processes
 from forge_async.checkpoint.directory import CheckpointDirectory
+from forge_async.handles.generators import ANSWER_TIMEOUT_S
 
 GRACE_S = 5
 # Episodes that never end and are never timed out: no drop, so no stall watch trips first.
@@ -84,6 +85,35 @@ def test_sigterm_in_a_stalled_run_ends_within_the_grace_and_saves(tmp_path):
     assert f"cut short: the step in flight was abandoned {GRACE_S} s after SIGTERM" in run.output
     assert CheckpointDirectory(run_dir, 2).latest_valid().name == "step_000000"
     assert summary["final_model"] and summary["accounting_ok"]
+
+
+def test_sigterm_with_a_hung_generator_ends_within_the_grace_and_one_unanswered_question(tmp_path):
+    """A generator that stops answering (SIGSTOP: alive, silent, as a hung engine): its calls in flight
+    are abandoned with the step, the checkpoint waits ANSWER_TIMEOUT_S for its sampler state, and no
+    more; it is killed at the end rather than waited for."""
+    run_dir = tmp_path / "run"
+    sent = {}
+
+    def hang_generator_then_sigterm(proc) -> None:
+        generator = AppRun(0, "", run_dir).procs["generator0"]["pid"]
+        os.kill(generator, signal.SIGSTOP)
+        sent["generator"] = generator
+        time.sleep(1)  # the next generate calls are in flight, unanswered
+        sent["at"] = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+
+    run = run_app_acting_at(
+        run_dir, {2: hang_generator_then_sigterm}, "steps=50", f"checkpoint.stop_grace_s={GRACE_S}", timeout=300
+    )
+    assert run.returncode == 128 + signal.SIGTERM, run.output
+    assert run.ended_at - sent["at"] < GRACE_S + ANSWER_TIMEOUT_S + 10, run.output
+    assert "generator 0 did not answer within" in run.output
+    summary = run.summary
+    assert summary["steps"] >= 2
+    assert f"the step in flight was abandoned {GRACE_S} s after SIGTERM" in summary["cut_short"]
+    last = CheckpointDirectory(run_dir, 2).latest_valid()
+    assert last.name == f"step_{summary['steps']:06d}"
+    assert still_running([sent["generator"]], within_s=10) == []
 
 
 def test_a_second_ctrl_c_leaves_no_process_of_the_run(tmp_path):

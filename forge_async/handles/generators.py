@@ -12,6 +12,8 @@ node comes back, it is spawned there again (`take_back`) and work goes to it as 
 """
 
 import asyncio
+import os
+import signal
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +29,7 @@ from forge_async.metrics import BusyClock
 from forge_async.reply_port import ReplyPort
 
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
+ANSWER_TIMEOUT_S = 10  # a question (stats, sampler state) that a generator answers at once, unless hung
 
 
 class GeneratorFailed(RuntimeError):
@@ -55,6 +58,7 @@ class GeneratorPool:
         self._actors: list = [None] * count
         self._restart_locks = [asyncio.Lock() for _ in range(count)]
         self.lost: dict[int, str] = {}  # generator -> why it is lost (its node is gone)
+        self._unanswering: set[int] = set()  # generators that let a question go unanswered (_ask_each)
         self.losses: list[str] = []  # every loss of the run, the ones taken back too
         self.taken_back: list[dict] = []  # generators spawned again on a node that came back
         self._replies = ReplyPort()  # generate calls, many a step, and loads: answered on one port
@@ -186,13 +190,19 @@ class GeneratorPool:
         return await self._ask_each(lambda g: g.rng_state.call_one())
 
     async def _ask_each(self, call: Callable[[object], Awaitable]) -> list:
+        """Each generator's answer; None from one that is lost, has failed, or has not answered within
+        ANSWER_TIMEOUT_S (a hung engine: not asked again, so a run's stop is not held up by it)."""
         answers = []
         for index, actor in enumerate(self._actors):
-            if index in self.lost:  # its node is gone: a call might not even end
+            if index in self.lost or index in self._unanswering:  # a call might not even end
                 answers.append(None)
                 continue
             try:
-                answers.append(await call(actor))
+                answers.append(await within(call(actor), ANSWER_TIMEOUT_S))
+            except TimeoutError:
+                self._unanswering.add(index)
+                print(f"generator {index} did not answer within {ANSWER_TIMEOUT_S} s: left out", flush=True)
+                answers.append(None)
             except Exception as err:
                 if not is_proc_failure(err):
                     raise
@@ -201,7 +211,8 @@ class GeneratorPool:
 
     async def trace_spans(self) -> dict[str, Awaitable]:
         """Each generator's pending spans call, by track (the caller bounds the wait)."""
-        return {f"generator {i}": self._actors[i].trace_spans.call_one() for i in self.live()}
+        answering = [i for i in self.live() if i not in self._unanswering]
+        return {f"generator {i}": self._actors[i].trace_spans.call_one() for i in answering}
 
     def nodes(self) -> list[int]:
         return [self.procs_file.where[str(roles.generator(i))]["node"] for i in range(self.count)]
@@ -259,9 +270,22 @@ class GeneratorPool:
         print(f"{self.lost[index]}; the run goes on with generators {self.live()}", flush=True)
 
     async def stop(self) -> None:
+        """Stop every generator that can be reached; a hung one (a question went unanswered) is
+        killed first where it runs on the controller's host: its stop would only time out."""
+        self._kill_hung_here()
         await asyncio.gather(
             *(stop_quietly(p) for i, p in enumerate(self._procs) if self.procs_file.reachable(roles.generator(i)))
         )
+
+    def _kill_hung_here(self) -> None:
+        here = self.procs_file.where["controller"]["host"]
+        for index in self._unanswering:
+            where = self.procs_file.where.get(str(roles.generator(index)))
+            if isinstance(where, dict) and where["host"] == here:
+                try:
+                    os.kill(where["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 @dataclass(frozen=True)
