@@ -366,3 +366,28 @@ def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_uns
     assert not {"openenv_refused", "openenv_session_wait"} & set(summary["dropped_by_reason"]), summary
     assert summary["dropped_other"] == sum(summary["dropped_by_reason"].values()) - summary["dropped_stale"] - unstarted
     assert "not started (dropped before reaching a generator" in run.output
+
+
+@pytest.mark.skipif(
+    not os.environ.get("FORGE_OPENENV_REPO"),
+    reason="FORGE_OPENENV_REPO: the envs/ folder of an OpenEnv checkout, for its reasoning_gym_env",
+)
+def test_the_openenv_repositorys_reasoning_gym_env_unmodified_holds_one_session_and_none_is_refused(
+    tmp_path, monkeypatch
+):
+    """OpenEnv's own reasoning_gym_env (max_concurrent_envs=1), served by the run as it is."""
+    envs = os.environ["FORGE_OPENENV_REPO"]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [envs, os.environ.get("PYTHONPATH")])))
+    run = run_app(
+        tmp_path / "run", "steps=3", "prompts_per_step=4", "group_size=4", "rollout_workers=1",
+        "prompts_per_rollout=2", "eval.every_steps=0", "model.tiny.tokenizer=bytes", "env.name=openenv",
+        "env.max_turns=1", "env.openenv.app=reasoning_gym_env.server.app:app",
+        "env.openenv.observation_field=question", "env.openenv.action_field=answer",
+        "env.openenv.reset_kwargs={dataset_name: chain_sum, size: 1, seed: '{seed}'}", timeout=900,
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    assert "1 session at a time (probed)" in run.output
+    summary = run.summary
+    assert_accounting(summary)
+    assert summary["trained"] == 3 * 16 and summary["not_started"] == 0, summary
+    assert set(summary["dropped_by_reason"]) <= {"stale"}, summary["dropped_by_reason"]

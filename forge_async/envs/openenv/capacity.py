@@ -53,11 +53,11 @@ async def probe_capacity(url: str, most: int, timeout_s: float) -> int | None:
                 opened = await asyncio.gather(*(_open_session(url) for _ in range(wave)), return_exceptions=True)
                 held += [o for o in opened if isinstance(o, ClientConnection)]
                 failures = [o for o in opened if not isinstance(o, ClientConnection)]
-                refusals = [f for f in failures if isinstance(f, _Refused)]
+                refusals = [f for f in failures if isinstance(f, SessionRefused)]
                 if refusals:
                     return refusals[0].max_sessions
                 if failures:
-                    raise failures[0]
+                    raise ProbeFailed(f"probing the sessions of the OpenEnv server at {url}: {failures[0]}")
             return None
     except TimeoutError:
         raise ProbeFailed(
@@ -68,14 +68,17 @@ async def probe_capacity(url: str, most: int, timeout_s: float) -> int | None:
         await asyncio.gather(*(_close_session(ws) for ws in held))
 
 
-class _Refused(Exception):
-    def __init__(self, max_sessions: int):
-        super().__init__(f"at capacity: {max_sessions} sessions")
+class SessionRefused(Exception):
+    """A session the server did not hold (CAPACITY_REACHED): worth asking for again. `max_sessions`:
+    the number its refusal carried, where it was read."""
+
+    def __init__(self, message: str, max_sessions: int | None = None):
+        super().__init__(message)
         self.max_sessions = max_sessions
 
 
 async def _open_session(url: str) -> ClientConnection:
-    """A session the server holds (it answered a state request), or _Refused."""
+    """A session the server holds (it answered a state request), or SessionRefused."""
     ws = await connect(websocket_url(url))
     try:
         try:
@@ -89,11 +92,10 @@ async def _open_session(url: str) -> ClientConnection:
     data: dict[str, Any] = reply.get("data") or {}
     if reply.get("type") == "error" and data.get("code") == CAPACITY_REACHED:
         await ws.close()
-        raise _Refused(int(data["max_sessions"]))
+        raise SessionRefused(data.get("message", CAPACITY_REACHED), int(data["max_sessions"]))
     if reply.get("type") == "error" and data.get("code") != "EXECUTION_ERROR":  # state before reset may fail
         await ws.close()
-        raise ProbeFailed(f"the OpenEnv server at {url} could not open a session: {data.get('message')} "
-                          f"(code {data.get('code')})")  # fmt: skip
+        raise ProbeFailed(f"it could not open a session: {data.get('message')} (code {data.get('code')})")
     return ws
 
 

@@ -35,7 +35,7 @@ from websockets.frames import CloseCode
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
 from forge_async.envs.openenv.actions import ActionForm, NoAction, opening
 from forge_async.envs.openenv.rendering import ObservationText
-from forge_async.envs.openenv.capacity import CAPACITY_REACHED, SessionLimit
+from forge_async.envs.openenv.capacity import CAPACITY_REACHED, SessionLimit, SessionRefused
 from forge_async.envs.openenv.reset_arguments import reset_arguments
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EpisodeDropped
@@ -128,7 +128,7 @@ class OpenEnvEpisode:
         while True:
             try:
                 return await self._call_once(method, *args, **kwargs)
-            except _Refused as refusal:
+            except SessionRefused as refusal:
                 deadline = deadline or clock.time() + self.config.refused_retry_s
                 if clock.time() + backoff_s > deadline:
                     raise EpisodeDropped(
@@ -155,7 +155,7 @@ class OpenEnvEpisode:
             # A server at capacity accepts the WebSocket, says so and closes it normally: the episode's
             # first message may find it closed so. Any other close is a disconnect.
             if method == "reset" and err.rcvd is not None and err.rcvd.code == CloseCode.NORMAL_CLOSURE:
-                raise _Refused(
+                raise SessionRefused(
                     f"OpenEnv server {self.sessions.url} ended the session before reset() "
                     "(as a server at max_concurrent_envs does)"
                 ) from err
@@ -167,13 +167,9 @@ class OpenEnvEpisode:
             if code is None:
                 raise
             if code.group(1) == CAPACITY_REACHED:
-                raise _Refused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
+                raise SessionRefused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
             reason = "openenv_refused" if code.group(1) in _REFUSED_CODES else "openenv_error"
             raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
-
-class _Refused(Exception):
-    """The server did not hold the session (at capacity): worth asking again."""
-
 
 async def _exits(pid: int) -> bool:
     """Whether process `pid` has exited, or does within _EXIT_WAIT_S: a dying process closes its
