@@ -348,12 +348,14 @@ def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_uns
     monkeypatch.setenv(LOG_VARIABLE, str(log))
     run = run_app(
         tmp_path / "run", "--config-name=tool_lookup_openenv", "steps=3", "prompts_per_step=4", "group_size=4",
-        "rollout_workers=1", "prompts_per_rollout=2", "eval.every_steps=0",
+        "rollout_workers=2", "prompts_per_rollout=2", "eval.every_steps=0", "env.procs=1",
         f"env.openenv.app={COUNTED}:one_session_no_low_keys", "env.openenv.observation_field=message",
+        "env.openenv.refused_retry_s=0",  # a session the run's bound let through to a full server: dropped
         "env.openenv.reset_kwargs={level: '{meta.key}', dataset_name: chain_sum}", timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.output
-    assert "1 session at a time (probed): 1 of the run's 8 episodes in flight play at once" in run.output
+    # Two rollout workers' episodes, their sessions held by an environment proc: one at a time.
+    assert "1 session at a time (probed): 1 of the run's 16 episodes in flight play at once" in run.output
     assert max(logged(log, "peak")) == 1
     resets = logged(log, "reset")
     assert resets and all(r["dataset_name"] == "chain_sum" and isinstance(r["level"], int) for r in resets)
