@@ -85,10 +85,16 @@ async def session_limit(config: OpenEnvConfig, url: str, in_flight: int, process
     capacity = await server_capacity(config, url, in_flight, processes)
     bound = min(capacity.sessions, in_flight)
     plural = "" if capacity.sessions == 1 else "s"
+    bounds = (
+        f"{bound} of the run's {in_flight} episodes in flight play at once, the others wait for a session "
+        f"(at most env.openenv.session_wait_s={config.session_wait_s:g}s)"
+        if bound < in_flight
+        else f"each of the run's {in_flight} episodes in flight has one"
+    )
     print(
-        f"{since_launch()} OpenEnv server at {url}: {capacity.sessions} session{plural} at a time "
-        f"({capacity.source}): {bound} of the run's {in_flight} episodes in flight play at once, "
-        f"the others wait for a session (at most env.openenv.session_wait_s={config.session_wait_s:g}s)",
+        f"{since_launch()} OpenEnv server at {url}: {'at least ' if capacity.at_least else ''}"
+        f"{capacity.sessions} session{plural} at a time "
+        f"({capacity.source}): {bounds}",
         flush=True,
     )
     return SessionLimit(bound, config.session_wait_s, url)
@@ -99,6 +105,6 @@ async def server_capacity(config: OpenEnvConfig, url: str, in_flight: int, proce
         return Capacity(config.max_sessions, "env.openenv.max_sessions")
     per_process = await probe_capacity(url, in_flight + 1, config.startup_timeout_s)
     if per_process is None:
-        return Capacity(in_flight + 1, "at least: probed, none refused")
+        return Capacity(in_flight + 1, "probed: none refused", at_least=True)
     where = "probed" if processes == 1 else f"probed: {per_process} a worker x {processes} uvicorn workers"
     return Capacity(per_process * processes, where)

@@ -39,7 +39,8 @@ class Capacity:
     """What the run keeps to on one server: `sessions` at once, and where that number came from."""
 
     sessions: int
-    source: str  # "probed", "at least, probed" (no refusal), "env.openenv.max_sessions"
+    source: str  # "probed", "env.openenv.max_sessions"
+    at_least: bool = False  # the probe met no refusal: the server holds `sessions` or more
 
 
 async def probe_capacity(url: str, most: int, timeout_s: float) -> int | None:
