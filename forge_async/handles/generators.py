@@ -58,7 +58,8 @@ class GeneratorPool:
         self._actors: list = [None] * count
         self._restart_locks = [asyncio.Lock() for _ in range(count)]
         self.lost: dict[int, str] = {}  # generator -> why it is lost (its node is gone)
-        self._unanswering: set[int] = set()  # generators that let a question go unanswered (_ask_each)
+        # generators that left a question unanswered (_ask_each: hung, or failed), until respawned
+        self._unanswering: set[int] = set()
         self.losses: list[str] = []  # every loss of the run, the ones taken back too
         self.taken_back: list[dict] = []  # generators spawned again on a node that came back
         self._replies = ReplyPort()  # generate calls, many a step, and loads: answered on one port
@@ -191,7 +192,8 @@ class GeneratorPool:
 
     async def _ask_each(self, call: Callable[[object], Awaitable]) -> list:
         """Each generator's answer; None from one that is lost, has failed, or has not answered within
-        ANSWER_TIMEOUT_S (a hung engine: not asked again, so a run's stop is not held up by it)."""
+        ANSWER_TIMEOUT_S (a hung engine). One that did not answer is asked nothing more until it is
+        respawned, so a run's stop is not held up by it."""
         answers = []
         for index, actor in enumerate(self._actors):
             if index in self.lost or index in self._unanswering:  # a call might not even end
@@ -206,6 +208,7 @@ class GeneratorPool:
             except Exception as err:
                 if not is_proc_failure(err):
                     raise
+                self._unanswering.add(index)
                 answers.append(None)
         return answers
 
@@ -249,6 +252,7 @@ class GeneratorPool:
             await within(self._spawn(index), _RESPAWN_TIMEOUT_S)
         except Exception as respawn_err:  # its node is gone (or cannot start procs)
             self._lose(index, f"{type(respawn_err).__name__} {respawn_err}")
+        self._unanswering.discard(index)
         if self.on_replaced is not None:
             await self.on_replaced(index, self._actors[index])
         print(f"generator {index} back in {time.perf_counter() - start:.1f}s", flush=True)
@@ -270,8 +274,9 @@ class GeneratorPool:
         print(f"{self.lost[index]}; the run goes on with generators {self.live()}", flush=True)
 
     async def stop(self) -> None:
-        """Stop every generator that can be reached; a hung one (a question went unanswered) is
-        killed first where it runs on the controller's host: its stop would only time out."""
+        """Stop every generator that can be reached; one that left a question unanswered (hung, or
+        failed but not yet gone) is killed first where it runs on the controller's host: its stop
+        would only time out."""
         self._kill_hung_here()
         await asyncio.gather(
             *(stop_quietly(p) for i, p in enumerate(self._procs) if self.procs_file.reachable(roles.generator(i)))
