@@ -80,7 +80,9 @@ class SessionRefused(Exception):
 
 async def _open_session(url: str) -> ClientConnection:
     """A session the server holds (it answered a state request), or SessionRefused."""
-    ws = await connect(websocket_url(url))
+    # A server on this host is reached directly, whatever proxy the environment names (as OpenEnv's client does).
+    loopback = any(host in url for host in ("://127.0.0.1", "://localhost"))
+    ws = await connect(websocket_url(url), proxy=None if loopback else True)
     try:
         try:
             await ws.send(json.dumps({"type": "state"}))
