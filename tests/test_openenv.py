@@ -18,6 +18,7 @@ import pytest
 from apps.grpo.subprocess_run import run_app
 from forge_async.actors.generator_config import SamplingConfig
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
+from forge_async.data.buffer import NOT_STARTED, EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.capacity import probe_capacity
@@ -369,6 +370,40 @@ def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_uns
     assert summary["dropped_other"] == sum(summary["dropped_by_reason"].values()) - summary["dropped_stale"] - unstarted
     assert "not started (dropped before reaching a generator" in run.output
 
+
+
+class FailsAt:
+    """An environment whose `reset` or first `step` raises."""
+
+    def __init__(self, method: str):
+        self.method = method
+
+    def reset(self, prompt):
+        if self.method == "reset":
+            raise RuntimeError("no table")
+        return prompt.text
+
+    def step(self, turn):
+        raise RuntimeError("no lookup")
+
+
+def test_a_drop_before_the_first_model_turn_is_counted_apart_from_generated():
+    prompt = TASK.sample(random.Random(0))
+    drops = []
+    for method in ("reset", "step"):
+        with pytest.raises(EpisodeDropped) as drop:
+            asyncio.run(tool_lookup_runner(lambda: FailsAt(method)).play(prompt, ScriptedModel(["1"], [0])))
+        drops.append(drop.value)
+    assert [(d.reason, d.started) for d in drops] == [("env_error", False), ("env_error", True)]
+    buffer = EpisodeBuffer(max_policy_age=1, capacity=8)
+    buffer.add([], {"env_error": 1, NOT_STARTED + "env_error": 2, NOT_STARTED + "openenv_session_wait": 1})
+    stats = buffer.stats()
+    assert (stats.added, stats.dropped_other, stats.dropped_total) == (1, 1, 4)  # generated: the one that started
+    assert stats.not_started == {"env_error": 2, "openenv_session_wait": 1}
+    assert stats.dropped_by_reason == {"env_error": 3, "openenv_session_wait": 1}  # every drop, by reason
+    restored = EpisodeBuffer(max_policy_age=1, capacity=8)
+    restored.load_state_dict(buffer.state_dict())
+    assert restored.stats() == stats
 
 @pytest.mark.skipif(
     not os.environ.get("FORGE_OPENENV_REPO"),
