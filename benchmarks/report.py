@@ -63,6 +63,7 @@ FULL = QUICK | {
     "cost_model": ["--check", "benchmarks/cross_host_runs.json"],
     "soak": [],
     "reply_ports": [],
+    "stop_deadline": [],
 }
 # a set entry runs the script of its name, or, for a variant listed here, the script it names
 VARIANTS = {"vs_trl_128_tokens": "vs_trl"}
