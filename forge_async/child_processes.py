@@ -7,8 +7,9 @@ such child is registered here while it runs; `kill_all` SIGKILLs every one still
 registered. The immediate exit (interrupt.py), the app's exit (exit.py) and the
 interpreter's (atexit) call it last.
 
-Monarch's procs need nothing of this: they end by themselves within seconds of their
-controller's end (measured in docs/checkpoints.md, Interrupts).
+Two kinds of children need nothing of this: Monarch's procs end by themselves within
+seconds of their controller (tests/test_stopping.py), and the math-verify worker
+(tasks/math_answer.py) ends when its pipe from the controller closes.
 
 `kill_all` only sends signals to the pids of a snapshot of a dict: safe to call from a
 signal handler.
