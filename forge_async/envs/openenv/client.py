@@ -50,7 +50,7 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 # OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
 _ERROR_CODE = re.compile(r"\(code: (\w+)\)\s*$")
-_REFUSED_CODES = {CAPACITY_REACHED, "FACTORY_ERROR"}
+_FACTORY_ERROR = "FACTORY_ERROR"  # the server's environment factory failed: no session, counted as refused
 _CLOSE_WAIT_S = 5.0
 _FIRST_BACKOFF_S, _LONGEST_BACKOFF_S = 0.05, 1.0  # between tries of a refused session
 _EXIT_WAIT_S = 2.0
@@ -168,7 +168,7 @@ class OpenEnvEpisode:
                 raise
             if code.group(1) == CAPACITY_REACHED:
                 raise SessionRefused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
-            reason = "openenv_refused" if code.group(1) in _REFUSED_CODES else "openenv_error"
+            reason = "openenv_refused" if code.group(1) == _FACTORY_ERROR else "openenv_error"
             raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
 
 async def _exits(pid: int) -> bool:
