@@ -21,7 +21,7 @@ from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.data.buffer import NOT_STARTED, EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
-from forge_async.envs.openenv.capacity import probe_capacity
+from forge_async.envs.openenv.capacity import ProbeFailed, probe_capacity
 from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
 from forge_async.launch.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
@@ -286,6 +286,12 @@ def test_the_probe_learns_a_servers_capacity_from_its_refusal_and_closes_every_s
     assert asyncio.run(probe_capacity(url, 3, 30)) is None  # it held the 3 asked for
     assert asyncio.run(probe_capacity(url, 10, 30)) == 4  # none of the first probe's sessions left open
     assert max(logged(log, "peak")) == 4
+
+
+def test_a_server_that_cannot_make_a_session_fails_the_probe_in_one_line(counted_server):
+    url, _ = counted_server("no_sessions")
+    with pytest.raises(ProbeFailed, match=f"sessions of the OpenEnv server at {url}: it could not open a session: .*FACTORY_ERROR"):
+        asyncio.run(probe_capacity(url, 4, 30))
 
 
 def test_episodes_wait_for_the_one_session_a_server_holds_and_none_is_refused(counted_server, capsys):

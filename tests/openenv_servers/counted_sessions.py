@@ -4,6 +4,7 @@ number of sessions, counting those open at once, and showing what its reset() re
     one_session              holds 1 session at a time (OpenEnv's default)
     four_sessions            holds 4
     one_session_no_low_keys  holds 1; its reset fails for keys 0-2 (episodes that never start)
+    no_sessions              its environments cannot be made (every session fails: FACTORY_ERROR)
 
 With FORGE_TEST_SESSIONS_FILE set, the server writes there the most sessions it held at once
 (whenever that grows), and the arguments of every reset it played, one JSON line each.
@@ -52,6 +53,11 @@ class NoLowKeysEnv(CountedSessionsEnv):
         return super().reset(seed, episode_id, **kwargs)
 
 
+class UnmadeEnv(CountedSessionsEnv):
+    def __init__(self):
+        raise RuntimeError("no license for this environment")
+
+
 def _count(change: int) -> None:
     global _open, _peak
     with _lock:
@@ -75,3 +81,4 @@ def _app(environment: type[CountedSessionsEnv], sessions: int):
 one_session = _app(CountedSessionsEnv, 1)
 four_sessions = _app(CountedSessionsEnv, 4)
 one_session_no_low_keys = _app(NoLowKeysEnv, 1)
+no_sessions = _app(UnmadeEnv, 4)
