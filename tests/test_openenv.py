@@ -291,7 +291,7 @@ def test_the_probe_learns_a_servers_capacity_from_its_refusal_and_closes_every_s
 def test_a_server_that_cannot_make_a_session_fails_the_probe_in_one_line(counted_server):
     url, _ = counted_server("no_sessions")
     with pytest.raises(ProbeFailed, match=f"sessions of the OpenEnv server at {url}: it could not open a session: .*FACTORY_ERROR"):
-        asyncio.run(probe_capacity(url, 4, 30))
+        asyncio.run(probe_capacity(url, 40, 30))  # past its capacity (4): refusals among the failures
 
 
 def test_episodes_wait_for_the_one_session_a_server_holds_and_none_is_refused(counted_server, capsys):

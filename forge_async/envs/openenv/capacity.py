@@ -53,12 +53,12 @@ async def probe_capacity(url: str, most: int, timeout_s: float) -> int | None:
                 wave = min(_PROBE_WAVE, most - len(held))
                 opened = await asyncio.gather(*(_open_session(url) for _ in range(wave)), return_exceptions=True)
                 held += [o for o in opened if isinstance(o, ClientConnection)]
-                failures = [o for o in opened if not isinstance(o, ClientConnection)]
-                refusals = [f for f in failures if isinstance(f, SessionRefused)]
+                refusals = [o for o in opened if isinstance(o, SessionRefused)]
+                failures = [o for o in opened if not isinstance(o, (ClientConnection, SessionRefused))]
+                if failures:  # first: a server that cannot make a session at all also refuses past its capacity
+                    raise ProbeFailed(f"probing the sessions of the OpenEnv server at {url}: {failures[0]}")
                 if refusals:
                     return refusals[0].max_sessions
-                if failures:
-                    raise ProbeFailed(f"probing the sessions of the OpenEnv server at {url}: {failures[0]}")
             return None
     except TimeoutError:
         raise ProbeFailed(
