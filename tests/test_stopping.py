@@ -116,6 +116,30 @@ def test_sigterm_with_a_hung_generator_ends_within_the_grace_and_one_unanswered_
     assert still_running([sent["generator"]], within_s=10) == []
 
 
+def test_a_trainer_still_in_its_step_at_the_deadline_is_neither_checkpointed_nor_saved(tmp_path):
+    """Its state is past the last completed step (it goes on with the step on its own): a checkpoint
+    of the record's step taken from it would not be that step's."""
+    run_dir = tmp_path / "run"
+
+    def hang_trainer_then_sigterm(proc) -> None:
+        os.kill(AppRun(0, "", run_dir).procs["trainer"][0]["pid"], signal.SIGSTOP)
+        time.sleep(1)  # the next step's train_and_push call is in flight, unanswered
+        os.killpg(proc.pid, signal.SIGTERM)
+
+    run = run_app_acting_at(
+        run_dir, {2: hang_trainer_then_sigterm}, "steps=50", f"checkpoint.stop_grace_s={GRACE_S}", timeout=300
+    )
+    assert run.returncode == 128 + signal.SIGTERM, run.output
+    summary = run.summary
+    step = summary["steps"]
+    assert summary["cut_short"] == [
+        f"the step in flight was abandoned {GRACE_S} s after SIGTERM",
+        f"no checkpoint written: the trainer was still in step {step + 1}, past step {step}",
+        "no final policy saved: the trainer was still in its step",
+    ], run.output
+    assert not (run_dir / "checkpoints").exists() and summary["final_model"] is None
+
+
 def test_a_second_ctrl_c_leaves_no_process_of_the_run(tmp_path):
     run_dir = tmp_path / "run"
     before: dict[int, str] = {}
