@@ -28,9 +28,9 @@ weights, repeat: the baseline async is measured against.
 A run ends after `steps`, or early when `request_stop` is called (Ctrl-C): either way the
 step in flight finishes, generation drains into the buffer, and the run checkpoints
 (training_loop.py: what GRPO and SFT runs share). Each has `checkpoint.stop_grace_s`: a
-step still in flight after a stop's grace is abandoned, so are the calls still in flight
-when the grace of the drain runs out (their samples counted lost by admission control). `run` returns the RunRecord that
-summary.json is written from.
+step still in flight after a stop's grace is abandoned, and so are the generate calls
+still in flight when the drain's grace runs out (their samples counted lost by admission
+control). `run` returns the RunRecord that summary.json is written from.
 """
 
 import asyncio
@@ -58,6 +58,8 @@ from forge_async.training_loop import CANCELLED_WITHIN_S, LANE, TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 
 _WORKER_CHECK_S = 0.5  # how often a waiting trainer loop checks its workers are alive
+
+
 class GRPOLoop(TrainingLoop):
     def __init__(
         self,
