@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from apps.grpo.subprocess_run import run_app_acting_at
-from forge_async import disk_full
+from forge_async import disk_full, side_outputs
 from forge_async.checkpoint.checkpointer import CONTROLLER_FILE
 from forge_async.checkpoint.directory import CheckpointDirectory
+from forge_async.side_outputs import write_side_output
 
 
 @pytest.fixture
@@ -93,3 +94,22 @@ def test_a_full_disk_is_known_however_it_is_reported(tmp_path):
     assert line.startswith(f"no space left on device writing {tmp_path}/not/yet/there.json (")
     mount = line.rsplit(" MiB free on ", 1)[1].removesuffix(")")
     assert os.path.ismount(mount) and str(tmp_path.resolve()).startswith(mount)
+
+
+def test_side_outputs_note_the_first_full_disk_silently_and_warn_of_other_failures(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(disk_full, "_first", None)
+    monkeypatch.setattr(side_outputs, "_reported", set())
+
+    def no_space() -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def no_permission() -> None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    assert write_side_output(tmp_path / "metrics.jsonl", no_space) is None
+    assert write_side_output(tmp_path / "trace.json", no_space) is None  # the first one stays the run's
+    assert disk_full.first() == disk_full.describe(tmp_path / "metrics.jsonl")
+    assert capsys.readouterr().err == ""
+    assert write_side_output(tmp_path / "plots.png", no_permission) is None
+    assert capsys.readouterr().err == "warning: plots.png not written (Permission denied); the run goes on without it\n"
+
