@@ -345,7 +345,7 @@ def test_reset_kwargs_reach_the_servers_reset_with_fields_of_the_prompt(counted_
     with pytest.raises(EnvironmentFailed, match=r"env.openenv.reset_kwargs.size: the task's prompt has no meta.size"):
         asyncio.run(reset({"size": "{meta.size}"}))
     with pytest.raises(ConfigError, match=r"reset_kwargs.size='\{sizes\}': \{sizes\} is no field of a prompt"):
-        EnvConfig(name="openenv", openenv=OpenEnvConfig(url=url, reset_kwargs={"size": "{sizes}"}))
+        check_openenv(OpenEnvConfig(url=url, reset_kwargs={"size": "{sizes}"}))
 
 
 def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_unstarted_episodes_apart(

@@ -96,9 +96,6 @@ class OpenEnvConfig:
         check_range("env.openenv.max_sessions", self.max_sessions, AT_LEAST_1, nullable=True, note="null = probed")
         check_range("env.openenv.session_wait_s", self.session_wait_s, POSITIVE)
         check_range("env.openenv.refused_retry_s", self.refused_retry_s, AT_LEAST_0)
-        from forge_async.envs.openenv.reset_arguments import check_reset_kwargs  # only for env.name=openenv
-
-        check_reset_kwargs(self.reset_kwargs)
         _check_custom("render", self.render, "observation_field", self.observation_field)
         _check_custom("action", self.action, "action_field", self.action_field)
 

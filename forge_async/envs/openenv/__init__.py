@@ -22,6 +22,7 @@ from forge_async.console import since_launch
 from forge_async.envs.environment import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv.capacity import Capacity, SessionLimit, probe_capacity
 from forge_async.envs.openenv.client import OpenEnvSessions
+from forge_async.envs.openenv.reset_arguments import check_reset_kwargs
 from forge_async.envs.openenv.schema import action_form
 from forge_async.envs.openenv.startup import ready_sessions
 from forge_async.envs.openenv.server_process import ServerProcess, wait_for_server
@@ -30,7 +31,9 @@ from forge_async.errors import ConfigError
 
 def check_openenv(config: OpenEnvConfig) -> None:
     """Before any proc starts: url='s server answers, and its actions take a turn (schema.py), or
-    app='s module exists; env.openenv.render and .action name functions."""
+    app='s module exists; env.openenv.render and .action name functions; env.openenv.reset_kwargs
+    refers to fields a prompt has."""
+    check_reset_kwargs(config.reset_kwargs)
     for custom in ("render", "action"):
         if getattr(config, custom) is not None:
             load_callable(getattr(config, custom), f"env.openenv.{custom}")
