@@ -19,6 +19,8 @@ RESUMABLE_KEYS = (
     "checkpoint.every_steps",
     "checkpoint.keep",
     "checkpoint.stop_grace_s",
+    "stall.max_dropped_episodes",
+    "stall.report_every_s",
     "generator.max_restarts",
     "weights.transport",
     "weights.cross_host",
