@@ -158,6 +158,23 @@ def test_a_second_ctrl_c_leaves_no_process_of_the_run(tmp_path):
     assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}
 
 
+def test_sigterm_during_start_up_leaves_no_process_of_the_run(tmp_path):
+    """Before the training loop takes signals, SIGTERM is taken as Ctrl-C: the start is cancelled and
+    what was started stopped on the way out, where by default the process would die on the spot."""
+    before: dict[int, str] = {}
+
+    def sigterm(proc) -> None:
+        before.update(descendants(proc.pid))
+        os.killpg(proc.pid, signal.SIGTERM)
+
+    run = run_app_acting_at(
+        tmp_path / "run", {"OpenEnv server": sigterm}, "--config-name=tool_lookup_openenv", timeout=300
+    )
+    assert run.returncode == 128 + signal.SIGINT and "interrupted during start-up" in run.output, run.output
+    assert any("uvicorn" in command for command in before.values()), before
+    assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}
+
+
 def test_kill_all_ends_a_registered_process_group():
     child = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
     time.sleep(0.2)  # the shell's own child started
