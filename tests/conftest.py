@@ -5,6 +5,8 @@ torchstore. Tests talk to actors synchronously through Monarch futures (`.get()`
 """
 
 import asyncio
+import os
+import subprocess
 
 import pytest
 
@@ -95,3 +97,13 @@ def fixed_sequences() -> list[list[int]]:
     ]
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB filesystem (tmpfs): room for the tiny model's run files and a checkpoint or two."""
+    if os.geteuid() != 0 and not os.environ.get("CI"):
+        pytest.skip("mounting a tmpfs needs root (CI runs as root and never skips this)")
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], check=True)
+    yield mount_point
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)

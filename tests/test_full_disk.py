@@ -8,10 +8,8 @@ while the run goes on; tests/test_survival.py has the case of a checkpoint too b
 import errno
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 import torch
 
 from apps.grpo.subprocess_run import run_app_acting_at
@@ -19,18 +17,6 @@ from forge_async import disk_full, side_outputs
 from forge_async.checkpoint.checkpointer import CONTROLLER_FILE
 from forge_async.checkpoint.directory import CheckpointDirectory
 from forge_async.side_outputs import write_side_output
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 3 MiB filesystem (tmpfs): room for the tiny model's run files and one checkpoint."""
-    if os.geteuid() != 0 and not os.environ.get("CI"):
-        pytest.skip("mounting a tmpfs needs root (CI runs as root and never skips this)")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], check=True)
-    yield mount_point
-    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
 
 
 def fill(directory: Path, leave: int = 0) -> None:

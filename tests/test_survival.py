@@ -10,13 +10,11 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-import pytest
 from safetensors.torch import load_file
 
 from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
@@ -236,18 +234,6 @@ def test_a_sigkilled_controllers_scratch_is_reclaimed_by_the_next_run_and_nothin
     assert following.returncode == 0, following.output
     assert f"removed {orphan}: its run ended without removing it" in following.output
     assert run_leftovers() == before
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 3 MiB filesystem (tmpfs): room for the tiny model's run files and one checkpoint, not two."""
-    if os.geteuid() != 0 and not os.environ.get("CI"):
-        pytest.skip("mounting a tmpfs needs root (CI runs as root and never skips this)")
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount_point)], check=True)
-    yield mount_point
-    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
 
 
 def test_a_full_disk_ends_the_run_with_one_line_and_leaves_it_resumable(small_disk, tmp_path):
