@@ -21,7 +21,7 @@ from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.data.buffer import NOT_STARTED, EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
-from forge_async.envs.openenv.capacity import ProbeFailed, probe_capacity
+from forge_async.envs.openenv.capacity import ProbeFailed, SessionLimit, probe_capacity
 from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
 from forge_async.launch.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
@@ -310,6 +310,28 @@ def test_the_run_holds_no_more_sessions_than_env_openenv_max_sessions(counted_se
     assert all(isinstance(o, Completion) for o in outcomes), outcomes
     assert max(logged(log, "peak")) == 2
     assert "2 sessions at a time (env.openenv.max_sessions): 2 of the run's 8 episodes" in capsys.readouterr().out
+
+
+def test_the_session_bound_says_once_the_episodes_per_second_its_sessions_allow(capsys):
+    limit, holding, peak = SessionLimit(2, wait_s=30, url="http://server"), 0, 0
+
+    async def episode() -> None:
+        nonlocal holding, peak
+        async with limit:
+            holding += 1
+            peak = max(peak, holding)
+            await asyncio.sleep(0.01)  # each episode holds its session 10 ms or more
+            holding -= 1
+
+    async def episodes(n: int) -> None:
+        await asyncio.gather(*(episode() for _ in range(n)))
+
+    asyncio.run(episodes(100))
+    lines = [line for line in capsys.readouterr().out.splitlines() if "episodes/s" in line]
+    assert len(lines) == 1 and "OpenEnv server at http://server: an episode holds its session " in lines[0], lines
+    assert "(the first 64): 2 sessions at once allow at most " in lines[0]
+    assert 0 < int(lines[0].rsplit("at most ", 1)[1].split()[0]) <= 200  # 2 sessions / 10 ms
+    assert peak == 2
 
 
 def test_a_refused_session_is_asked_for_again_until_refused_retry_s_then_dropped(counted_server):

@@ -10,22 +10,27 @@ serves with `env.openenv.workers=N` (uvicorn) holds N times it.
 `SessionLimit` is the bound the run keeps: at most `sessions` episodes hold a session at
 once, in the controller, which plays (or drives, with env.procs) every episode of the run,
 training and evaluation alike. An episode waits for a free session, at most `wait_s`;
-past it, it is dropped before its first model turn (openenv_session_wait).
+past it, it is dropped before its first model turn (openenv_session_wait). Once the first
+`_MEASURED_EPISODES` episodes have given their session back, one line says how long an episode
+holds one on average, and so the episodes/s the server's sessions allow at most.
 """
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from forge_async.console import since_launch
 from forge_async.envs.runner import EpisodeDropped
 from forge_async.errors import ConfigError
 
 CAPACITY_REACHED = "CAPACITY_REACHED"
 _PROBE_WAVE = 32  # sessions opened at once while probing
+_MEASURED_EPISODES = 64  # episodes whose sessions' mean hold time the run says once
 _CLOSE_WAIT_S = 5.0
 
 
@@ -128,9 +133,11 @@ class SessionLimit:
     def __init__(self, sessions: int, wait_s: float, url: str):
         self.sessions, self.wait_s, self.url = sessions, wait_s, url
         self._free: asyncio.Semaphore | None = None  # made in the process that uses it
+        self._taken_at: dict[asyncio.Task, float] = {}  # the episode (its task) holding a session: since when
+        self._held_s: list[float] = []  # how long each of the first episodes held its session
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_free": None}
+        return {**self.__dict__, "_free": None, "_taken_at": {}}
 
     async def __aenter__(self) -> None:
         if self._free is None:
@@ -144,6 +151,23 @@ class SessionLimit:
                 f"(env.openenv.session_wait_s; the run holds {self.sessions} at once)",
                 started=False,
             ) from None
+        self._taken_at[asyncio.current_task()] = time.perf_counter()
 
     async def __aexit__(self, *exc) -> None:
         self._free.release()
+        taken_at = self._taken_at.pop(asyncio.current_task())
+        if len(self._held_s) < _MEASURED_EPISODES:
+            self._held_s.append(time.perf_counter() - taken_at)
+            if len(self._held_s) == _MEASURED_EPISODES:
+                self._say_rate()
+
+    def _say_rate(self) -> None:
+        """The one line of what the sessions allow, from the first episodes' mean hold time."""
+        mean_s = sum(self._held_s) / len(self._held_s)
+        plural = "" if self.sessions == 1 else "s"
+        print(
+            f"{since_launch()} OpenEnv server at {self.url}: an episode holds its session {mean_s:.2f}s on "
+            f"average (the first {len(self._held_s)}): {self.sessions} session{plural} at once allow at most "
+            f"{self.sessions / mean_s:.0f} episodes/s",
+            flush=True,
+        )
