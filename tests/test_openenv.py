@@ -323,7 +323,12 @@ def test_the_session_bound_says_once_the_episodes_per_second_its_sessions_allow(
             await asyncio.sleep(0.01)  # each episode holds its session 10 ms or more
             holding -= 1
 
+    async def dropped() -> None:
+        async with limit:
+            raise EpisodeDropped("openenv_error", "dropped at once", started=False)
+
     async def episodes(n: int) -> None:
+        await asyncio.gather(*(dropped() for _ in range(n)), return_exceptions=True)  # not measured: 0 s each
         await asyncio.gather(*(episode() for _ in range(n)))
 
     asyncio.run(episodes(100))

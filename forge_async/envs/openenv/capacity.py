@@ -11,8 +11,8 @@ serves with `env.openenv.workers=N` (uvicorn) holds N times it.
 once, in the controller, which plays (or drives, with env.procs) every episode of the run,
 training and evaluation alike. An episode waits for a free session, at most `wait_s`;
 past it, it is dropped before its first model turn (openenv_session_wait). Once the first
-`_MEASURED_EPISODES` episodes have given their session back, one line says how long an episode
-holds one on average, and so the episodes/s the server's sessions allow at most.
+`_MEASURED_EPISODES` episodes played to their end have given their session back, one line says
+how long an episode holds one on average, and so the episodes/s the server's sessions allow at most.
 """
 
 import asyncio
@@ -153,10 +153,10 @@ class SessionLimit:
             ) from None
         self._taken_at[asyncio.current_task()] = time.perf_counter()
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, failure: type[BaseException] | None, *_) -> None:
         self._free.release()
         taken_at = self._taken_at.pop(asyncio.current_task())
-        if len(self._held_s) < _MEASURED_EPISODES:
+        if failure is None and len(self._held_s) < _MEASURED_EPISODES:  # played episodes only
             self._held_s.append(time.perf_counter() - taken_at)
             if len(self._held_s) == _MEASURED_EPISODES:
                 self._say_rate()

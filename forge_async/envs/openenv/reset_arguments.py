@@ -60,7 +60,7 @@ def _field(name: str, fields: dict[str, Any], path: str) -> Any:
     for part in name.split("."):
         if not isinstance(value, dict) or part not in value:
             has = sorted(value) if isinstance(value, dict) else type(value).__name__
-            raise EnvironmentFailed(f"{path}: the task's prompt has no {name} (where {part} is looked up: {has})")
+            raise EnvironmentFailed(f"{path}: the task's prompt has no {name} ({part!r} is not among {has})")
         value = value[part]
     return value
 
