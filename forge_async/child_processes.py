@@ -13,11 +13,25 @@ seconds of their controller (tests/test_stopping.py), and the math-verify worker
 
 `kill_all` only sends signals to the pids of a snapshot of a dict: safe to call from a
 signal handler.
+
+A controller killed outright (SIGKILL, the OOM killer) runs none of that: a child started
+with `dying_with_this_process(command)` is told by the kernel (Linux's PR_SET_PDEATHSIG) with a
+SIGTERM when the thread that started it ends, so it must be started from the main thread.
 """
 
 import atexit
 import os
 import signal
+import sys
+
+# Run by the child's Python before its program: ask the kernel for SIGTERM when the parent dies
+# (prctl option 1, PR_SET_PDEATHSIG; kept across exec), end at once if it already has, then exec.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+    "os.getppid() == int(sys.argv[1]) or sys.exit(1); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 _children: dict[int, bool] = {}  # pid -> whether its whole process group is the run's
 
@@ -43,3 +57,11 @@ def kill_all() -> None:
                 os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def dying_with_this_process(command: list[str]) -> list[str]:
+    """`command` (its first item a path to an executable), run so that it gets SIGTERM when this
+    process dies, however it dies (Linux; elsewhere `command` as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]

@@ -158,6 +158,23 @@ def test_a_second_ctrl_c_leaves_no_process_of_the_run(tmp_path):
     assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}
 
 
+def test_a_controller_killed_outright_leaves_no_process_of_the_run(tmp_path):
+    """SIGKILL (the OOM killer's) runs no handler of the controller's: the OpenEnv server it serves
+    is told by the kernel, and Monarch's procs notice their controller is gone."""
+    before: dict[int, str] = {}
+
+    def kill_the_controller(proc) -> None:
+        before.update(descendants(proc.pid))
+        os.kill(proc.pid, signal.SIGKILL)  # the controller alone, as the OOM killer does
+
+    run = run_app_acting_at(
+        tmp_path / "run", {2: kill_the_controller}, "--config-name=tool_lookup_openenv", "steps=50", timeout=300
+    )
+    assert run.returncode == -signal.SIGKILL, run.output
+    assert any("uvicorn" in command for command in before.values()), before
+    assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}
+
+
 def test_sigterm_during_start_up_leaves_no_process_of_the_run(tmp_path):
     """Before the training loop takes signals, SIGTERM is taken as Ctrl-C: the start is cancelled and
     what was started stopped on the way out, where by default the process would die on the spot."""

@@ -5,7 +5,8 @@
 runs in a process group of its own (its workers die with it), its output in a log
 file. The run waits for its `/health` to answer, and terminates the group (then kills
 it) when the run ends; a controller that ends without tidying up (a second Ctrl-C) kills
-it on its way out (child_processes.py). Only this host reaches it: loopback.
+it on its way out, and one killed outright takes it along (child_processes.py; `start` is
+called from the main thread). Only this host reaches it: loopback.
 
 SESSIONS_VARIABLE tells the server how many WebSocket sessions a worker may hold (the
 repo's servers pass it to create_app as max_concurrent_envs). The OS spreads connections
@@ -56,8 +57,9 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
-            )
+                child_processes.dying_with_this_process(command),
+                stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
+            )  # fmt: skip
         child_processes.register(self.process.pid)
 
     def wait_until_up(self, timeout_s: float) -> None:
