@@ -160,11 +160,19 @@ class CustomAction:
     schema: dict  # the server's action schema, which the function is given
 
     def action(self, turn: ModelTurn) -> dict | NoAction:
-        action = load_callable(self.function, "env.openenv.action")(turn.text, self.schema)
+        action = self._build(turn.text, self.schema)
         return NoAction() if action is None else action
 
     def describe(self) -> str:
         return f"built by {self.function}"
+
+    @cached_property
+    def _build(self):
+        """The function, imported once (where the form lands: env.procs)."""
+        return load_callable(self.function, "env.openenv.action")
+
+    def __getstate__(self) -> dict:
+        return {"function": self.function, "schema": self.schema}
 
 
 ActionForm = FieldAction | ToolCallAction | CustomAction

@@ -21,6 +21,7 @@ import urllib.request
 
 from forge_async.envs.environment import OpenEnvConfig
 from forge_async.envs.openenv.actions import ActionForm, CustomAction, FieldAction, ToolCallAction, value_type
+from forge_async.envs.openenv.server_process import http_base
 from forge_async.errors import ConfigError
 
 _TOOL_CALL = "call_tool"  # the `type` of OpenEnv's CallToolAction
@@ -103,9 +104,8 @@ def _openai_tool(tool: dict) -> dict:
 
 def _http(url: str, path: str, body: dict | None, timeout_s: float) -> dict:
     """GET `path` (POST `body` when given) on the server: its JSON reply; a ConfigError naming it."""
-    base = url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).rstrip("/")
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(http_base(url) + path, data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
             return json.load(reply)

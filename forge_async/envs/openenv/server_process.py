@@ -104,8 +104,13 @@ def wait_for_server(url: str, timeout_s: float, exited: Callable[[], str | None]
         time.sleep(_POLL_S)
 
 
+def http_base(url: str) -> str:
+    """The server at `url` (http(s):// or ws(s)://) as the http(s):// base its HTTP endpoints hang off."""
+    return url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).rstrip("/")
+
+
 def is_healthy(url: str) -> bool:
-    health = url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).rstrip("/") + "/health"
+    health = http_base(url) + "/health"
     try:
         with urllib.request.urlopen(health, timeout=2.0) as reply:
             return reply.status == 200
