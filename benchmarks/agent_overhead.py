@@ -27,7 +27,7 @@ from pathlib import Path
 
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import timed_run
-from forge_async.metrics import read_rows
+from forge_async.observability.metrics import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 AGENTS = {

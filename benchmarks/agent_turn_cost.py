@@ -26,7 +26,7 @@ import aiohttp
 
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from docs.examples.tool_lookup_agent import lookup_episode
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.envs.agent.endpoint import stop_shared_endpoint

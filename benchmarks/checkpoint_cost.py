@@ -17,10 +17,10 @@ from pathlib import Path
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.learning.config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.launch import meshes
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.handles import meshes
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tokenizer import build_digit_tokenizer

@@ -2,7 +2,7 @@
 
 For each layout, the same config runs twice, `--rounds` times in turn: on one host
 (`python -m apps.grpo`), and across simulated hosts (network namespaces on this box,
-launched with `python -m forge_async.launch`; see forge_async/launch/netns.py) with
+launched with `python -m forge_async.cluster`; see forge_async/cluster/netns.py) with
 the trainer on node 0 and the generators on the other nodes, so every version crosses
 a link (gloo, `weights.cross_host`) to each generator host's relay:
 
@@ -30,11 +30,11 @@ import threading
 import time
 from pathlib import Path
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 from benchmarks.proc_cpu import ProcCpu
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
-from forge_async.launch.netns import available, launch_command, simulated_hosts
-from forge_async.metrics import read_rows
+from forge_async.cluster.netns import available, launch_command, simulated_hosts
+from forge_async.observability.metrics import read_rows
 
 
 def steps_per_s(run_dir: Path, first: int, last: int) -> tuple[float, float]:

@@ -2,7 +2,7 @@
 (simulated hosts; root).
 
 Two simulated hosts (network namespaces, each with its own /dev/shm; see
-forge_async/launch/netns.py), launched with `python -m forge_async.launch` like a
+forge_async/cluster/netns.py), launched with `python -m forge_async.cluster` like a
 real 2-node job. For each link rate (`--rates`: the unshaped veth, and rates that
 `tc` shapes node 0's egress to with a token bucket) and each state dict (the tiny
 default model's tensors, and `--sizes` millions of fp32 parameters):
@@ -39,8 +39,8 @@ from pathlib import Path
 from monarch.actor import Channel, endpoint
 
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
-from forge_async.actors.located import LocatedActor
-from forge_async.launch.hosts import free_port, interface_of, node_address
+from forge_async.mesh.located import LocatedActor
+from forge_async.mesh.hosts import free_port, interface_of, node_address
 
 REPO = Path(__file__).resolve().parents[1]
 _TCP_CHUNK = 4 << 20
@@ -50,7 +50,7 @@ _UNITS = {"gbit": 1e9, "mbit": 1e6}
 
 def drive(argv: list[str]) -> int:
     """Make two simulated hosts and run this benchmark on them through the launcher."""
-    from forge_async.launch.netns import available, launch_command, simulated_hosts
+    from forge_async.cluster.netns import available, launch_command, simulated_hosts
 
     if available() is not None:
         sys.exit(f"cannot simulate hosts here: {available()}")
@@ -124,7 +124,7 @@ async def link_floor(source, sink, nbytes: int) -> float:
 
 async def measure(hosts, shapes, rates: list[str], repeats: int, torchstore: bool) -> list[dict]:
     from benchmarks.weight_transfer import Endpoint, nbytes
-    from forge_async.launch.meshes import spawn_weight_relay, spawn_weight_sender
+    from forge_async.handles.meshes import spawn_weight_relay, spawn_weight_sender
     from forge_async.weights.config import default_root
     from forge_async.weights.shared_memory import SharedMemoryChannel
 
@@ -193,7 +193,7 @@ def printed_row(name: str, row: dict) -> str:
 async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool) -> list[tuple[str, dict]]:
     """(state dict's name, measure()'s row) for each state dict and link rate, each printed as measured."""
     from benchmarks.weight_transfer import model_shapes, synthetic_shapes
-    from forge_async.launch.hosts import Hosts
+    from forge_async.mesh.hosts import Hosts
     from forge_async.weights import store
 
     hosts = Hosts.from_env()

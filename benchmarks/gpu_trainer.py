@@ -7,7 +7,7 @@
         --micro-batch-tokens 8192 --cases dense                 # the vocabulary's memory, on CPU
     .venv/bin/python -m benchmarks.gpu_trainer --cases compile --softmax-slice-elements 134217728
 
-Each case builds the trainer's own Learner (forge_async/learner.py: the TorchTitan model
+Each case builds the trainer's own Learner (forge_async/learning/learner.py: the TorchTitan model
 under FSDP2, the GRPO loss, AdamW) in a one-rank group this script starts (NCCL on a GPU,
 gloo on CPU), takes `--steps` optimizer steps on one batch of random episodes, then
 publishes three versions of the weights into a shared-memory channel as a run does, and
@@ -49,11 +49,11 @@ import torch.distributed as dist
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.learning.config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.learner import Learner, device_type
+from forge_async.learning.learner import Learner, device_type
 from forge_async.losses import sliced_softmax
-from forge_async.models.checkpoint import Checkpoint, save_config
+from forge_async.models.hf_checkpoint import Checkpoint, save_config
 from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.tiny import write_tiny_weights
 from forge_async.weights.config import WeightsConfig

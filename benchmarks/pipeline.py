@@ -24,8 +24,8 @@ from pathlib import Path
 from benchmarks.proc_cpu import ProcCpu
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import STEP_LINE, timed_run
-from forge_async.metrics import read_rows
-from forge_async.trace import ALL_LANES, HELD_BACK, IDLE_HELD_BACK, budget, format_budget
+from forge_async.observability.metrics import read_rows
+from forge_async.observability.step_budget import ALL_LANES, HELD_BACK, IDLE_HELD_BACK, budget, format_budget
 
 
 def _sum(medians: dict, track: str, names: tuple[str, ...]) -> float:

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.reply_ports [--calls 20000] [--rounds 2] [--json PATH]
 
 One actor on a proc of its own answers a trivial endpoint `--calls` times per round, first
-through `call_one` (a new reply port per call), then on one `forge_async.reply_port.ReplyPort`
+through `call_one` (a new reply port per call), then on one `forge_async.mesh.reply_port.ReplyPort`
 (`broadcast`, the answer sent to the caller's port). Prints, per way and round, the answering
 proc's resident set growth per call (VmRSS after glibc's malloc_trim, before and after the
 calls, each after 2,000 calls of warm-up) and the round trip per call.
@@ -19,9 +19,9 @@ import forge_async  # noqa: F401  (process-wide settings first)
 from monarch.actor import endpoint
 
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
-from forge_async.actors.proc_actor import ProcActor
-from forge_async.launch.procs import spawn_procs
-from forge_async.reply_port import ReplyPort, answers_on_port
+from forge_async.mesh.proc_actor import ProcActor
+from forge_async.mesh.procs import spawn_procs
+from forge_async.mesh.reply_port import ReplyPort, answers_on_port
 
 WARMUP_CALLS = 2000
 WAYS = ("call_one", "reply port")

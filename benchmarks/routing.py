@@ -1,6 +1,6 @@
 """Rollout routing with one slow generator host: least_outstanding vs round_robin, in one run (root).
 
-Three simulated hosts (benchmarks/cross_host_pipeline.py, forge_async/launch/netns.py):
+Three simulated hosts (benchmarks/cross_host_pipeline.py, forge_async/cluster/netns.py):
 the trainer on node 0, a generator on each of nodes 1 and 2, and node 2 made a slow host:
 once the run has started (a cap from the start slows node 2's joining past Monarch's
 attach timeout), a CPU cgroup caps all its processes together at `--cpu` of one core
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks.cross_host_pipeline import across_hosts, steps_per_s
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
-from forge_async.launch.netns import available
+from forge_async.cluster.netns import available
 
 ROUTINGS = ("round_robin", "least_outstanding")
 _PERIOD_US = 100_000

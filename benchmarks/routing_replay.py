@@ -34,15 +34,15 @@ import torch
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 import forge_async  # noqa: E402,F401
-from forge_async.actors.generator_config import GeneratorConfig  # noqa: E402
-from forge_async.actors.generator_platform import prepare_process  # noqa: E402
+from forge_async.generation.config import GeneratorConfig  # noqa: E402
+from forge_async.generation.platform import prepare_process  # noqa: E402
 from forge_async.data.batch import TrainBatch, pack_episodes  # noqa: E402
 from forge_async.data.episode import Completion, Episode  # noqa: E402
 from forge_async.generation.engine_weights import plain_cpu_weights  # noqa: E402
 from forge_async.generation.route_capture import route_capture  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
 from forge_async.losses.grpo import response_logprobs  # noqa: E402
-from forge_async.models.checkpoint import Checkpoint  # noqa: E402
+from forge_async.models.hf_checkpoint import Checkpoint  # noqa: E402
 from forge_async.models.config import TinyModelConfig  # noqa: E402
 from forge_async.models.routes import RouteMismatch, routes_given  # noqa: E402
 from forge_async.models.tiny import create_tiny_checkpoint  # noqa: E402

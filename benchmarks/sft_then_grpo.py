@@ -58,7 +58,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from apps.grpo.subprocess_run import AppRun, run_app
+from forge_async.cli.subprocess_run import AppRun, run_app
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 EVAL_EVERY = 25
@@ -86,7 +86,7 @@ def write_demos(args: argparse.Namespace, grpo_overrides: list[str], workdir: Pa
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
-    from forge_async.config import GRPOConfig
+    from forge_async.controller.config import GRPOConfig
     from forge_async.tasks.config import ReasoningGymConfig
     from forge_async.tasks.reasoning_gym import create_mix
 
@@ -255,7 +255,7 @@ def main() -> None:
             results.append(one_seed(seed, args, overrides, workdir))
             print(f"  seed {seed}: {time.perf_counter() - started:.0f}s for its three runs, launch to exit", flush=True)
         if args.demos:  # the SFT runs' task is the demonstrations file: reasoning-gym's is the GRPO run's
-            from forge_async.config import GRPOConfig
+            from forge_async.controller.config import GRPOConfig
 
             prompt_tokens, prompts, task = held_out_tokens(results[0]["grpo_run"], GRPOConfig)
         else:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from apps.grpo.subprocess_run import REPO, hydra_command_line
+from forge_async.cli.subprocess_run import REPO, hydra_command_line
 from benchmarks.proc_cpu import local_pids
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import STEP_LINE

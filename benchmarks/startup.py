@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from apps.grpo.subprocess_run import hydra_command_line
+from forge_async.cli.subprocess_run import hydra_command_line
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 REPO = Path(__file__).resolve().parents[1]

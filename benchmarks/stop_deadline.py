@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from apps.grpo.subprocess_run import AppRun, run_app_acting_at
+from forge_async.cli.subprocess_run import AppRun, run_app_acting_at
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
 
 STALLED_AGENT = (

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from apps.grpo.subprocess_run import AppRun, run_app
+from forge_async.cli.subprocess_run import AppRun, run_app
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
 
 MODES = ("inflight", "drain", "abort_resume")

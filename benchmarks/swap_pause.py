@@ -30,12 +30,12 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 import forge_async  # noqa: E402,F401
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command  # noqa: E402
-from forge_async.actors.generator_config import GeneratorConfig  # noqa: E402
-from forge_async.actors.generator_platform import EnginePlatform, prepare_process  # noqa: E402
+from forge_async.generation.config import GeneratorConfig  # noqa: E402
+from forge_async.generation.platform import EnginePlatform, prepare_process  # noqa: E402
 from forge_async.generation.adapter_slot import AdapterSlot  # noqa: E402
 from forge_async.generation.engine_weights import plain_cpu_weights  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
-from forge_async.models.checkpoint import Checkpoint  # noqa: E402
+from forge_async.models.hf_checkpoint import Checkpoint  # noqa: E402
 from forge_async.models.config import LoraConfig, TinyModelConfig  # noqa: E402
 from forge_async.models.peft import zero_adapter  # noqa: E402
 from forge_async.models.tiny import create_tiny_checkpoint  # noqa: E402

@@ -12,7 +12,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 
 RATE_WINDOW = 20  # steps per point of the steps/s curve

@@ -35,10 +35,10 @@ from pathlib import Path
 from benchmarks.pipeline import first_reaching
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from benchmarks.startup import timed_run
-from forge_async.metrics import read_rows
+from forge_async.observability.metrics import read_rows
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
-from forge_async.runtime import environment_without_defaults
+from forge_async.process.runtime import environment_without_defaults
 
 REPO = Path(__file__).resolve().parents[1]
 _TRL_STEP = re.compile(r"^step (\d+) reward ([0-9.]+)$")

@@ -34,7 +34,7 @@ import torch
 from monarch.actor import Actor, endpoint, this_host
 
 import forge_async  # noqa: F401
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig, TinyModelConfig
 from forge_async.models.peft import zero_adapter
 from forge_async.models.tiny import create_tiny_checkpoint

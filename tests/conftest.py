@@ -11,11 +11,11 @@ import subprocess
 import pytest
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.actors.generator_config import GeneratorConfig
-from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.launch import meshes
-from forge_async.launch.procs import keep_controller_alive_on_faults, shut_down_monarch
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.generation.config import GeneratorConfig
+from forge_async.learning.config import TrainerConfig
+from forge_async.handles import meshes
+from forge_async.mesh.procs import keep_controller_alive_on_faults, shut_down_monarch
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig, MoeConfig, TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer

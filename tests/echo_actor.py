@@ -5,7 +5,7 @@ import os
 
 from monarch.actor import Actor, concurrent_endpoint, endpoint
 
-from forge_async.reply_port import answers_on_port
+from forge_async.mesh.reply_port import answers_on_port
 
 
 class Echo(Actor):

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from forge_async.admission import AdmissionControl
+from forge_async.rollout.admission import AdmissionControl
 
 B = 4  # samples per training batch
 

@@ -12,12 +12,12 @@ import httpx
 import openai
 import pytest
 
-from apps.grpo.subprocess_run import run_app
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.cli.subprocess_run import run_app
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.envs.agent.endpoint import stop_shared_endpoint
-from forge_async.callables import CallableError
+from forge_async.config.callables import CallableError
 from forge_async.envs.agent.environment import AgentEpisodes, agent_environments
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.registry import check_environment_name

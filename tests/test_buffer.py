@@ -8,7 +8,7 @@ import pytest
 
 from forge_async.data.buffer import BufferStats, EpisodeBuffer, length_quartiles, stale_drops_by_length
 from forge_async.data.episode import Completion, Episode
-from forge_async.launch import meshes
+from forge_async.handles import meshes
 
 
 def episode(versions: list[int]) -> Episode:

@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-from apps.grpo.subprocess_run import REPO
+from forge_async.cli.subprocess_run import REPO
 
 
 def test_compose_example_runs(tmp_path):

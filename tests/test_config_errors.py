@@ -11,12 +11,12 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the config schema
-from apps.grpo.subprocess_run import REPO, run_app
-from forge_async.launch import roles
+from forge_async.cli.subprocess_run import REPO, run_app
+from forge_async.mesh import roles
 from forge_async.checkpoint.resume import resumed_config
-from forge_async.actors.generator_config import GeneratorConfig
-from forge_async.config import GRPOConfig
-from forge_async.callables import CallableError
+from forge_async.generation.config import GeneratorConfig
+from forge_async.controller.config import GRPOConfig
+from forge_async.config.callables import CallableError
 from forge_async.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from apps.grpo.subprocess_run import run_app, run_app_acting_at
+from forge_async.cli.subprocess_run import run_app, run_app_acting_at
 from test_grpo_app import assert_accounting
 from test_survival import kill_role
 

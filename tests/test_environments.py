@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from apps.grpo.subprocess_run import run_app, run_app_acting_at
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.cli.subprocess_run import run_app, run_app_acting_at
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.batch import pack_episodes
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
 from forge_async.tasks.task import Prompt

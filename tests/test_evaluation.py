@@ -10,14 +10,14 @@ import pytest
 from safetensors.torch import load_file
 
 from conftest import spawn_generator
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import TaskError
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator, check_pinned, held_out_prompts
-from forge_async.launch import meshes
+from forge_async.handles import meshes
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from conftest import PAD_ID, fixed_sequences, spawn_trainer
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.learning.config import TrainerConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.launch import meshes
+from forge_async.handles import meshes
 from forge_async.losses.grpo import sequence_logprobs
 from forge_async.models.titan import load_frozen_model
 from forge_async.weights.config import WeightsConfig

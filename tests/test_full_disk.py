@@ -12,11 +12,12 @@ from pathlib import Path
 
 import torch
 
-from apps.grpo.subprocess_run import run_app_acting_at
-from forge_async import disk_full, side_outputs
+from forge_async.cli.subprocess_run import run_app_acting_at
+from forge_async.process import disk_full
+from forge_async.observability import outputs as side_outputs
 from forge_async.checkpoint.checkpointer import CONTROLLER_FILE
 from forge_async.checkpoint.directory import CheckpointDirectory
-from forge_async.side_outputs import write_side_output
+from forge_async.observability.outputs import write_side_output
 
 
 def fill(directory: Path, leave: int = 0) -> None:

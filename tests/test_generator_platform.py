@@ -6,8 +6,8 @@ from unittest import mock
 import pytest
 import torch
 
-from forge_async.actors.generator_config import GeneratorConfig
-from forge_async.actors.generator_platform import EnginePlatform, prepare_process, resolve_platform
+from forge_async.generation.config import GeneratorConfig
+from forge_async.generation.platform import EnginePlatform, prepare_process, resolve_platform
 from forge_async.errors import ConfigError
 
 EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False, plain_weights=True)
@@ -74,7 +74,7 @@ def test_compile_with_dynamo_disabled_in_the_environment_is_refused(monkeypatch)
 
 
 def test_the_controller_no_longer_disables_dynamo_for_every_proc(monkeypatch):
-    from forge_async import runtime
+    from forge_async.process import runtime
 
     monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
     runtime.apply_defaults()
@@ -103,7 +103,7 @@ def test_vllm_reads_the_knobs_as_meant(tiny_checkpoint, platform, mode):
 def test_the_environment_without_defaults_drops_only_what_forge_async_added(monkeypatch):
     """A baseline launched by a benchmark sees the user's environment: forge_async's defaults
     (e.g. OMP_WAIT_POLICY) are left out, a value the user set is kept."""
-    from forge_async import runtime
+    from forge_async.process import runtime
 
     monkeypatch.setattr(runtime, "_applied", set())
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)

@@ -12,7 +12,7 @@ from matplotlib.image import imread
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 
 METRIC_KEYS = {
     "step", "reward/mean", "reward/smoothed", "policy/age_mean", "policy/age_max", "samples/trained",
@@ -71,7 +71,7 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
 def assert_generator_busy_as_the_trace_counts_it(run) -> None:
     """summary.json's generator busy time is the union of the generator's decode and swap spans
     (a tight bound: the swaps made between runs of engine steps, a few ms, must be counted)."""
-    from forge_async.trace import read_trace, spans_by_lane, union_length
+    from forge_async.observability.step_budget import read_trace, spans_by_lane, union_length
 
     lanes = spans_by_lane(read_trace(run.run_dir))
     spans = [(s, e) for (track, _), named in lanes.items() if track == "generator 0" for _, s, e in named]
@@ -98,7 +98,7 @@ def assert_trace_has_every_actor(run) -> None:
         assert (track, name) in names, (track, name)
     assert sum(1 for e in spans if e["name"] == "step") == 4
     printed = subprocess.run(
-        [sys.executable, "-m", "forge_async.trace", str(run.run_dir)], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "forge_async.observability.step_budget", str(run.run_dir)], capture_output=True, text=True, check=True
     ).stdout
     assert "4 steady-state steps of 4" in printed and "trainer rank 1 | main | forward" in printed, printed
     assert re.search(r"bubble .* +\d+\.\d +\d+%", printed), printed
@@ -127,8 +127,8 @@ def wandb_records(run_dir) -> bytes:
 
 VLLM_SCORE = """
 import json, sys
-from forge_async.actors.generator_config import GeneratorConfig
-from forge_async.actors.generator_platform import prepare_process
+from forge_async.generation.config import GeneratorConfig
+from forge_async.generation.platform import prepare_process
 from vllm import LLM, SamplingParams
 from vllm.lora.request import LoRARequest
 if __name__ == "__main__":

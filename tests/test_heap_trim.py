@@ -2,7 +2,7 @@
 
 import threading
 
-from forge_async.heap_trim import start_heap_trimmer
+from forge_async.process.heap_trim import start_heap_trimmer
 
 
 def test_one_trimming_thread_a_process_however_often_started():

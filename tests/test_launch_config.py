@@ -11,15 +11,15 @@ from functools import partial
 
 import pytest
 
-from forge_async.launch import roles
-from forge_async.actors.generator_platform import prepare_process
-from forge_async.config import GRPOConfig
+from forge_async.mesh import roles
+from forge_async.generation.platform import prepare_process
+from forge_async.controller.config import GRPOConfig
 from forge_async.errors import ConfigError
-from forge_async.launch.nodes import NodeSpec, first_host
-from forge_async.launch.placement import PlacementConfig
-from forge_async.launch.procs import RunProcs, import_at_niceness, sleep_between_copies, spawn_procs, use_gpus
-from forge_async.launch.torchrun import leave_torchrun_job
-from apps.grpo.subprocess_run import REPO
+from forge_async.cluster.nodes import NodeSpec, first_host
+from forge_async.mesh.placement import PlacementConfig
+from forge_async.mesh.procs import RunProcs, import_at_niceness, sleep_between_copies, spawn_procs, use_gpus
+from forge_async.cluster.torchrun import leave_torchrun_job
+from forge_async.cli.subprocess_run import REPO
 from tests.nice_probe import ThreadNiceness, write_niceness
 
 
@@ -166,7 +166,7 @@ def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made()
     """A proc's bootstrap imports leave the collector on, with everything they made frozen (no
     later pass walks it); a failing import leaves the collector on too."""
     script = (
-        "import gc, sys; from forge_async.launch.imports import import_frozen\n"
+        "import gc, sys; from forge_async.process.imports import import_frozen\n"
         "seen = []; gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
         "before = gc.get_freeze_count(); import_frozen('email.mime.text', 'json')\n"
         "assert 'email.mime.text' in sys.modules and gc.isenabled(), 'imported, collector back on'\n"
@@ -189,11 +189,11 @@ def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_pr
         "import sys; import apps.grpo.training, apps.distill.main\n"
         f"loaded = sorted({{m for m in sys.modules if m.startswith({heavy!r})}})\n"
         "assert not loaded, loaded\n"
-        "from forge_async.launch.procs import PRELOAD\n"
+        "from forge_async.mesh.procs import PRELOAD\n"
         "assert 'forge_async.models.titan' in PRELOAD['scorer'] and 'forge_async.weights.store' in PRELOAD['weight_relay']\n"
     )
     trainer_proc = (  # its bootstrap, then what it runs for the tiny model
-        "import sys; from forge_async.launch.procs import PRELOAD; from forge_async.launch.imports import import_frozen\n"
+        "import sys; from forge_async.mesh.procs import PRELOAD; from forge_async.process.imports import import_frozen\n"
         "import_frozen(*PRELOAD['trainer']); assert 'torch.distributed.checkpoint' in sys.modules\n"
         "from forge_async.models.tiny import write_tiny_weights\n"
         "assert 'transformers' not in sys.modules, 'the tiny weights need no transformers'\n"
@@ -205,7 +205,7 @@ def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_pr
 def test_start_up_lines_count_from_the_process_launch_to_the_hundredth_of_a_second():
     """`[ t.ts]` prefixes are seconds since the process started; psutil's create_time alone is up
     to 1 s early (Linux gives the boot time in whole seconds)."""
-    script = "import time; from forge_async.console import _LAUNCHED_AT; print(_LAUNCHED_AT, time.time())"
+    script = "import time; from forge_async.observability.console import _LAUNCHED_AT; print(_LAUNCHED_AT, time.time())"
     before = time.time()
     launched, printed = map(float, subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                                                   check=True).stdout.split())
@@ -218,7 +218,7 @@ def test_a_one_process_torchrun_job_is_forgotten_and_a_larger_one_refused():
     assert leave_torchrun_job(dict(own)) is False  # not started by torchrun: nothing touched
     one = {**own, "TORCHELASTIC_RUN_ID": "none", "TORCHELASTIC_USE_AGENT_STORE": "True", "WORLD_SIZE": "1", "RANK": "0"}
     assert leave_torchrun_job(one) is True and one == {"PATH": "/usr/bin"}
-    with pytest.raises(ConfigError, match=r"one of 2 processes \(WORLD_SIZE=2\).*forge_async.launch"):
+    with pytest.raises(ConfigError, match=r"one of 2 processes \(WORLD_SIZE=2\).*forge_async.cluster"):
         leave_torchrun_job({**one, "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"})
 
 
@@ -236,9 +236,9 @@ def test_torchrun_with_one_process_runs_the_app(tmp_path):
 
 
 def test_the_launchers_help_is_whole_and_a_missing_app_is_a_usage_error():
-    launcher = [sys.executable, "-m", "forge_async.launch"]
+    launcher = [sys.executable, "-m", "forge_async.cluster"]
     helped = subprocess.run([*launcher, "--help"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert helped.returncode == 0, helped.stderr
-    assert "--node-rank" in helped.stdout and "srun python -m forge_async.launch" in helped.stdout
+    assert "--node-rank" in helped.stdout and "srun python -m forge_async.cluster" in helped.stdout
     missing = subprocess.run([*launcher, "--nnodes", "1"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert missing.returncode == 2 and "name the app module after --" in missing.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPUTE = {"data", "losses", "models", "weights.shared_memory", "weights.store", "weights.config", "weights.publisher"}
-CONTROLLER = {"actors", "handles", "launch", "loop", "rollout", "evaluation"}
+CONTROLLER = {"actors", "handles", "cluster", "controller", "cli", "rollout", "evaluation"}
 
 
 def module_name(path: Path) -> str:
@@ -69,7 +69,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def room(module: str) -> str:
-    """`forge_async.weights.store` -> `weights.store`; `forge_async.loop` -> `loop`."""
+    """`forge_async.weights.store` -> `weights.store`; `forge_async.controller.grpo_loop` -> `loop`."""
     return module.removeprefix("forge_async.")
 
 
@@ -91,6 +91,6 @@ def test_compute_rooms_never_import_the_controller_side_and_nothing_imports_apps
 
 def test_the_checks_can_fail():
     """A made-up graph with a circle and an upward arrow is caught by both."""
-    graph = {"forge_async.data.a": {"forge_async.loop"}, "forge_async.loop": {"forge_async.data.a"}}
-    assert cycles(graph) == [["forge_async.data.a", "forge_async.loop"]]
-    assert in_rooms("forge_async.data.a", COMPUTE) and in_rooms("forge_async.loop", CONTROLLER)
+    graph = {"forge_async.data.a": {"forge_async.controller.grpo_loop"}, "forge_async.controller.grpo_loop": {"forge_async.data.a"}}
+    assert cycles(graph) == [["forge_async.controller.grpo_loop", "forge_async.data.a"]]
+    assert in_rooms("forge_async.data.a", COMPUTE) and in_rooms("forge_async.controller.grpo_loop", CONTROLLER)

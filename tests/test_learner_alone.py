@@ -1,4 +1,4 @@
-"""The Learner (forge_async/learner.py) trains with nothing but torch and TorchTitan: no Monarch,
+"""The Learner (forge_async/learning/learner.py) trains with nothing but torch and TorchTitan: no Monarch,
 vLLM or torchstore. benchmarks/gpu_trainer.py depends on it to measure the trainer on a GPU
 machine that has torch and not the rest of the stack; this runs that benchmark at toy sizes
 on CPU with those packages made unimportable."""

@@ -7,7 +7,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 from pretrain import pretrain
 from test_grpo_app import assert_vllm_matches_transformers
 

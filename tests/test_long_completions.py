@@ -5,7 +5,7 @@ activation checkpointing, LR warmup then cosine decay."""
 import json
 import math
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 
 STEPS = 4
 

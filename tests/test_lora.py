@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import fixed_sequences, spawn_generator, spawn_trainer
-from forge_async.launch import meshes
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.handles import meshes
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import CONFIG_FILE, WEIGHTS_FILE, peft_key, target_modules
 from forge_async.weights import store

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from forge_async.learner import _lr_scheduler
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.learning.learner import _lr_scheduler
+from forge_async.learning.config import TrainerConfig
 from forge_async.errors import ConfigError
 
 

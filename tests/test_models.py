@@ -7,7 +7,7 @@ import pytest
 import torch
 import transformers
 
-from forge_async.models.checkpoint import Checkpoint, CheckpointError
+from forge_async.models.hf_checkpoint import Checkpoint, CheckpointError
 from forge_async.errors import ConfigError
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import Llama3RopeScaling, ModelShape, UnsupportedModelError

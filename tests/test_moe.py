@@ -11,13 +11,13 @@ import transformers
 
 from conftest import fixed_sequences, spawn_trainer
 
-from forge_async.actors.generator_config import GeneratorConfig
-from forge_async.actors.trainer_config import TrainerConfig
-from forge_async.config import GRPOConfig
+from forge_async.generation.config import GeneratorConfig
+from forge_async.learning.config import TrainerConfig
+from forge_async.controller.config import GRPOConfig
 from forge_async.data.batch import pack_rows
 from forge_async.data.episode import Completion, Episode
 from forge_async.errors import ConfigError
-from forge_async.launch import meshes
+from forge_async.handles import meshes
 from forge_async.models.config import LoraConfig, ModelConfig, MoeConfig, TinyModelConfig
 from forge_async.models.routes import RouteMismatch, moe_layers, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.shape import UNKNOWN_ROUTE, ModelShape, UnsupportedModelError

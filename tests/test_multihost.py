@@ -1,6 +1,6 @@
 """Several hosts, simulated with network namespaces (tests/netns.py): launch, placement, failures.
 
-Every node runs `python -m forge_async.launch ... -- apps.grpo ...` as a user would on a
+Every node runs `python -m forge_async.cluster ... -- apps.grpo ...` as a user would on a
 cluster; each has its own address (192.0.2.0/24), hostname and /dev/shm, so the
 trainer's shared-memory channel cannot reach a generator on another node: weights must
 cross through torchstore and that node's relay.
@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from apps.grpo.subprocess_run import run_app
-from forge_async.launch.netns import available, launch_command, simulated_hosts
-from forge_async.metrics import read_rows
+from forge_async.cli.subprocess_run import run_app
+from forge_async.cluster.netns import available, launch_command, simulated_hosts
+from forge_async.observability.metrics import read_rows
 
 # Outside CI a machine without root or iproute2 skips these; CI (CI=true) never skips them.
 pytestmark = pytest.mark.skipif(

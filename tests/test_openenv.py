@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from apps.grpo.subprocess_run import run_app
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.cli.subprocess_run import run_app
+from forge_async.generation.config import SamplingConfig
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.data.buffer import NOT_STARTED, EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.capacity import ProbeFailed, SessionLimit, probe_capacity
 from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
-from forge_async.launch.hosts import free_port
+from forge_async.mesh.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError

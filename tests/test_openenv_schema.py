@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from apps.grpo.subprocess_run import run_app
-from forge_async.actors.generator_config import SamplingConfig
-from forge_async.callables import CallableError
+from forge_async.cli.subprocess_run import run_app
+from forge_async.generation.config import SamplingConfig
+from forge_async.config.callables import CallableError
 from forge_async.data.episode import ENV_TOKEN
 from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
 from forge_async.envs.openenv import check_openenv, openenv_environments

@@ -1,4 +1,4 @@
-"""plots.png from metrics.jsonl: draw_plots and `python -m forge_async.plot RUN_DIR`."""
+"""plots.png from metrics.jsonl: draw_plots and `python -m forge_async.observability.plot RUN_DIR`."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from forge_async.plot import PANELS, PlotError, draw_plots, panels_for, series
+from forge_async.observability.plot import PANELS, PlotError, draw_plots, panels_for, series
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def write_run(run_dir: Path, rows: list[dict], tail: str = "") -> Path:
 
 def run_cli(run_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "forge_async.plot", str(run_dir)],
+        [sys.executable, "-m", "forge_async.observability.plot", str(run_dir)],
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60,
     )
 

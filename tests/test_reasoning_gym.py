@@ -9,8 +9,8 @@ import pytest
 import reasoning_gym
 from reasoning_gym.composite import DatasetSpec
 
-from apps.grpo.subprocess_run import run_app
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.cli.subprocess_run import run_app
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.evaluation.config import EvalConfig

@@ -1,4 +1,4 @@
-"""Calls answered on one long-lived port (forge_async/reply_port.py), on real Monarch procs."""
+"""Calls answered on one long-lived port (forge_async/mesh/reply_port.py), on real Monarch procs."""
 
 import asyncio
 import os
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from forge_async.handles.supervision import is_proc_failure
-from forge_async.launch.procs import keep_controller_alive_on_faults, spawn_procs
-from forge_async.reply_port import LIVENESS_S, ReplyPort
+from forge_async.mesh.supervision import is_proc_failure
+from forge_async.mesh.procs import keep_controller_alive_on_faults, spawn_procs
+from forge_async.mesh.reply_port import LIVENESS_S, ReplyPort
 from tests.echo_actor import Echo
 
 

@@ -2,7 +2,7 @@
 
 import statistics
 
-from forge_async.run_record import STEP_ENDS, StepEnds, RunRecord
+from forge_async.controller.record import STEP_ENDS, StepEnds, RunRecord
 
 
 def first_and_last(rewards: list[float]) -> tuple[float, float]:

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from conftest import PAD_ID
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.buffer import EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.tasks.task import Prompt
-from forge_async.launch import meshes
+from forge_async.handles import meshes
 from forge_async.losses.advantages import group_advantages
 from forge_async.losses.grpo import policy_gradient_loss, reference_kl, token_scale
 from forge_async.scoring.config import ScorerConfig, ScoringConfig

@@ -16,15 +16,15 @@ from hydra import compose, initialize_config_dir
 from matplotlib.image import imread
 
 from apps.grpo.main import CONFIG_DIR, load_config
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 from apps.sft.config import SFTConfig
 from apps.sft.main import hydra_main  # noqa: F401  (registers the sft config schema)
 from conftest import PAD_ID
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.learning.config import TrainerConfig
 from forge_async.data.batch import pack_episodes
 from forge_async.data.demonstrations import DemonstrationError, Demonstrations, demonstration_episode, demonstration_ids
 from forge_async.errors import ConfigError
-from forge_async.launch import meshes
+from forge_async.handles import meshes
 from forge_async.losses.config import LossConfig
 from forge_async.losses.grpo import response_logprobs, token_logprobs, token_scale
 from forge_async.losses.sft import demonstration_nll

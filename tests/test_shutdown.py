@@ -4,7 +4,7 @@ import monarch.actor
 from monarch._rust_bindings.monarch_hyperactor.pytokio import PythonTask
 from monarch.actor import Future
 
-from forge_async.launch.procs import shut_down_monarch
+from forge_async.mesh.procs import shut_down_monarch
 
 
 def test_a_shutdown_that_outlasts_its_time_is_noted_and_not_waited_for(monkeypatch, capsys):

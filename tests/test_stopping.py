@@ -13,8 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from apps.grpo.subprocess_run import AppRun, run_app_acting_at
-from forge_async import child_processes
+from forge_async.cli.subprocess_run import AppRun, run_app_acting_at
+from forge_async.process import child_processes
 from forge_async.checkpoint.directory import CheckpointDirectory
 from forge_async.handles.generators import ANSWER_TIMEOUT_S
 

@@ -3,7 +3,7 @@ what it printed, and leaves nothing running."""
 
 import time
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 
 
 def gone(pid: int) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from apps.grpo.subprocess_run import AppRun, run_app, run_app_acting_at
+from forge_async.cli.subprocess_run import AppRun, run_app, run_app_acting_at
 from forge_async.handles.trainer import failed_rank
 from forge_async.weights import scratch
 from forge_async.weights.config import default_root

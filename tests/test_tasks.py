@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from forge_async.data.episode import Completion
-from forge_async.callables import CallableError
+from forge_async.config.callables import CallableError
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import TaskError

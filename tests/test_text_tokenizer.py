@@ -7,13 +7,13 @@ import json
 import pytest
 import transformers
 
-from apps.grpo.subprocess_run import run_app
+from forge_async.cli.subprocess_run import run_app
 from conftest import spawn_generator
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.envs.templating import observation_ids
 from forge_async.errors import ConfigError
-from forge_async.launch import meshes
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.handles import meshes
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer

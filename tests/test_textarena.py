@@ -8,8 +8,8 @@ from functools import partial
 
 import pytest
 
-from apps.grpo.subprocess_run import run_app
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.cli.subprocess_run import run_app
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.environment import ModelTurn, TextArenaConfig
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits

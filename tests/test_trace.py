@@ -1,4 +1,4 @@
-"""The per-step budget (forge_async/trace.py) on hand-made traces: busy, idle and bubble arithmetic."""
+"""The per-step budget (forge_async/observability/step_budget.py) on hand-made traces: busy, idle and bubble arithmetic."""
 
 import json
 import time
@@ -6,8 +6,8 @@ import tracemalloc
 
 import pytest
 
-from forge_async.trace import TraceError, budget
-from forge_async.tracing import Tracer, trace_events
+from forge_async.observability.step_budget import TraceError, budget
+from forge_async.observability.spans import Tracer, trace_events
 
 MS = 1_000_000  # ns
 

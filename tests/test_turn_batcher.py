@@ -5,7 +5,7 @@ The generators are left out: what is checked is which turns share a generate cal
 
 import asyncio
 
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeLimits

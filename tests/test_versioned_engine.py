@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from forge_async.actors.generator_config import GeneratorConfig
-from forge_async.actors.generator_platform import resolve_platform
+from forge_async.generation.config import GeneratorConfig
+from forge_async.generation.platform import resolve_platform
 from forge_async.generation.adapter_slot import AdapterSlot
 from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.versioned_engine import VersionedEngine

@@ -8,10 +8,10 @@ import torch
 import transformers
 
 from conftest import fixed_sequences, spawn_generator, spawn_trainer
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
-from forge_async.launch import meshes
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.handles import meshes
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights import store

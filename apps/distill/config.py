@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass, field
 
-from forge_async.config import GRPOConfig
-from forge_async.config_checks import AT_LEAST_1, POSITIVE, check_range
+from forge_async.controller.config import GRPOConfig
+from forge_async.config.checks import AT_LEAST_1, POSITIVE, check_range
 from forge_async.errors import ConfigError
 from forge_async.scoring.config import ScorerConfig
 

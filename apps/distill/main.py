@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 from apps.distill.config import DistillConfig
 from apps.distill.teacher import train_teacher
 from apps.grpo.main import CONFIG_DIR, launch, load_config, start
-from forge_async.config_schema import open_mappings
-from forge_async.metrics import read_rows
+from forge_async.config.schema import open_mappings
+from forge_async.observability.metrics import read_rows
 
 # configs/distill.yaml builds on grpo.yaml, whose defaults name `grpo_schema`: here that is
 # DistillConfig (GRPOConfig plus `teacher:`).

@@ -13,8 +13,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from apps.distill.config import DistillConfig
-from apps.grpo.subprocess_run import REPO
-from forge_async.console import since_launch
+from forge_async.cli.subprocess_run import REPO
+from forge_async.observability.console import since_launch
 from forge_async.errors import UserError
 
 SHARED_SECTIONS = ("task", "sampling", "model.tiny")  # the teacher learns what the student will

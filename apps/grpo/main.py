@@ -20,20 +20,20 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async import disk_full
+from forge_async.process import disk_full
 from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
-from forge_async.config import GRPOConfig
-from forge_async.config_schema import check_override_shapes, open_mappings
-from forge_async.console import keep_console_for_own_lines, since_launch
+from forge_async.controller.config import GRPOConfig
+from forge_async.config.schema import check_override_shapes, open_mappings
+from forge_async.observability.console import keep_console_for_own_lines, since_launch
 from forge_async.errors import ConfigError, TrainerFailed, UserError
-from forge_async.heap_trim import start_heap_trimmer
-from forge_async.interrupt import take_sigterm_as_ctrl_c
-from forge_async.exit import exit_app
-from forge_async.launch.hosts import Hosts
-from forge_async.launch.imports import import_frozen
-from forge_async.launch.procs import RunProcs, keep_controller_alive_on_faults, shut_down_monarch
-from forge_async.launch.torchrun import leave_torchrun_job
-from forge_async.tracing import TRACER
+from forge_async.process.heap_trim import start_heap_trimmer
+from forge_async.controller.interrupt import take_sigterm_as_ctrl_c
+from forge_async.process.exit import exit_app
+from forge_async.mesh.hosts import Hosts
+from forge_async.process.imports import import_frozen
+from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults, shut_down_monarch
+from forge_async.cluster.torchrun import leave_torchrun_job
+from forge_async.observability.spans import TRACER
 from forge_async.weights import scratch
 
 ConfigStore.instance().store(name="grpo_schema", node=open_mappings(GRPOConfig))

@@ -4,7 +4,7 @@ apps/grpo/main.py imports this only after the run's procs are spawned, so that
 these imports overlap the procs' own start-up.
 
 `train` tells the whole story: the initial policy, the task, the run's handles
-(launch/run.py), the collaborators the loop runs with, the loop, then the final
+(handles/spawn_run.py), the collaborators the loop runs with, the loop, then the final
 policy, the timeline and summary.json.
 """
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from forge_async import disk_full
-from forge_async.admission import AdmissionControl
+from forge_async.process import disk_full
+from forge_async.rollout.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
-from forge_async.config import GRPOConfig
-from forge_async.console import since_launch
+from forge_async.controller.config import GRPOConfig
+from forge_async.observability.console import since_launch
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
 from forge_async.envs.registry import open_environments
@@ -32,25 +32,25 @@ from forge_async.errors import TrainerFailed
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
-from forge_async.interrupt import stop_on_signals
-from forge_async.launch.meshes import write_tiny_weights_on
-from forge_async.launch.procs import RunProcs
-from forge_async.launch.roles import TRAINER
-from forge_async.launch.run import spawn_run
-from forge_async.loop import GRPOLoop
-from forge_async.metric_sinks import build_sinks
-from forge_async.metrics import MetricsLog
-from forge_async.models.checkpoint import WEIGHTS_FILE, Checkpoint
+from forge_async.controller.interrupt import stop_on_signals
+from forge_async.handles.meshes import write_tiny_weights_on
+from forge_async.mesh.procs import RunProcs
+from forge_async.mesh.roles import TRAINER
+from forge_async.handles.spawn_run import spawn_run
+from forge_async.controller.grpo_loop import GRPOLoop
+from forge_async.observability.sinks import build_sinks
+from forge_async.observability.metrics import MetricsLog
+from forge_async.models.hf_checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
-from forge_async.progress_watch import ProgressWatch
-from forge_async.rollout.calls import Rollouts
-from forge_async.rollout.episodes import EpisodeRollouts
-from forge_async.run_record import RunRecord
+from forge_async.controller.progress_watch import ProgressWatch
+from forge_async.rollout.single_turn import Rollouts
+from forge_async.rollout.multi_turn import EpisodeRollouts
+from forge_async.controller.record import RunRecord
 from forge_async.scoring.tier import build_tier
-from forge_async.side_outputs import replace_text, report_side_output_failure, write_side_output
-from forge_async.summary import write_summary
-from forge_async.tracing import trace_events
-from forge_async.training_loop import TrainingLoop
+from forge_async.observability.outputs import replace_text, report_side_output_failure, write_side_output
+from forge_async.controller.summary import write_summary
+from forge_async.observability.spans import trace_events
+from forge_async.controller.loop import TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
 
@@ -158,7 +158,7 @@ async def run_to_the_end(
     """`loop` run (Ctrl-C asks it to stop; a second, until the summary is written, exits at once),
     then the final policy (unless the trainer was abandoned mid-step), the timeline and the
     summary (`summarise(final_model)`); a trainer failure is summarised, then raised. A full disk
-    met on the way is the run's failure (disk_full.py)."""
+    met on the way is the run's failure (process/disk_full.py)."""
     with stop_on_signals(loop.request_stop, loop.stop_grace_s):
         try:
             await loop.run(resume_from)
@@ -210,7 +210,7 @@ async def write_trace(handles: RunHandles, run_dir: Path) -> None:
 def draw_plots_if_any(run_dir: Path) -> Path | None:
     """RUN_DIR/plots.png, for a run that trained at least one step (none where it could not be
     written whole)."""
-    from forge_async.plot import PlotError, draw_plots  # matplotlib is slow to import: only at the end
+    from forge_async.observability.plot import PlotError, draw_plots  # matplotlib is slow to import: only at the end
 
     path = run_dir / "plots.png"
     try:

@@ -9,8 +9,8 @@ delivery) reads it: a GRPOConfig with these sections.
 
 from dataclasses import dataclass, field
 
-from forge_async.config import GRPOConfig, RunConfig
-from forge_async.config_checks import AT_LEAST_1, check_range
+from forge_async.controller.config import GRPOConfig, RunConfig
+from forge_async.config.checks import AT_LEAST_1, check_range
 from forge_async.errors import ConfigError
 from forge_async.losses.config import LossConfig
 from forge_async.scoring.config import ScorerConfig

@@ -21,8 +21,8 @@ from omegaconf import DictConfig
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from apps.grpo.main import CONFIG_DIR, launch, load_config, report_early_end, report_evaluations, spawned_procs, start
 from apps.sft.config import SFTConfig
-from forge_async.config_schema import open_mappings
-from forge_async.launch.imports import import_frozen
+from forge_async.config.schema import open_mappings
+from forge_async.process.imports import import_frozen
 
 ConfigStore.instance().store(name="sft_schema", node=open_mappings(SFTConfig))
 

@@ -2,7 +2,7 @@
 
 apps/sft/main.py imports this only after the run's procs are spawned. `train` reads as
 apps.grpo's does: the initial policy, the task and its demonstrations, the run's handles
-(launch/run.py: the trainer, the generator(s) evaluations run on, the replay buffer,
+(handles/spawn_run.py: the trainer, the generator(s) evaluations run on, the replay buffer,
 unused), the loop, then the final policy, the timeline and summary.json.
 
 One step: `prompts_per_step` demonstrations drawn from the task's training prompts
@@ -24,25 +24,25 @@ from apps.grpo.training import prepare_checkpoint, run_meshes, run_to_the_end
 from apps.sft.config import SFTConfig
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
-from forge_async.config import GRPOConfig
-from forge_async.console import since_launch
+from forge_async.controller.config import GRPOConfig
+from forge_async.observability.console import since_launch
 from forge_async.data.demonstrations import Demonstrations
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
-from forge_async.launch.procs import RunProcs
-from forge_async.metric_sinks import MetricSink, build_sinks
-from forge_async.metrics import MetricsLog
-from forge_async.run_record import RunRecord, StepEnds
+from forge_async.mesh.procs import RunProcs
+from forge_async.observability.sinks import MetricSink, build_sinks
+from forge_async.observability.metrics import MetricsLog
+from forge_async.controller.record import RunRecord, StepEnds
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
-from forge_async.tracing import TRACER
-from forge_async.training_loop import LANE, TrainingLoop
+from forge_async.observability.spans import TRACER
+from forge_async.controller.loop import LANE, TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.route import plan_route
-from forge_async.side_outputs import replace_text
+from forge_async.observability.outputs import replace_text
 
 
 async def train(config: SFTConfig, run_dir: Path, procs: RunProcs) -> dict:
@@ -123,7 +123,7 @@ class SFTMetricsLog(MetricsLog):
 class SFTLoop(TrainingLoop):
     """Steps on demonstrations over a run's ready handles; evaluations beside them (one at a
     time, on a generator pinned to one version), checkpoints every checkpoint.every_steps
-    (forge_async/training_loop.py: what it shares with GRPO's loop)."""
+    (forge_async/controller/loop.py: what it shares with GRPO's loop)."""
 
     def __init__(
         self,

@@ -18,12 +18,12 @@ import tempfile
 from pathlib import Path
 
 import forge_async  # noqa: F401  (process-wide runtime settings)
-from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.generation.config import GeneratorConfig, SamplingConfig
+from forge_async.learning.config import TrainerConfig
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
-from forge_async.launch import meshes
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.handles import meshes
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.scoring.config import ScoringConfig, default_scorers

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from monarch.actor import concurrent_endpoint, endpoint
 
-from forge_async.actors.proc_actor import ProcActor
+from forge_async.mesh.proc_actor import ProcActor
 from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import Environment, ModelTurn
 

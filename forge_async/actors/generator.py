@@ -24,19 +24,19 @@ import time
 
 from monarch.actor import concurrent_endpoint, endpoint
 
-from forge_async.actors.proc_actor import ProcActor
-from forge_async.actors.generator_config import GeneratorConfig, SamplingConfig
-from forge_async.actors.generator_platform import prepare_process
+from forge_async.mesh.proc_actor import ProcActor
+from forge_async.generation.config import GeneratorConfig, SamplingConfig
+from forge_async.generation.platform import prepare_process
 from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
-from forge_async.reply_port import answers_on_port
+from forge_async.mesh.reply_port import answers_on_port
 from forge_async.weights.config import WeightsConfig
-from forge_async.tracing import TRACER
+from forge_async.observability.spans import TRACER
 from forge_async.weights.scratch import temporary_files
 from forge_async.weights.shared_memory import SharedMemoryChannel
 

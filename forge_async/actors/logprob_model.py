@@ -11,12 +11,12 @@ import time
 import torch
 from monarch.actor import endpoint
 
-from forge_async.actors.proc_actor import ProcActor
+from forge_async.mesh.proc_actor import ProcActor
 from forge_async.data.batch import pack_rows, prompt_rows
 from forge_async.data.episode import Completion, Episode
 from forge_async.losses.grpo import frozen_logprobs
-from forge_async.models.checkpoint import Checkpoint
-from forge_async.tracing import TRACER
+from forge_async.models.hf_checkpoint import Checkpoint
+from forge_async.observability.spans import TRACER
 
 SEQUENCES_PER_FORWARD = 64  # bounds the logits' memory: tokens x vocabulary floats
 

@@ -4,11 +4,11 @@ import asyncio
 
 from monarch.actor import concurrent_endpoint, endpoint
 
-from forge_async.actors.proc_actor import ProcActor
+from forge_async.mesh.proc_actor import ProcActor
 from forge_async.data.buffer import BufferStats, EpisodeBuffer
 from forge_async.data.episode import Episode
-from forge_async.reply_port import answers_on_port
-from forge_async.tracing import TRACER
+from forge_async.mesh.reply_port import answers_on_port
+from forge_async.observability.spans import TRACER
 
 
 class ReplayBuffer(ProcActor):

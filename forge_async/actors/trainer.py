@@ -1,4 +1,4 @@
-"""Trainer: the Learner (learner.py) on a mesh of procs, and the weights it publishes.
+"""Trainer: the Learner (learning/learner.py) on a mesh of procs, and the weights it publishes.
 
 `setup` brings torch.distributed up on the procs and builds the learner: the policy under
 FSDP2, its optimizer and schedule. Each endpoint is one call into it. After a step,
@@ -8,7 +8,7 @@ shared-memory file that every rank writes its own shard of (same host), or into 
 as one DTensor shard per rank. With LoRA only the adapters are published, in PEFT names.
 
 The controller imports this module to spawn the actor: TorchTitan is imported by the
-learner as it is built, on the trainer's procs (launch/procs.py, PRELOAD).
+learner as it is built, on the trainer's procs (mesh/procs.py, PRELOAD).
 """
 
 import os
@@ -19,16 +19,16 @@ import torch
 import torch.distributed as dist
 from monarch.actor import endpoint
 
-from forge_async.actors.proc_actor import ProcActor
-from forge_async.actors.trainer_config import TrainerConfig
+from forge_async.mesh.proc_actor import ProcActor
+from forge_async.learning.config import TrainerConfig
 from forge_async.data.episode import Episode
-from forge_async.launch.hosts import pin_collectives_to_node_address
-from forge_async.learner import Learner, device_type
+from forge_async.mesh.hosts import pin_collectives_to_node_address
+from forge_async.learning.learner import Learner, device_type
 from forge_async.losses.config import ImportanceConfig, LossConfig
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig, MoeConfig
-from forge_async.reply_port import answers_on_port
-from forge_async.tracing import TRACER
+from forge_async.mesh.reply_port import answers_on_port
+from forge_async.observability.spans import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.publisher import WeightPublisher
 

@@ -18,9 +18,9 @@ import time
 
 from monarch.actor import endpoint
 
-from forge_async.actors.proc_actor import ProcActor
-from forge_async.launch.hosts import node_address
-from forge_async.reply_port import answers_on_port
+from forge_async.mesh.proc_actor import ProcActor
+from forge_async.mesh.hosts import node_address
+from forge_async.mesh.reply_port import answers_on_port
 from forge_async.weights import scratch
 from forge_async.weights.link import RELAY, ReceivedVersion, Rendezvous, join_rendezvous, open_pair, relay_version
 from forge_async.weights.shared_memory import SharedMemoryChannel
@@ -65,7 +65,7 @@ class WeightRelay(ProcActor):
     @answers_on_port
     async def load_version(self, version: int) -> dict[str, float]:
         """`version` from torchstore into this node's channel."""
-        from forge_async.weights import store  # imported as the proc starts (launch/procs.py, PRELOAD)
+        from forge_async.weights import store  # imported as the proc starts (mesh/procs.py, PRELOAD)
 
         start = time.perf_counter()
         state_dict = await store.get_policy(version)

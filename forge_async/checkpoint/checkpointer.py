@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from forge_async import disk_full
+from forge_async.process import disk_full
 from forge_async.checkpoint.directory import CheckpointDirectory, size_of
 from forge_async.handles.run import RunHandles
 

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, check_range
+from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, check_range
 
 
 @dataclass

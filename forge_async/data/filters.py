@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from forge_async.config_checks import POSITIVE, check_range
+from forge_async.config.checks import POSITIVE, check_range
 from forge_async.data.episode import Episode
 
 

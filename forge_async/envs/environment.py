@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from forge_async.config_checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
+from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.errors import ConfigError
 from forge_async.tasks.task import Prompt

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from forge_async.callables import load_callable
+from forge_async.config.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
 from forge_async.envs.environment import EnvConfig
 from forge_async.envs.runner import EnvFactory

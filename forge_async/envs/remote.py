@@ -11,7 +11,7 @@ import itertools
 
 from forge_async.tasks.task import Prompt
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation
-from forge_async.handles.supervision import failure_cause
+from forge_async.mesh.supervision import failure_cause
 
 
 class EnvironmentFailed(RuntimeError):

@@ -27,7 +27,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
 from forge_async.tasks.task import Prompt, Task, TaskError, prompt_token_ids
 from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation

@@ -22,13 +22,13 @@ from collections import Counter, defaultdict
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.evaluation.config import EvalConfig
-from forge_async.metrics import EVAL_DROPPED
+from forge_async.observability.metrics import EVAL_DROPPED
 from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.rollout.types import Generate
 from forge_async.scoring.config import ScorerConfig, ScoringConfig

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from forge_async.evaluation.evaluator import Evaluator
 from forge_async.handles.generators import GeneratorCalls, GeneratorLost, GeneratorPool
-from forge_async.metrics import MetricsLog, measured_nothing
-from forge_async.run_record import RunRecord
-from forge_async.tracing import TRACER
+from forge_async.observability.metrics import MetricsLog, measured_nothing
+from forge_async.controller.record import RunRecord
+from forge_async.observability.spans import TRACER
 from forge_async.weights.delivery import WeightDelivery
 
-LANE = "evaluation"  # the controller's lane for evaluations (tracing.py)
+LANE = "evaluation"  # the controller's lane for evaluations (observability/spans.py)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import save_adapter, write_adapter_weights, zero_adapter
 

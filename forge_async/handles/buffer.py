@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from forge_async.data.buffer import NOT_STARTED, BufferStats
 from forge_async.data.episode import Episode
 from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.handles.supervision import stop_quietly, supervised
-from forge_async.launch.roles import REPLAY_BUFFER
-from forge_async.launch.spawner import RoleSpawner
-from forge_async.reply_port import ReplyPort
+from forge_async.mesh.supervision import stop_quietly, supervised
+from forge_async.mesh.roles import REPLAY_BUFFER
+from forge_async.handles.spawner import RoleSpawner
+from forge_async.mesh.reply_port import ReplyPort
 
 
 class BufferHandle:

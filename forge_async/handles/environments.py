@@ -5,9 +5,9 @@ from collections.abc import Callable
 
 from forge_async.envs.remote import RemoteEnvironments
 from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.handles.supervision import stop_quietly
-from forge_async.launch import roles
-from forge_async.launch.spawner import RoleSpawner
+from forge_async.mesh.supervision import stop_quietly
+from forge_async.mesh import roles
+from forge_async.handles.spawner import RoleSpawner
 
 
 class EnvironmentHosts:

@@ -19,14 +19,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.handles.supervision import T, is_proc_failure, stop_quietly, supervised, within
-from forge_async.launch import roles
-from forge_async.launch.spawner import RoleSpawner
-from forge_async.metrics import BusyClock
-from forge_async.reply_port import ReplyPort
+from forge_async.mesh.supervision import T, is_proc_failure, stop_quietly, supervised, within
+from forge_async.mesh import roles
+from forge_async.handles.spawner import RoleSpawner
+from forge_async.observability.metrics import BusyClock
+from forge_async.mesh.reply_port import ReplyPort
 
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
 ANSWER_TIMEOUT_S = 10  # a question (stats, sampler state) that a generator answers at once, unless hung

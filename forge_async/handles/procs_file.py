@@ -7,12 +7,12 @@ can find each proc of a running run.
 import json
 from pathlib import Path
 
-from forge_async.actors.located import here
-from forge_async.launch.hosts import Hosts
-from forge_async.launch.roles import Role
-from forge_async.side_outputs import replace_text
+from forge_async.mesh.located import here
+from forge_async.mesh.hosts import Hosts
+from forge_async.mesh.roles import Role
+from forge_async.observability.outputs import replace_text
 
-Where = dict  # {"node": int, "addr": str, "host": str, "pid": int}: actors/located.py
+Where = dict  # {"node": int, "addr": str, "host": str, "pid": int}: mesh/located.py
 
 
 def located(where: Where) -> str:

@@ -20,11 +20,11 @@ from monarch.actor import Channel
 
 from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.handles.supervision import STOP_TIMEOUT_S, stop_quietly, supervised, within
-from forge_async.launch import roles
-from forge_async.launch.roles import Role
-from forge_async.launch.spawner import RoleSpawner
-from forge_async.reply_port import ReplyPort, answered
+from forge_async.mesh.supervision import STOP_TIMEOUT_S, stop_quietly, supervised, within
+from forge_async.mesh import roles
+from forge_async.mesh.roles import Role
+from forge_async.handles.spawner import RoleSpawner
+from forge_async.mesh.reply_port import ReplyPort, answered
 
 
 class WeightRelays:
@@ -40,7 +40,7 @@ class WeightRelays:
         self._point = None  # the sender's rendezvous, where relays join
         self._attempts = [0] * len(nodes)  # pairs opened for relay j
         self._paired = [False] * len(nodes)
-        self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (reply_port.py)
+        self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (mesh/reply_port.py)
         self._reports = None  # gloo: the port the sender reports each version's arrival to
         self._reader: asyncio.Task | None = None
         self._arrived: list[dict | None] = [None] * len(nodes)  # the newest report of relay j's pair

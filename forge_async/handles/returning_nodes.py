@@ -3,7 +3,7 @@ lost with it, handles/generators.py) whose launcher is started again takes its p
 in the run.
 
 The node's new launcher registers a new Monarch worker at the rendezvous
-(launch/rendezvous.py). While the run goes on, the controller looks every few seconds
+(cluster/rendezvous.py). While the run goes on, the controller looks every few seconds
 for lost nodes with a new worker; for each it attaches to the worker, spawns the node's
 weight relay and generators there, and brings them the newest version; work goes
 to the generators once their weights are recent enough for admission control, as for
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from forge_async.handles.run import RunHandles
-from forge_async.handles.supervision import within
+from forge_async.mesh.supervision import within
 from forge_async.weights.delivery import WeightDelivery
 
 WATCH_S = 2.0

@@ -9,9 +9,9 @@ from forge_async.handles.generators import GeneratorPool
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.relays import WeightRelays
 from forge_async.handles.scorers import ScorerModelHandle
-from forge_async.handles.supervision import STOP_TIMEOUT_S, within
+from forge_async.mesh.supervision import STOP_TIMEOUT_S, within
 from forge_async.handles.trainer import TrainerHandle
-from forge_async.tracing import TRACER
+from forge_async.observability.spans import TRACER
 
 
 @dataclass

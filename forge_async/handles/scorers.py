@@ -5,9 +5,9 @@ is fine: the run saves what it learned).
 """
 
 from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.handles.supervision import failure_cause, stop_quietly, supervised
-from forge_async.launch import roles
-from forge_async.launch.spawner import RoleSpawner
+from forge_async.mesh.supervision import failure_cause, stop_quietly, supervised
+from forge_async.mesh import roles
+from forge_async.handles.spawner import RoleSpawner
 from forge_async.scoring.scorer import ScorerFailed
 
 

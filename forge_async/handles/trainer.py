@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from forge_async.data.episode import Episode
 from forge_async.errors import TrainerFailed
 from forge_async.handles.procs_file import ProcsFile, Where, located
-from forge_async.handles.supervision import failure_cause, stop_quietly, supervised
-from forge_async.launch.roles import TRAINER
-from forge_async.launch.spawner import RoleSpawner
-from forge_async.reply_port import ReplyPort
+from forge_async.mesh.supervision import failure_cause, stop_quietly, supervised
+from forge_async.mesh.roles import TRAINER
+from forge_async.handles.spawner import RoleSpawner
+from forge_async.mesh.reply_port import ReplyPort
 
 _POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1/2, 'procs': 0/1}
 _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")

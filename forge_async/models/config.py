@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field
 
-from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
+from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 from forge_async.models.shape import MAX_EXPERTS, MODEL_FAMILIES
 

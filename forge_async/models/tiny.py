@@ -8,13 +8,13 @@ trainer all load the result like any downloaded checkpoint.
 
 It is written in two parts: `write_tiny_config` (config.json and tokenizer: transformers)
 and `write_tiny_weights` (TorchTitan). The app's controller writes the first and a
-trainer proc, which has TorchTitan loaded already, the second (launch/meshes.py); each
+trainer proc, which has TorchTitan loaded already, the second (handles/meshes.py); each
 half imports its library itself, so neither process pays the CPU of loading the other's.
 """
 
 from pathlib import Path
 
-from forge_async.models.checkpoint import save_config, save_weights
+from forge_async.models.hf_checkpoint import save_config, save_weights
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import ModelShape
 

@@ -29,7 +29,7 @@ from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 from torchtitan.protocols.state_dict_adapter import StateDictAdapter
 
 from forge_async.models.attention import MaskableAttention
-from forge_async.models.checkpoint import Checkpoint
+from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.models.moe import moe_config, split_experts
 from forge_async.models.shape import ModelShape

@@ -19,7 +19,7 @@ engine's own cores.
 import asyncio
 from dataclasses import astuple
 
-from forge_async.actors.generator_config import SamplingConfig
+from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.runner import EnvRunner
 from forge_async.rollout.types import Generate

@@ -1,6 +1,6 @@
 """The rollout worker: generate calls kept going into the replay buffer, within max_policy_age.
 
-Every call is admitted on its own (admission.py): only as many samples go out as
+Every call is admitted on its own (rollout/admission.py): only as many samples go out as
 can still be trained on in time, given the version the generator it goes to samples
 with (routing.py chooses the generator). A call whose generator is lost with its host
 releases its admission and the worker goes on (the next choice is a live generator).
@@ -11,13 +11,13 @@ moment its last episode ends (a slow group holds up nothing but itself).
 
 import asyncio
 
-from forge_async.admission import AdmissionControl
+from forge_async.rollout.admission import AdmissionControl
 from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.generators import GeneratorLost
 from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.types import Produce, WorkerShape
-from forge_async.trace import HELD_BACK
-from forge_async.tracing import TRACER
+from forge_async.observability.step_budget import HELD_BACK
+from forge_async.observability.spans import TRACER
 
 
 async def run_worker(

@@ -12,7 +12,7 @@
 
 from dataclasses import dataclass
 
-from forge_async.config_checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
+from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
 from forge_async.errors import ConfigError
 
 SCORER_KINDS = ("reward", "reference_kl", "teacher")

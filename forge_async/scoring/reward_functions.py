@@ -18,7 +18,7 @@ import numbers
 from collections.abc import Callable
 
 from forge_async.data.episode import Completion
-from forge_async.callables import load_callable
+from forge_async.config.callables import load_callable
 from forge_async.tasks.task import Prompt, Task
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, flatten, regroup

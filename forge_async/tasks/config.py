@@ -3,7 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from forge_async.config_checks import Range, check_range
+from forge_async.config.checks import Range, check_range
 from forge_async.errors import ConfigError
 
 # A short instruction the tiny model can afford: the answer format, nothing else.

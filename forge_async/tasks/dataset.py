@@ -20,7 +20,7 @@ from typing import Iterator
 import datasets
 
 from forge_async.data.episode import Completion
-from forge_async.callables import load_callable
+from forge_async.config.callables import load_callable
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.task import HELD_OUT_SEED, ChatMessages, Prompt, TaskError, prompt_token_ids
 

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from forge_async.config_checks import POSITIVE, check_choice, check_range
+from forge_async.config.checks import POSITIVE, check_choice, check_range
 
 TRANSPORTS = ("shm", "torchstore")
 CROSS_HOST = ("gloo", "torchstore")

@@ -12,7 +12,7 @@ or which fetches from torchstore; or the generator itself (torchstore transport)
 from dataclasses import dataclass
 from typing import Protocol
 
-from forge_async.config import GRPOConfig
+from forge_async.controller.config import GRPOConfig
 
 
 class VersionLoader(Protocol):

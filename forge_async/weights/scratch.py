@@ -8,7 +8,7 @@ files (`tmp/`: vLLM's rendezvous file). It is removed when the run ends.
 Where nobody could remove it (the controller SIGKILLed, a host's launcher killed),
 `owner.json` says whose it was: the host name, and the pid and start time of the
 process whose life bounds the run on that host (the controller on its own host; the
-launcher, `python -m forge_async.launch`, on each other host; procs learn it from
+launcher, `python -m forge_async.cluster`, on each other host; procs learn it from
 FORGE_ASYNC_SCRATCH_OWNER, which both set before spawning). The start time tells a
 reused pid from the owner. Every run start and end, and every launcher start, removes
 the directories under its root whose owner on this host is dead; one whose owner lives,

@@ -4,7 +4,7 @@ A user's async agent program drives each episode through an OpenAI client: every
 completion request it sends is one model turn, sampled by the generators exactly as a
 native multi-turn episode's turns are (envs/runner.py). The pieces:
 
-    config.py        env.agent.*
+    controller/config.py        env.agent.*
     conversation.py  a session's messages -> the tokens they add (sampled ids kept verbatim)
     replies.py       a model turn -> the OpenAI chat.completion the agent gets back
     session.py       one episode's handoff between the endpoint and the runner

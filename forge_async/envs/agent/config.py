@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from forge_async.config_checks import POSITIVE, Range, check_range
+from forge_async.config.checks import POSITIVE, Range, check_range
 
 AGENT_PREFIX = "agent:"  # env.name=agent:module:function
 

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cached_property
 
-from forge_async.callables import load_callable
+from forge_async.config.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX, AgentConfig
 from forge_async.envs.agent.conversation import Conversation, HistoryEdited
 from forge_async.envs.agent.endpoint import SERVED_MODEL, shared_endpoint, stop_shared_endpoint

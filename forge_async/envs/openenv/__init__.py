@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from forge_async.callables import load_callable
-from forge_async.console import since_launch
+from forge_async.config.callables import load_callable
+from forge_async.observability.console import since_launch
 from forge_async.envs.environment import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv.capacity import Capacity, SessionLimit, probe_capacity
 from forge_async.envs.openenv.client import OpenEnvSessions

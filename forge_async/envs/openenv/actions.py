@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from forge_async.callables import load_callable
+from forge_async.config.callables import load_callable
 from forge_async.envs.agent.replies import ToolCallReader
 from forge_async.envs.environment import ModelTurn, Observation
 from forge_async.tasks.task import known_tokens

@@ -24,7 +24,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from forge_async.console import since_launch
+from forge_async.observability.console import since_launch
 from forge_async.envs.runner import EpisodeDropped
 from forge_async.errors import ConfigError
 

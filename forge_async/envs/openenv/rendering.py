@@ -14,7 +14,7 @@ remembers the messages shown). env.openenv.observation_field shows one field as 
 env.openenv.render=module:function(observation) -> text renders it your way.
 """
 
-from forge_async.callables import load_callable
+from forge_async.config.callables import load_callable
 from forge_async.envs.environment import Observation, OpenEnvConfig
 from forge_async.envs.runner import EpisodeDropped
 

@@ -5,7 +5,7 @@
 runs in a process group of its own (its workers die with it), its output in a log
 file. The run waits for its `/health` to answer, and terminates the group (then kills
 it) when the run ends; a controller that ends without tidying up (a second Ctrl-C) kills
-it on its way out, and one killed outright takes it along (child_processes.py; `start` is
+it on its way out, and one killed outright takes it along (process/child_processes.py; `start` is
 called from the main thread). Only this host reaches it: loopback.
 
 SESSIONS_VARIABLE tells the server how many WebSocket sessions a worker may hold (the
@@ -23,9 +23,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from forge_async import child_processes
+from forge_async.process import child_processes
 from forge_async.errors import ConfigError
-from forge_async.launch.hosts import free_port
+from forge_async.mesh.hosts import free_port
 
 SESSIONS_VARIABLE = "FORGE_OPENENV_SESSIONS"
 LOOPBACK = "127.0.0.1"

@@ -14,7 +14,7 @@ task's prompt (and fails without it) is not probed.
 import asyncio
 from dataclasses import replace
 
-from forge_async.console import since_launch
+from forge_async.observability.console import since_launch
 from forge_async.envs.openenv.actions import ToolCallAction
 from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.schema import action_form

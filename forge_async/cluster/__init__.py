@@ -1,0 +1,1 @@
+"""The multi-node launcher, torchrun-style: `python -m forge_async.cluster` (docs/launching.md)."""

@@ -1,0 +1,1 @@
+"""Config machinery: range checks, the schema overrides are checked against, user callables."""

@@ -1,0 +1,306 @@
+"""The GRPO run's configuration: dataclasses that mirror configs/grpo.yaml key for key.
+
+Hydra validates every override against these types (an unknown key or a value
+of the wrong type fails at start, naming the key); each section's `__post_init__`
+checks its values' ranges (forge_async/config/checks.py) and names the offending
+key; GRPOConfig's also checks what spans sections.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from forge_async.generation.config import GeneratorConfig, SamplingConfig
+from forge_async.checkpoint.config import CheckpointConfig
+from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, Range, check_choice, check_range
+from forge_async.errors import ConfigError
+from forge_async.mesh.placement import PlacementConfig
+from forge_async.data.filters import FilterConfig
+from forge_async.losses.config import ImportanceConfig, LossConfig
+from forge_async.observability.sinks import LoggingConfig
+from forge_async.learning.config import TrainerConfig
+from forge_async.config.callables import load_callable
+from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
+from forge_async.envs.environment import EnvConfig
+from forge_async.envs.registry import check_environment_name
+from forge_async.envs.textarena import TEXTARENA
+from forge_async.evaluation.config import EvalConfig
+from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
+from forge_async.models.shape import ModelShape
+from forge_async.controller.progress_watch import StallConfig
+from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
+from forge_async.observability.spans import TraceConfig
+from forge_async.weights.config import WeightsConfig
+
+MODES = ("async", "sync")
+
+
+ROUTINGS = ("least_outstanding", "round_robin")  # rollout/routing.py
+
+@dataclass
+class RunConfig:
+    """The sections every app's run has (apps.grpo, apps.sft): the model, where prompts come from,
+    sampling, the generator and trainer, evaluation, weights, checkpoints, placement, logging."""
+
+    seed: int = 0
+    # A run directory to continue from its newest complete checkpoint, with its saved config.
+    resume: str | None = None
+    # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
+    verbose: bool = False
+    model: ModelConfig = field(default_factory=ModelConfig)
+    # Mixture-of-Experts models: rollout routing replay (docs/moe.md).
+    moe: MoeConfig = field(default_factory=MoeConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # Evaluation on held-out prompts during training: docs/evaluation.md.
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+
+    def resolve_trainer(self, steps: int) -> None:
+        """generator.dtype: the trainer's unless set; the LR schedule spans `steps` unless told
+        otherwise, and a decay shorter than the run is refused (TorchTitan's would go on below
+        min_lr_factor: negative, for linear)."""
+        if self.generator.dtype is None:
+            self.generator.dtype = self.trainer.dtype
+        if self.trainer.lr_total_steps is None:
+            self.trainer.lr_total_steps = steps
+        if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < steps:
+            raise ConfigError(
+                f"trainer.lr_total_steps={self.trainer.lr_total_steps} is less than steps={steps}: "
+                f"the {self.trainer.lr_schedule} decay must span the run"
+            )
+
+
+@dataclass
+class GRPOConfig(RunConfig):
+    mode: str = "async"  # async: generation and training overlap; sync: strictly alternate
+    steps: int = 400  # optimizer steps
+    max_policy_age: int = 1  # samples older than this many trainer versions are dropped
+    # Admit generation only when it can be trained within max_policy_age (see rollout/admission.py).
+    admission_control: bool = True
+    group_size: int = 8  # completions per prompt
+    prompts_per_step: int = 16  # training batch = prompts_per_step * group_size episodes
+    rollout_workers: int = 2  # concurrent generate calls kept in flight (async mode)
+    # Which generator each call goes to: least_outstanding (the live one with the fewest
+    # samples in flight) or round_robin (worker w on generator w % count); rollout/routing.py.
+    rollout_routing: str = "least_outstanding"
+    prompts_per_rollout: int = 16  # prompts per generate call
+    buffer_capacity: int = 4096  # episodes; beyond it the oldest are evicted (counted)
+    target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
+    # Multi-turn episodes: the environment and its limits (docs/environments.md).
+    env: EnvConfig = field(default_factory=EnvConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    # What scores each completion (rewards, reference KL, teacher): docs/scoring.md.
+    scorers: list[ScorerConfig] = field(default_factory=default_scorers)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    # A run whose episodes all drop stops; the console says drops as they go on (controller/progress_watch.py).
+    stall: StallConfig = field(default_factory=StallConfig)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
+        for key in ("steps", "prompts_per_step", "rollout_workers", "prompts_per_rollout", "buffer_capacity"):
+            check_range(key, getattr(self, key), AT_LEAST_1)
+        check_range(
+            "group_size", self.group_size, Range(2),
+            note="group-relative advantages need at least two completions per prompt",
+        )
+        check_range("max_policy_age", self.max_policy_age, AT_LEAST_0)
+        check_choice("rollout_routing", self.rollout_routing, ROUTINGS)
+        check_range("target_reward", self.target_reward, Range())
+        if self.prompts_per_rollout > self.prompts_per_step:
+            # A rollout larger than a batch could never be admitted at max_policy_age=0.
+            raise ConfigError(
+                f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
+                f"prompts_per_step={self.prompts_per_step}"
+            )
+        if self.loss.objective != "grpo":
+            raise ConfigError(
+                f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
+                "supervised fine-tuning on demonstrations is python -m apps.sft"
+            )
+        if self.loss.clipped and self.importance.corrects:
+            raise ConfigError(
+                f"loss.clip_low/clip_high are set and importance corrects too (importance.mode="
+                f"{self.importance.mode}, importance.cap={self.importance.cap}): the clipped ratio is the "
+                "off-policy correction; set importance.cap=null (mode truncate)"
+            )
+        self.placement.check_gpus(self.trainer.procs, self.generator.count)
+        trainer_hosts = self.placement.trainer_hosts
+        if len(trainer_hosts) > 1 and self.weights.transport == "shm" and self.weights.cross_host == "gloo":
+            raise ConfigError(
+                f"placement.trainer_hosts={trainer_hosts}: weights.cross_host=gloo sends each version from the "
+                "trainer's one host; a trainer on several hosts needs weights.cross_host=torchstore"
+            )
+        check_scorers(self.scorers)
+        if self.eval.dataset is not None and self.task.name != "dataset":
+            raise ConfigError(
+                f"eval.dataset={self.eval.dataset}: held-out files are for task.name=dataset; "
+                f"task.name={self.task.name} sets aside held-out prompts of its own"
+            )
+        if self.task.name == "seeds" and self.env.name is None:
+            raise ConfigError(
+                "task.name=seeds hands out seeds, not prompts: name the environment that deals episodes "
+                "from them, e.g. env.name=textarena:GuessTheNumber-v0"
+            )
+        if self.env.procs and not self.multi_turn:
+            raise ConfigError(
+                f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
+                "name one with env.name=module:callable"
+            )
+        if self.generator.calls_at_once is None:  # a multi-turn call is a turn of a few episodes
+            self.generator.calls_at_once = 0 if self.multi_turn else 1
+        if self.loss.max_tokens is None:  # constant aggregation: the generation budget
+            self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
+        self.resolve_trainer(self.steps)
+        if self.buffer_capacity < self.batch_size:
+            raise ConfigError(
+                f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
+                f"({self.batch_size} = prompts_per_step * group_size)"
+            )
+
+    def check_paths(self) -> None:
+        """Fail naming the key if an input file or directory is missing, or a reward function cannot
+        be imported: called before any proc starts, so a typo costs a second, not a start-up (the
+        loaders check again, in detail)."""
+        if self.model.path is not None and not Path(self.model.path).expanduser().is_dir():
+            raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
+        self.check_model()
+        if self.task.name == "dataset" and self.task.dataset and not Path(self.task.dataset).exists():
+            raise ConfigError(f"task.dataset not found: {self.task.dataset}")
+        if self.eval.dataset is not None and not Path(self.eval.dataset).exists():
+            raise ConfigError(f"eval.dataset not found: {self.eval.dataset}")
+        for index, scorer in enumerate(self.scorers):
+            if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
+                raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
+            if scorer.fn is not None:
+                load_callable(scorer.fn, f"scorers[{index}].fn")
+        if self.env.name is not None:
+            check_environment_name(self.env)
+        if self.task.name == "dataset":
+            load_callable(self.task.reward_fn, "task.reward_fn")
+        if self.task.name == "reasoning_gym":
+            from forge_async.tasks.reasoning_gym import check_config  # reasoning-gym: only for this task
+
+            check_config(self.task.reasoning_gym)
+        self.check_text_on_digits()
+
+    def check_text_on_digits(self) -> None:
+        """Text prompts or observations on the tiny model's digit tokenizer, which reads digits only:
+        the task would fail once the procs are up, or every episode be dropped."""
+        if self.model.path is not None or self.model.tiny.tokenizer != "digits":
+            return
+        text = self._text_input()
+        if text is not None:
+            raise ConfigError(
+                f"{text}, which the tiny model's digit tokenizer (model.tiny.tokenizer=digits) cannot read: "
+                "set model.tiny.tokenizer=bytes"
+            )
+
+    def _text_input(self) -> str | None:
+        """What feeds the model text, as the start of a sentence naming its key; None: digits (or unknown)."""
+        if self.env.name is not None and self.env.name.startswith(TEXTARENA):
+            return f"env.name={self.env.name}: the game speaks text"
+        if self.task.name == "reasoning_gym":
+            return "task.name=reasoning_gym: its questions are text"
+        if self.task.name == "dataset" and self.task.dataset and self.task.dataset.endswith(".jsonl"):
+            prompt = _first_jsonl_prompt(Path(self.task.dataset), self.task.prompt_column)
+            if prompt is not None and not prompt.isdigit():
+                return f"task.dataset={self.task.dataset}: its first prompt {prompt[:40]!r} is text"
+        return None
+
+    def check_model(self) -> None:
+        """The settings that need a Mixture-of-Experts model, or a dense one, against model.path's
+        config.json (whose architecture is checked here too) or model.tiny.family."""
+        if self.model.path is None:
+            tiny = self.model.tiny
+            num_experts = tiny.num_experts if tiny.family == "qwen3_moe" else None
+        else:
+            config_file = Path(self.model.path).expanduser() / "config.json"
+            if not config_file.is_file():
+                return  # the checkpoint loader names what is missing
+            shape = ModelShape.from_hf_config(json.loads(config_file.read_text()), f"model.path={self.model.path}")
+            num_experts = shape.moe.num_experts if shape.moe is not None else None
+        moe = num_experts is not None
+        self._check_expert_parallel(num_experts)
+        if self.moe.replay and not moe:
+            raise ConfigError(
+                "moe.routing_replay=rollout: the model is dense (no Mixture-of-Experts layers whose routes "
+                "could be replayed); set moe.routing_replay=off"
+            )
+        if moe and self.generator.cpu_weights == "packed":
+            raise ConfigError(
+                "generator.cpu_weights=packed: vLLM's layer-wise reload leaves a Mixture-of-Experts model's CPU "
+                "experts in the old layout after a weight swap; use generator.cpu_weights=plain"
+            )
+        dense_targets = [t for t in self.model.lora.targets if t in DENSE_MLP_PROJECTIONS]
+        if moe and self.model.lora.enabled and dense_targets:
+            raise ConfigError(
+                f"model.lora.targets: {', '.join(dense_targets)} are dense MLP projections; a Mixture-of-Experts "
+                "model's experts take no adapters (they stay frozen): set model.lora.targets=[q_proj,k_proj,v_proj,o_proj]"
+            )
+
+    def _check_expert_parallel(self, num_experts: int | None) -> None:
+        """trainer.expert_parallel splits every MoE layer's experts evenly across that many ranks."""
+        ep = self.trainer.expert_parallel
+        if ep == 1:
+            return
+        if num_experts is None:
+            raise ConfigError(
+                f"trainer.expert_parallel={ep}: the model is dense (no Mixture-of-Experts layers whose "
+                "experts could be split across ranks); set trainer.expert_parallel=1"
+            )
+        if num_experts % ep:
+            raise ConfigError(
+                f"trainer.expert_parallel={ep} must divide the model's num_experts={num_experts} "
+                "(each rank holds an equal share of every layer's experts)"
+            )
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether episodes are played in an environment: env.name's, or the task's own."""
+        return self.env.name is not None or self.task.name in MULTI_TURN_TASKS
+
+    @property
+    def kl_coef(self) -> float:
+        """The reference_kl scorer's coef: the trainer's KL penalty (0: none)."""
+        return next((s.coef for s in self.scorers if s.kind == "reference_kl"), 0.0)
+
+    @property
+    def trainer_reference(self) -> int | None:
+        """The index of the reference_kl scorer that runs in the trainer, if there is one."""
+        return next((i for i, s in enumerate(self.scorers) if s.runs_on == "trainer"), None)
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+    @property
+    def episodes_in_flight(self) -> int:
+        """The most episodes the run plays at once: the groups the rollout workers keep going (sync
+        mode: one step's), each of group_size, plus one evaluation's."""
+        groups = self.rollout_workers * self.prompts_per_rollout if self.mode == "async" else self.prompts_per_step
+        evaluation = self.eval.prompts * self.eval.samples_per_prompt if self.eval.enabled else 0
+        return groups * self.group_size + evaluation
+
+
+def _first_jsonl_prompt(path: Path, column: str) -> str | None:
+    """The text of a .jsonl dataset's first prompt (a chat prompt's contents joined); None where the
+    file or its first row cannot say (the loader names what is wrong)."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            first = next((line for line in lines if line.strip()), None)
+        prompt = json.loads(first)[column] if first is not None else None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if isinstance(prompt, list):
+        prompt = "".join(m.get("content", "") for m in prompt if isinstance(m, dict))
+    return prompt if isinstance(prompt, str) and prompt else None

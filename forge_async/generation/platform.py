@@ -1,0 +1,72 @@
+"""How a generator's vLLM engine runs where it lands: compiled or not, CUDA graphs or eager.
+
+`resolve_platform` decides from the config and from whether the proc sees a GPU; it is
+pure, so every decision can be tested on a CPU box. `prepare_process` applies it in the
+generator's proc before vLLM is imported. Light: imports neither torch nor vLLM at module
+level (the proc bootstrap unpickles it first).
+
+The defaults, per platform:
+
+- GPU: `compile` on (vLLM's own torch.compile of the model, compilation mode VLLM_COMPILE)
+  and `enforce_eager` off, so vLLM captures CUDA graphs. With `compile=false` the model runs
+  uncompiled (mode NONE) and vLLM still captures full CUDA graphs unless `enforce_eager`.
+- CPU: `compile` off and `enforce_eager` on: there are no graphs to capture on CPU, and
+  compiling (vLLM's CPU build turns VLLM_COMPILE into one Dynamo trace through Inductor's
+  C++ backend; it works) makes the engine's start many times longer, a cost a tiny model
+  never wins back, and decodes no faster after (docs/configuration.md). TORCHDYNAMO_DISABLE=1
+  is then set in the proc, before vLLM builds its sampler: it wraps its logprobs op in
+  torch.compile, which would otherwise compile on the first logprobs request and hold it up.
+  `cpu_weights` (plain by default) says whether the linear layers keep their weights unpacked
+  (generation/engine_weights.py).
+"""
+
+import os
+from dataclasses import dataclass
+
+from forge_async.generation.config import GeneratorConfig
+from forge_async.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EnginePlatform:
+    on_gpu: bool
+    enforce_eager: bool  # no CUDA graphs and no compile (vLLM turns compile off under it)
+    compile: bool
+    plain_weights: bool = False  # CPU: linear weights kept unpacked, swaps copy them in place
+
+    def llm_kwargs(self) -> dict:
+        """vLLM's knobs for these decisions (LLM(...) keyword arguments)."""
+        mode = "VLLM_COMPILE" if self.compile else "NONE"
+        return {"enforce_eager": self.enforce_eager, "compilation_config": {"mode": mode}}
+
+    def env(self) -> dict[str, str]:
+        """Environment the engine's process needs before vLLM is imported."""
+        return {} if self.on_gpu or self.compile else {"TORCHDYNAMO_DISABLE": "1"}
+
+
+def resolve_platform(config: GeneratorConfig, on_gpu: bool) -> EnginePlatform:
+    """The effective settings: the config's, or the platform's default where it says null.
+
+    `compile` defaults to on on a GPU unless the user asked for eager mode; `enforce_eager`
+    defaults to true on CPU unless the user asked to compile."""
+    compiled = config.compile if config.compile is not None else on_gpu and not config.enforce_eager
+    eager = config.enforce_eager if config.enforce_eager is not None else not on_gpu and not compiled
+    plain = not on_gpu and config.cpu_weights == "plain"
+    return EnginePlatform(on_gpu=on_gpu, enforce_eager=eager, compile=compiled, plain_weights=plain)
+
+
+def prepare_process(config: GeneratorConfig) -> EnginePlatform:
+    """Decide in this process (does it see a GPU?) and set the environment that follows.
+
+    Run by the generator proc's bootstrap before vLLM is imported, and again by the
+    generator's setup (a no-op then; it covers procs spawned without that bootstrap)."""
+    import torch
+
+    platform = resolve_platform(config, on_gpu=torch.cuda.is_available())
+    if platform.compile and os.environ.get("TORCHDYNAMO_DISABLE") == "1":
+        raise ConfigError(
+            "generator.compile is on but TORCHDYNAMO_DISABLE=1 is set in the environment, which "
+            "would silently turn vLLM's torch.compile off: unset it, or set generator.compile=false"
+        )
+    os.environ.update(platform.env())
+    return platform

@@ -1,0 +1,164 @@
+"""Spawn each actor mesh and bring it to a ready state.
+
+These are the building blocks a user composes in their own script (see
+docs/compose.md); the GRPO app uses the same functions. Each takes the host
+mesh to spawn on (default: this host; see hosts.py for other nodes) and, with
+`log_dir`, send their procs' stdout/stderr to LOG_DIR/<mesh name>.log (observability/console.py);
+or, with `procs`, use procs spawned earlier (see procs.py: the app spawns them first).
+"""
+
+from pathlib import Path
+
+from monarch.actor import HostMesh, ProcMesh
+from monarch.spmd import setup_torch_elastic_env_async
+
+from forge_async.actors.environment_host import EnvironmentHost
+from forge_async.actors.generator import Generator
+from forge_async.generation.config import GeneratorConfig
+from forge_async.actors.logprob_model import LogprobModel
+from forge_async.actors.replay_buffer import ReplayBuffer
+from forge_async.actors.trainer import Trainer
+from forge_async.actors.tiny_model_writer import TinyModelWriter
+from forge_async.learning.config import TrainerConfig
+from forge_async.actors.weight_relay import WeightRelay
+from forge_async.actors.weight_sender import WeightSender
+from forge_async.losses.config import ImportanceConfig, LossConfig
+from forge_async.mesh.procs import spawn_procs
+from forge_async.models.hf_checkpoint import Checkpoint
+from forge_async.models.config import LoraConfig, MoeConfig
+from forge_async.weights.config import WeightsConfig
+
+
+async def spawn_trainer(
+    checkpoint: Checkpoint,
+    config: TrainerConfig,
+    pad_id: int,
+    weights: WeightsConfig,
+    hosts: HostMesh | None = None,
+    log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+    loss: LossConfig | None = None,
+    importance: ImportanceConfig | None = None,
+    kl_coef: float = 0.0,
+    reference_path: str | None = None,
+    lora: LoraConfig | None = None,
+    moe: MoeConfig | None = None,
+):
+    """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
+
+    Across several hosts, rank 0's node address (and a free port there) is the
+    rendezvous point of the process group.
+    """
+    if procs is None:
+        procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
+    trainer = procs.spawn(
+        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef,
+        reference_path, lora, moe,
+    )
+    if hosts is None:
+        await setup_torch_elastic_env_async(procs)
+    else:
+        first = await first_actor(trainer, procs).free_address.call_one()
+        await setup_torch_elastic_env_async(procs, *first)
+    await trainer.setup.call()
+    return procs, trainer
+
+
+async def write_tiny_weights_on(procs: ProcMesh, directory: Path, hf_config: dict, seed: int) -> None:
+    """The tiny model's weights into `directory`, written by the first of `procs` (the trainer's,
+    which have TorchTitan loaded: models/tiny.py)."""
+    writer = procs.spawn("tiny_model_writer", TinyModelWriter)
+    await first_actor(writer, procs).write_weights.call_one(str(directory), hf_config, seed)
+
+
+def first_actor(actors, procs: ProcMesh):
+    """The actor of `actors` (spawned on `procs`) on their first proc: the first host's rank 0."""
+    return actors.slice(**{label: 0 for label in procs._labels})
+
+
+async def spawn_generator(
+    checkpoint: Checkpoint,
+    config: GeneratorConfig,
+    weights: WeightsConfig,
+    index: int = 0,
+    host: HostMesh | None = None,
+    log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+    lora: LoraConfig | None = None,
+):
+    """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights (and, with
+    LoRA, serving them through an adapter that starts at zero)."""
+    if procs is None:
+        procs = spawn_procs(host, 1, f"generator{index}", log_dir)
+    generator = procs.spawn(
+        f"generator{index}", Generator, str(checkpoint.path), config, weights, lora
+    )
+    timing = await generator.setup.call_one()
+    return procs, generator, timing
+
+
+async def spawn_replay_buffer(
+    max_policy_age: int,
+    capacity: int,
+    host: HostMesh | None = None,
+    log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+    drop_zero_variance: bool = False,
+    max_zero_variance_drops: int | None = None,
+):
+    if procs is None:
+        procs = spawn_procs(host, 1, "replay_buffer", log_dir)
+    buffer = procs.spawn(
+        "replay_buffer", ReplayBuffer, max_policy_age, capacity, drop_zero_variance, max_zero_variance_drops
+    )
+    return procs, buffer
+
+
+async def spawn_logprob_model(
+    checkpoint: Checkpoint,
+    pad_id: int,
+    name: str = "scorer",
+    threads: int = 1,
+    host: HostMesh | None = None,
+    log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+):
+    """A LogprobModel (a model scorer: reference policy or teacher) on one proc, loaded."""
+    if procs is None:
+        procs = spawn_procs(host, 1, name, log_dir)
+    model = procs.spawn(name, LogprobModel, str(checkpoint.path), pad_id, threads)
+    await model.setup.call_one()
+    return procs, model
+
+
+async def spawn_weight_relay(
+    channel_dir: str, host: HostMesh, node: int, log_dir: Path | None = None, procs: ProcMesh | None = None
+):
+    """A WeightRelay on `host` (node `node`): the sender or torchstore -> that host's shared-memory channel at `channel_dir`."""
+    if procs is None:
+        procs = spawn_procs(host, 1, f"weight_relay{node}", log_dir)
+    return procs, procs.spawn(f"weight_relay{node}", WeightRelay, channel_dir, node)
+
+
+async def spawn_weight_sender(
+    channel_dir: str, timeout_s: float, host: HostMesh, log_dir: Path | None = None, procs: ProcMesh | None = None
+):
+    """A WeightSender on `host` (the trainer's): its shared-memory channel at `channel_dir` -> the relays."""
+    if procs is None:
+        procs = spawn_procs(host, 1, "weight_sender", log_dir)
+    return procs, procs.spawn("weight_sender", WeightSender, channel_dir, timeout_s)
+
+
+def spawn_environment_host(
+    new_environment, name: str = "environment", host: HostMesh | None = None, log_dir: Path | None = None,
+    procs: ProcMesh | None = None,
+):
+    """An EnvironmentHost on one proc, making environments with `new_environment()`."""
+    if procs is None:
+        procs = spawn_procs(host, 1, name, log_dir)
+    return procs, procs.spawn(name, EnvironmentHost, new_environment)
+
+
+async def stop_all(*meshes: ProcMesh) -> None:
+    for procs in meshes:
+        await procs.stop()

@@ -1,0 +1,90 @@
+"""Each role's actors spawned on the run's procs, as the config says (the first time
+on the procs spawned early, later on new ones: a respawn).
+
+Handles (forge_async/handles/) call these to bring their role up, and again to
+bring it back after a failure.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from forge_async.controller.config import GRPOConfig
+from forge_async.errors import UserError
+from forge_async.handles import meshes
+from forge_async.mesh import roles
+from forge_async.mesh.procs import RunProcs
+from forge_async.models.hf_checkpoint import Checkpoint
+
+
+@dataclass
+class RoleSpawner:
+    procs: RunProcs
+    checkpoint: Checkpoint  # the initial policy
+    pad_id: int
+
+    @property
+    def config(self) -> GRPOConfig:
+        return self.procs.config
+
+    async def trainer(self):
+        """(procs, Trainer) with torch.distributed up and the initial weights loaded."""
+        c = self.config
+        reference = None if c.trainer_reference is None else str(self.scorer_checkpoint(c.trainer_reference).path)
+        return await meshes.spawn_trainer(
+            self.checkpoint, c.trainer, self.pad_id, c.weights, self.procs.host(roles.TRAINER),
+            procs=self.procs.take(roles.TRAINER), loss=c.loss, importance=c.importance, kl_coef=c.kl_coef,
+            reference_path=reference, lora=c.model.lora, moe=c.moe,
+        )
+
+    async def generator(self, index: int):
+        """(procs, Generator, its start-up timing) with the initial weights loaded."""
+        c = self.config
+        return await meshes.spawn_generator(
+            self.checkpoint, c.generator, c.weights, index, procs=self.procs.take(roles.generator(index)),
+            lora=c.model.lora,
+        )
+
+    async def replay_buffer(self):
+        c = self.config
+        return await meshes.spawn_replay_buffer(
+            c.max_policy_age, c.buffer_capacity, procs=self.procs.take(roles.REPLAY_BUFFER),
+            drop_zero_variance=c.filter.zero_variance_groups,
+            max_zero_variance_drops=c.filter.max_drops(c.batch_size),
+        )
+
+    async def weight_relay(self, node: int):
+        role = roles.weight_relay(node)
+        return await meshes.spawn_weight_relay(
+            self.config.weights.channel_dir, self.procs.host(role), node, procs=self.procs.take(role)
+        )
+
+    async def weight_sender(self):
+        w = self.config.weights
+        return await meshes.spawn_weight_sender(
+            w.channel_dir, w.link_timeout_s, self.procs.host(roles.WEIGHT_SENDER), procs=self.procs.take(roles.WEIGHT_SENDER)
+        )
+
+    async def scorer(self, index: int):
+        """(procs, LogprobModel) for model scorer `index`: its checkpoint, or the initial policy's."""
+        role = roles.scorer(index)
+        return await meshes.spawn_logprob_model(
+            self.scorer_checkpoint(index), self.pad_id, str(role), self.config.scorers[index].threads,
+            procs=self.procs.take(role),
+        )
+
+    def environment_host(self, index: int, new_environment: Callable[[], object]):
+        """(procs, EnvironmentHost) making environments with `new_environment`."""
+        return meshes.spawn_environment_host(new_environment, str(roles.environment(index)), procs=self.procs.take(roles.environment(index)))
+
+    def scorer_checkpoint(self, index: int) -> Checkpoint:
+        """Scorer `index`'s checkpoint, checked to share the policy's vocabulary."""
+        path = self.config.scorers[index].path
+        if path is None:
+            return self.checkpoint
+        checkpoint = Checkpoint.open(path)
+        if checkpoint.shape.vocab_size != self.checkpoint.shape.vocab_size:
+            raise UserError(
+                f"scorers[{index}].path={path}: vocabulary of {checkpoint.shape.vocab_size} tokens, the policy's "
+                f"has {self.checkpoint.shape.vocab_size}; a scorer must use the policy's tokenizer"
+            )
+        return checkpoint

@@ -1,0 +1,1 @@
+"""The trainer's learning, without its actor, and its config section."""

@@ -1,0 +1,223 @@
+"""Per-step metrics: computed here, written here (metrics.jsonl, the console, optional sinks).
+
+Every metric is named `area/what` (docs/metrics.md lists them): reward/, policy/,
+train/, is/ (importance sampling), kl/, distill/, scoring/, samples/, generator/,
+completion/, weights/, time/.
+A row of metrics.jsonl is one training step: {"step": k, "reward/mean": ..., ...}, or one
+evaluation on held-out prompts: {"step": k, "eval/version": v, "eval/reward_mean": ..., ...},
+logged when it finished, k being the last step trained by then (`split_rows` tells them apart).
+"""
+
+import json
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+
+from forge_async.data.episode import Episode
+from forge_async.observability.sinks import MetricSink
+from forge_async.observability.outputs import write_side_output
+
+# Mean entropy (nats per sampled token) below which the policy has collapsed onto
+# near-deterministic outputs: exploration, and with it GRPO's signal, is gone.
+ENTROPY_COLLAPSE = 0.05
+
+
+def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, float]:
+    """What the trainer is about to learn from, at `trainer_version` (before the step)."""
+    ages = [e.policy_age(trainer_version) for e in episodes]
+    lengths = [len(e.completion.token_ids) for e in episodes]
+    return {
+        **scorer_metrics(episodes),
+        "reward/mean": statistics.fmean(e.reward for e in episodes),
+        "policy/age_mean": statistics.fmean(ages),
+        "policy/age_max": max(ages),
+        "policy/version_spread_max": max(e.completion.version_spread for e in episodes),
+        "completion/length_mean": statistics.fmean(lengths),
+        "completion/length_max": max(lengths),
+        "completion/truncated_frac": statistics.fmean(
+            e.completion.finish_reason == "length" for e in episodes
+        ),
+    }
+
+
+def scorer_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Each figure the scorers gave episodes (reward/<name>, distill/reverse_kl), averaged over the
+    episodes that have it."""
+    values: dict[str, list[float]] = {}
+    for episode in episodes:
+        for key, value in (episode.metrics or {}).items():
+            values.setdefault(key, []).append(value)
+    return {key: statistics.fmean(v) for key, v in values.items()}
+
+
+EVAL_KEY = "eval/version"  # the key that marks an evaluation row
+EVAL_DROPPED = "eval/dropped_"  # + a reason: an evaluation's samples dropped for it
+
+
+def measured_nothing(row: dict) -> bool:
+    """Whether every sample of an evaluation (its row) was dropped: its figures measure nothing."""
+    return row["eval/dropped"] >= row["eval/prompts"] * row["eval/samples_per_prompt"]
+
+
+def split_rows(rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """metrics.jsonl's rows as (training steps, evaluations), each in file order."""
+    return [r for r in rows if EVAL_KEY not in r], [r for r in rows if EVAL_KEY in r]
+
+
+def read_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """RUN_DIR/metrics.jsonl as (training steps, evaluations)."""
+    lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    return split_rows([json.loads(line) for line in lines if line.strip()])
+
+
+class BusyClock:
+    """Wall time during which at least one call is in flight (`with clock:` around each)."""
+
+    def __init__(self) -> None:
+        self._in_flight = 0
+        self._since = 0.0
+        self._busy_s = 0.0
+
+    def __enter__(self) -> None:
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+
+    def __exit__(self, *exc) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._busy_s += time.perf_counter() - self._since
+
+    @property
+    def busy_s(self) -> float:
+        running = time.perf_counter() - self._since if self._in_flight else 0.0
+        return self._busy_s + running
+
+
+class MetricsLog:
+    """Writes one row per training step to `metrics.jsonl` and the sinks, and prints a line.
+
+    A fresh run starts the file anew. A resumed run (`resume_after_step=k`) keeps
+    the rows of steps 1..k and appends from there, so every step appears once.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        total_steps: int,
+        target_reward: float,
+        sinks: list[MetricSink] = (),
+        smoothing: int = 10,
+        resume_after_step: int | None = None,
+    ):
+        self.path = run_dir / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_after_step is None:
+            self._file = self.path.open("wb", buffering=0)
+        else:
+            self._keep_rows_up_to(resume_after_step)
+            self._file = self.path.open("ab", buffering=0)
+        self.total_steps = total_steps
+        self.target_reward = target_reward
+        self.sinks = list(sinks)
+        self._recent = deque(maxlen=smoothing)
+        self._entropy_warned = False
+
+    def _keep_rows_up_to(self, step: int) -> None:
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def state_dict(self) -> dict:
+        return {"recent": list(self._recent)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._recent.extend(state["recent"])
+
+    @property
+    def reward_smoothed(self) -> float:
+        return statistics.fmean(self._recent) if self._recent else 0.0
+
+    def log(self, record: dict) -> None:
+        self._recent.append(record["reward/mean"])
+        record["reward/smoothed"] = self.reward_smoothed
+        self.write(record)
+        print(self._console_line(record), flush=True)
+        self._warn_on_entropy_collapse(record)
+
+    def write(self, record: dict) -> None:
+        """A training step's row into metrics.jsonl and the sinks (`log` adds GRPO's figures and
+        console line; apps.sft its own)."""
+        self._append(record)
+        scalars = {k: v for k, v in record.items() if k != "step"}
+        for sink in self.sinks:
+            sink.write(record["step"], scalars)
+
+    def log_eval(self, step: int, row: dict) -> None:
+        """An evaluation's row, logged at `step` (the last step trained when it finished)."""
+        self._append({"step": step, **row})
+        for sink in self.sinks:
+            sink.write(step, row)
+        if measured_nothing(row):
+            reasons = ", ".join(f"{k.removeprefix(EVAL_DROPPED)} {n}" for k, n in row.items() if k.startswith(EVAL_DROPPED))
+            print(
+                f"eval v{row['eval/version']} | all {row['eval/dropped']} episodes dropped ({reasons}) | "
+                f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
+                flush=True,
+            )
+            return
+        print(
+            f"eval v{row['eval/version']} | reward {row['eval/reward_mean']:.2f} | "
+            f"pass@{row['eval/samples_per_prompt']} {row['eval/pass@k']:.2f} | len {row['eval/len_mean']:.1f} | "
+            f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
+            flush=True,
+        )
+
+    def _append(self, row: dict) -> None:
+        """One row onto metrics.jsonl, whole or not at all: a row that cannot be written is cut
+        off again, reported once, and the run goes on; on a full disk it stops (observability/outputs.py)."""
+        line = (json.dumps(row) + "\n").encode()
+
+        def append() -> None:
+            end = self._file.tell()
+            try:
+                written = 0
+                while written < len(line):
+                    written += self._file.write(line[written:])
+            except OSError:
+                self._file.truncate(end)
+                raise
+
+        write_side_output(self.path, append)
+
+    def _console_line(self, record: dict) -> str:
+        step, wall = record["step"], record["time/wall_s"]
+        eta = wall / step * (self.total_steps - step) if step else 0.0
+        return (
+            f"step {step:4d}/{self.total_steps} | reward {record['reward/mean']:.2f} "
+            f"(avg{self._recent.maxlen} {self.reward_smoothed:.2f}) | "
+            f"age {record['policy/age_mean']:.2f}/{record['policy/age_max']} | "
+            f"dropped {record['samples/dropped_stale']} stale, {record['samples/dropped_other']} other, "
+            f"{record['samples/not_started']} not started | "
+            f"gen {record['generator/tokens_per_s']:,.0f} tok/s | "
+            f"trainer idle {100 * record['train/idle_frac']:.0f}% | "
+            f"{wall:.1f}s, ETA {eta:.0f}s"
+        )
+
+    def _warn_on_entropy_collapse(self, record: dict) -> None:
+        """Once per run: entropy gone while the reward is still short of the target."""
+        collapsed = record["train/entropy"] < ENTROPY_COLLAPSE
+        if collapsed and self.reward_smoothed < self.target_reward and not self._entropy_warned:
+            self._entropy_warned = True
+            print(
+                f"warning: policy entropy collapsed to {record['train/entropy']:.3f} nats/token at "
+                f"step {record['step']}: completions are near-deterministic, little left to learn from "
+                "(raise sampling.temperature or lower trainer.lr)",
+                flush=True,
+            )
+
+    def close(self) -> None:
+        self._file.close()
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,109 @@
+"""Rollouts of multi-turn episodes: each group is played, scored and buffered on its own.
+
+A rollout worker (worker.py) keeps up to `prompts_per_rollout` groups in flight. Every group
+plays its `group_size` episodes concurrently (envs/runner.py); the moment its last
+episode ends, the group is scored and goes to the buffer, and the worker admits a
+new group in its place. A slow group holds up nothing but itself: no call-sized
+batch waits for its longest episode. What stragglers cost is measured per group:
+the time its episodes that ended first (trained or dropped) waited for its last one,
+and the spread of their lengths (`rollout/straggler_wait_ms` and its max, `rollout/length_spread`).
+"""
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+from functools import partial
+
+from forge_async.data.buffer import NOT_STARTED
+from forge_async.data.episode import Completion, Episode
+from forge_async.tasks.task import Prompt
+from forge_async.envs.runner import EnvRunner, EpisodeDropped
+from forge_async.rollout.single_turn import Rollouts
+from forge_async.rollout.turn_batcher import TurnBatcher
+from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
+
+
+class EpisodeRollouts(Rollouts):
+    def __init__(self, runner: EnvRunner, *args, **kwargs):
+        """`runner` plays each episode; the rest as Rollouts' arguments, where
+        `prompts_per_rollout` is the groups a rollout worker keeps in flight, each on its own
+        (and the groups of one sync-mode call)."""
+        super().__init__(*args, **kwargs)
+        self.shape = WorkerShape(prompts_per_call=1, calls_in_flight=self.prompts_per_rollout)
+        self.runner = runner
+        self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
+        self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
+        self._length_spreads: list[int] = []
+
+    def producer(self, generate: Generate) -> Produce:
+        """What a rollout worker calls for each group admitted: one TurnBatcher for all of them,
+        so the turns of the worker's groups go out together."""
+        return partial(self._play_groups, TurnBatcher(generate, self.runner.turn_batch_wait_s))
+
+    async def produce(self, generate: Generate, num_prompts: int) -> tuple[list[Episode], Dropped]:
+        """`num_prompts` groups played at once, scored, with the samples dropped on the way by reason."""
+        return await self._play_groups(TurnBatcher(generate, self.runner.turn_batch_wait_s), num_prompts)
+
+    async def _play_groups(self, generate_one: TurnBatcher, num_prompts: int) -> tuple[list[Episode], Dropped]:
+        prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
+        results = await asyncio.gather(*(self._play_group(generate_one, p) for p in prompts))
+        dropped: Counter[str] = Counter()
+        for _, group_dropped in results:
+            dropped.update(group_dropped)
+        return [e for episodes, _ in results for e in episodes], dict(dropped)
+
+    async def _play_group(self, generate_one: TurnBatcher, prompt: Prompt) -> tuple[list[Episode], Dropped]:
+        ended_at: list[float] = []
+
+        async def play() -> Completion | EpisodeDropped:
+            try:
+                completion = await generate_one.play(self.runner, prompt)
+            except EpisodeDropped as drop:
+                return drop
+            finally:
+                ended_at.append(time.perf_counter())
+            self.tokens += completion.model_tokens
+            self.ended[completion.finish_reason] += 1
+            return completion
+
+        outcomes = await asyncio.gather(*(play() for _ in range(self.group_size)))
+        completions = [o for o in outcomes if isinstance(o, Completion)]
+        drops = [o for o in outcomes if isinstance(o, EpisodeDropped)]
+        dropped = Counter(drop.reason for drop in drops)
+        self._straggler_waits_s.append(max(ended_at) - min(ended_at))
+        episodes = []
+        if completions:
+            lengths = [len(c.token_ids) for c in completions]
+            self._length_spreads.append(max(lengths) - min(lengths))
+            episodes, unscored = await self._scored([prompt], [completions])
+            dropped.update(unscored)
+        first_drops = {drop.reason: drop for drop in reversed(drops)}  # reversed: each reason's first wins
+        self._watched(episodes, dropped, {reason: str(drop) for reason, drop in first_drops.items()})
+        return episodes, _buffered(dropped, drops)
+
+    def metrics(self) -> dict[str, float]:
+        """Straggler figures of the groups finished since the last call; episodes ended by a limit."""
+        waits, spreads = self._straggler_waits_s, self._length_spreads
+        self._straggler_waits_s, self._length_spreads = [], []
+        figures = {f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")}
+        if waits:
+            figures["rollout/straggler_wait_ms"] = statistics.fmean(waits) * 1e3
+            figures["rollout/straggler_wait_max_ms"] = max(waits) * 1e3
+            figures["rollout/length_spread"] = statistics.fmean(spreads)
+        return figures
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "ended": dict(self.ended)}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.ended = Counter(state["ended"])
+
+
+def _buffered(dropped: Counter[str], drops: list[EpisodeDropped]) -> Dropped:
+    """A group's drops by reason as the buffer counts them: those of episodes dropped before their
+    first model turn under NOT_STARTED, not counted as generated."""
+    not_started = Counter(drop.reason for drop in drops if not drop.started)
+    started = {reason: n - not_started[reason] for reason, n in dropped.items() if n > not_started[reason]}
+    return started | {NOT_STARTED + reason: n for reason, n in not_started.items()}
