@@ -19,7 +19,7 @@ from forge_async.envs.agent.config import AgentConfig
 from forge_async.envs.agent.endpoint import stop_shared_endpoint
 from forge_async.config.callables import CallableError
 from forge_async.envs.agent.environment import AgentEpisodes, agent_environments
-from forge_async.envs.environment import EnvConfig
+from forge_async.envs.config import EnvConfig
 from forge_async.envs.registry import check_environment_name
 from forge_async.errors import ConfigError
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits, with_environment

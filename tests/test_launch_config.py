@@ -16,7 +16,7 @@ from forge_async.generation.platform import prepare_process
 from forge_async.controller.config import GRPOConfig
 from forge_async.errors import ConfigError
 from forge_async.cluster.nodes import NodeSpec, first_host
-from forge_async.mesh.placement import PlacementConfig
+from forge_async.mesh.config import PlacementConfig
 from forge_async.mesh.procs import RunProcs, import_at_niceness, sleep_between_copies, spawn_procs, use_gpus
 from forge_async.cluster.torchrun import leave_torchrun_job
 from forge_async.cli.subprocess_run import REPO

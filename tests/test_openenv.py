@@ -17,7 +17,8 @@ import pytest
 
 from forge_async.cli.subprocess_run import run_app
 from forge_async.generation.config import SamplingConfig
-from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
+from forge_async.envs.environment import ModelTurn
+from forge_async.envs.config import EnvConfig, OpenEnvConfig
 from forge_async.data.buffer import NOT_STARTED, EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments

@@ -18,7 +18,8 @@ from forge_async.cli.subprocess_run import run_app
 from forge_async.generation.config import SamplingConfig
 from forge_async.config.callables import CallableError
 from forge_async.data.episode import ENV_TOKEN
-from forge_async.envs.environment import EnvConfig, ModelTurn, OpenEnvConfig
+from forge_async.envs.environment import ModelTurn
+from forge_async.envs.config import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.actions import FieldAction, NoAction, field_value, opening
 from forge_async.envs.openenv.rendering import ObservationText

@@ -18,7 +18,8 @@ from forge_async.data.episode import Completion
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator
 from forge_async.observability.metrics import MetricsLog
-from forge_async.controller.progress_watch import ProgressWatch, RunStalled, StallConfig
+from forge_async.controller.progress_watch import ProgressWatch, RunStalled
+from forge_async.controller.config import StallConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task

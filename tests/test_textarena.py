@@ -11,7 +11,8 @@ import pytest
 from forge_async.cli.subprocess_run import run_app
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
-from forge_async.envs.environment import ModelTurn, TextArenaConfig
+from forge_async.envs.environment import ModelTurn
+from forge_async.envs.config import TextArenaConfig
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.envs.textarena import TextArenaEnv, TextArenaError, check_game, textarena_environments
 from forge_async.errors import ConfigError

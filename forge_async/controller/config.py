@@ -10,29 +10,54 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.checkpoint.config import CheckpointConfig
-from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, Range, check_choice, check_range
-from forge_async.errors import ConfigError
-from forge_async.mesh.placement import PlacementConfig
-from forge_async.data.filters import FilterConfig
-from forge_async.losses.config import ImportanceConfig, LossConfig
-from forge_async.observability.sinks import LoggingConfig
-from forge_async.learning.config import TrainerConfig
 from forge_async.config.callables import load_callable
-from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
-from forge_async.envs.environment import EnvConfig
+from forge_async.config.checks import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    POSITIVE,
+    Range,
+    check_choice,
+    check_range,
+)
+from forge_async.data.config import FilterConfig
+from forge_async.envs.config import EnvConfig
 from forge_async.envs.registry import check_environment_name
 from forge_async.envs.textarena import TEXTARENA
+from forge_async.errors import ConfigError
 from forge_async.evaluation.config import EvalConfig
+from forge_async.generation.config import GeneratorConfig, SamplingConfig
+from forge_async.learning.config import TrainerConfig
+from forge_async.losses.config import ImportanceConfig, LossConfig
+from forge_async.mesh.config import PlacementConfig
 from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
 from forge_async.models.shape import ModelShape
-from forge_async.controller.progress_watch import StallConfig
-from forge_async.scoring.config import ScorerConfig, ScoringConfig, check_scorers, default_scorers
-from forge_async.observability.spans import TraceConfig
+from forge_async.observability.config import LoggingConfig, TraceConfig
+from forge_async.scoring.config import (
+    ScorerConfig,
+    ScoringConfig,
+    check_scorers,
+    default_scorers,
+)
+from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.weights.config import WeightsConfig
 
 MODES = ("async", "sync")
+
+
+@dataclass
+class StallConfig:
+    """stall.*: when a run whose episodes all drop stops, and how often the console says they drop."""
+
+    # Episodes dropped in a row before the buffer with none kept, after which the run stops
+    # (RunStalled: summary written, exit status 1); 0: never.
+    max_dropped_episodes: int = 512
+    # While episodes are being dropped, the console says so at most this often (counts by reason).
+    report_every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        check_range("stall.max_dropped_episodes", self.max_dropped_episodes, AT_LEAST_0, note="0 = never stop")
+        check_range("stall.report_every_s", self.report_every_s, POSITIVE)
 
 
 ROUTINGS = ("least_outstanding", "round_robin")  # rollout/routing.py
@@ -188,7 +213,9 @@ class GRPOConfig(RunConfig):
         if self.task.name == "dataset":
             load_callable(self.task.reward_fn, "task.reward_fn")
         if self.task.name == "reasoning_gym":
-            from forge_async.tasks.reasoning_gym import check_config  # reasoning-gym: only for this task
+            from forge_async.tasks.reasoning_gym import (
+                check_config,  # reasoning-gym: only for this task
+            )
 
             check_config(self.task.reasoning_gym)
         self.check_text_on_digits()

@@ -19,25 +19,9 @@ zero_variance, overflow) are its own policy, not failures, and are not watched.
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
-from forge_async.config.checks import AT_LEAST_0, POSITIVE, check_range
+from forge_async.controller.config import StallConfig
 from forge_async.observability.console import since_launch
-
-
-@dataclass
-class StallConfig:
-    """stall.*: when a run whose episodes all drop stops, and how often the console says they drop."""
-
-    # Episodes dropped in a row before the buffer with none kept, after which the run stops
-    # (RunStalled: summary written, exit status 1); 0: never.
-    max_dropped_episodes: int = 512
-    # While episodes are being dropped, the console says so at most this often (counts by reason).
-    report_every_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        check_range("stall.max_dropped_episodes", self.max_dropped_episodes, AT_LEAST_0, note="0 = never stop")
-        check_range("stall.report_every_s", self.report_every_s, POSITIVE)
 
 
 class RunStalled(RuntimeError):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from forge_async.config.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
-from forge_async.envs.environment import EnvConfig
+from forge_async.envs.config import EnvConfig
 from forge_async.envs.runner import EnvFactory
 from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environments
 

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
 from forge_async.tasks.task import Prompt, Task, TaskError, prompt_token_ids
-from forge_async.envs.environment import EnvConfig, EnvStep, Environment, ModelTurn, Observation
+from forge_async.envs.environment import EnvStep, Environment, ModelTurn, Observation
+from forge_async.envs.config import EnvConfig
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.templating import observation_ids
 

@@ -31,7 +31,9 @@ from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from importlib.metadata import version
 
-from forge_async.envs.environment import EnvStep, ModelTurn, Observation, TextArenaConfig
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation
+
+from forge_async.envs.config import TextArenaConfig
 from forge_async.envs.runner import EnvFactory, EpisodeDropped
 from forge_async.errors import ConfigError
 from forge_async.tasks.seeds import seed_prompt

@@ -6,24 +6,10 @@ checkpoint's step, W&B reattaches to the run id saved in the run dir.
 """
 
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from forge_async.errors import ConfigError
-
-WANDB_MODES = ("offline", "online")
-
-
-@dataclass
-class LoggingConfig:
-    tensorboard: bool = False  # event files in RUN_DIR/tensorboard
-    wandb: str | None = None  # offline | online; null = off. Files in RUN_DIR/wandb
-    wandb_project: str = "forge_async"
-
-    def __post_init__(self) -> None:
-        if self.wandb is not None and self.wandb not in WANDB_MODES:
-            raise ConfigError(f"logging.wandb={self.wandb!r}: one of {', '.join(WANDB_MODES)}, or null")
+from forge_async.observability.config import LoggingConfig
 
 
 class MetricSink(Protocol):

@@ -22,18 +22,12 @@ import time
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 Span = tuple[str, str, int, int]  # name, lane, start ns, end ns (time.time_ns)
 
 # Per process, the newest kept (the default app's controller records 6 a step: its last ~33,000
 # steps); 20 bytes each.
 MAX_SPANS = 200_000
-
-
-@dataclass
-class TraceConfig:
-    enabled: bool = True  # spans of every actor -> RUN_DIR/trace.json (cheap enough to stay on)
 
 
 class Tracer:

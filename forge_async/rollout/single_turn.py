@@ -11,7 +11,8 @@ import random
 from functools import partial
 
 from forge_async.generation.config import SamplingConfig
-from forge_async.controller.progress_watch import ProgressWatch, StallConfig
+from forge_async.controller.progress_watch import ProgressWatch
+from forge_async.controller.config import StallConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt, Task
 from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from forge_async.config.callables import load_callable
 from forge_async.observability.console import since_launch
-from forge_async.envs.environment import EnvConfig, OpenEnvConfig
+from forge_async.envs.config import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv.capacity import Capacity, SessionLimit, probe_capacity
 from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.reset_arguments import check_reset_kwargs

@@ -32,7 +32,9 @@ import psutil
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
-from forge_async.envs.environment import EnvStep, ModelTurn, Observation, OpenEnvConfig
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation
+
+from forge_async.envs.config import OpenEnvConfig
 from forge_async.envs.openenv.actions import ActionForm, NoAction, opening
 from forge_async.envs.openenv.rendering import ObservationText
 from forge_async.envs.openenv.capacity import CAPACITY_REACHED, SessionLimit, SessionRefused

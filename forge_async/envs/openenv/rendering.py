@@ -15,7 +15,8 @@ env.openenv.render=module:function(observation) -> text renders it your way.
 """
 
 from forge_async.config.callables import load_callable
-from forge_async.envs.environment import Observation, OpenEnvConfig
+from forge_async.envs.environment import Observation
+from forge_async.envs.config import OpenEnvConfig
 from forge_async.envs.runner import EpisodeDropped
 
 _BOOKKEEPING = {"done", "reward", "metadata"}

@@ -19,7 +19,7 @@ import json
 import urllib.error
 import urllib.request
 
-from forge_async.envs.environment import OpenEnvConfig
+from forge_async.envs.config import OpenEnvConfig
 from forge_async.envs.openenv.actions import ActionForm, CustomAction, FieldAction, ToolCallAction, value_type
 from forge_async.envs.openenv.server_process import http_base
 from forge_async.errors import ConfigError
