@@ -10,7 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from apps.grpo.main import CONFIG_DIR, load_config  # importing it registers the config schema
+import apps.grpo.main  # noqa: F401  (registers the config schema)
+from forge_async.cli.app import CONFIG_DIR, load_config
 from forge_async.cli.subprocess_run import REPO, run_app
 from forge_async.mesh import roles
 from forge_async.checkpoint.resume import resumed_config

@@ -186,7 +186,7 @@ def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_pr
     writes the tiny model's weights imports no transformers for it."""
     heavy = ("torchtitan", "torch.distributed.checkpoint", "torchstore")
     script = (
-        "import sys; import apps.grpo.training, apps.distill.main\n"
+        "import sys; import forge_async.controller.grpo_run, forge_async.controller.sft_run, apps.distill.main\n"
         f"loaded = sorted({{m for m in sys.modules if m.startswith({heavy!r})}})\n"
         "assert not loaded, loaded\n"
         "from forge_async.mesh.procs import PRELOAD\n"

@@ -1,4 +1,5 @@
-"""The package's shape: no import circles, compute rooms below the controller side, apps above all.
+"""The package's shape: no import circles, compute rooms below the controller side, apps above all
+(an app imports the package and itself, never another app).
 
 Read from the source (every import, at any depth of a module), so a circle that a
 deferred import hides at run time still counts.
@@ -17,22 +18,34 @@ def module_name(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
+def imported(path: Path) -> set[str]:
+    """Every module `path` names in an import (`from a import b`: `a` and `a.b`)."""
+    targets = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets.add(node.module)
+            targets.update(f"{node.module}.{a.name}" for a in node.names)
+    return targets
+
+
 def imports() -> dict[str, set[str]]:
-    """forge_async module -> the forge_async modules it imports."""
+    """forge_async module -> the forge_async modules (and any apps) it imports."""
     modules = {module_name(p): p for p in (ROOT / "forge_async").rglob("*.py")}
     graph = {}
     for name, path in modules.items():
-        targets = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                targets.add(node.module)
-                targets.update(f"{node.module}.{a.name}" for a in node.names)
+        targets = imported(path)
         graph[name] = {t for t in targets if t in modules and t != name} | {
             t for t in targets if t.startswith("apps")
         }
     return graph
+
+
+def app_of(module: str) -> str | None:
+    """`apps.sft.config` -> `apps.sft`; None for a module outside apps/."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "apps" and len(parts) > 1 else None
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -94,3 +107,13 @@ def test_the_checks_can_fail():
     graph = {"forge_async.data.a": {"forge_async.controller.grpo_loop"}, "forge_async.controller.grpo_loop": {"forge_async.data.a"}}
     assert cycles(graph) == [["forge_async.controller.grpo_loop", "forge_async.data.a"]]
     assert in_rooms("forge_async.data.a", COMPUTE) and in_rooms("forge_async.controller.grpo_loop", CONTROLLER)
+
+
+def test_apps_import_the_package_never_another_app():
+    crossings = sorted(
+        (module_name(path), target)
+        for path in (ROOT / "apps").rglob("*.py")
+        for target in imported(path)
+        if app_of(target) not in (None, app_of(module_name(path)))
+    )
+    assert crossings == []

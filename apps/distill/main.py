@@ -10,8 +10,6 @@ teacher.coef * (log pi_teacher - log pi_student), the negative per-token reverse
 The task reward is measured and reported, not trained on (configs/distill.yaml).
 """
 
-import json
-import statistics
 from pathlib import Path
 
 import hydra
@@ -20,15 +18,13 @@ from omegaconf import DictConfig
 
 from apps.distill.config import DistillConfig
 from apps.distill.teacher import train_teacher
-from apps.grpo.main import CONFIG_DIR, launch, load_config, start
+from forge_async.cli.app import CONFIG_DIR, launch, load_config, run_with, start
+from forge_async.cli.report import report_distillation, report_grpo
 from forge_async.config.schema import open_mappings
-from forge_async.observability.metrics import read_rows
 
 # configs/distill.yaml builds on grpo.yaml, whose defaults name `grpo_schema`: here that is
 # DistillConfig (GRPOConfig plus `teacher:`).
 ConfigStore.instance().store(name="grpo_schema", node=open_mappings(DistillConfig))
-
-WINDOW = 10  # steps averaged for the report's first and last figures
 
 
 def prepare(cfg: DictConfig, run_dir: Path) -> DistillConfig:
@@ -41,24 +37,12 @@ def prepare(cfg: DictConfig, run_dir: Path) -> DistillConfig:
     return load_config(cfg, DistillConfig)
 
 
-def report_distillation(summary: dict) -> None:
-    """The reverse KL to the teacher at the start and end of the run, and the teacher's own reward."""
-    run_dir = Path(summary["run_dir"])
-    rows, _ = read_rows(run_dir)
-    kl = [r["distill/reverse_kl"] for r in rows if "distill/reverse_kl" in r]
-    if not kl:
-        return
-    window = max(1, min(WINDOW, len(kl) // 2))
-    line = f"reverse KL to the teacher {statistics.fmean(kl[:window]):.3f} -> {statistics.fmean(kl[-window:]):.3f}"
-    teacher_summary = run_dir / "teacher" / "summary.json"
-    if teacher_summary.is_file():
-        line += f" (teacher's own reward {json.loads(teacher_summary.read_text())['reward_last']:.2f})"
-    print(line)
-
-
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="distill")
 def hydra_main(cfg: DictConfig) -> None:
-    launch(lambda run_dir: prepare(cfg, run_dir), "apps.distill", "distillation", after=report_distillation)
+    launch(
+        lambda run_dir: prepare(cfg, run_dir), "apps.distill", "distillation",
+        run_with("forge_async.controller.grpo_run"), report_grpo, after=report_distillation,
+    )
 
 
 def main() -> None:

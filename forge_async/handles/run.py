@@ -18,7 +18,7 @@ from forge_async.observability.spans import TRACER
 class RunHandles:
     trainer: TrainerHandle
     generators: GeneratorPool
-    buffer: BufferHandle
+    buffer: BufferHandle | None  # None: the run has no replay buffer (apps.sft)
     scorers: dict[int, ScorerModelHandle]  # by position in the `scorers` list
     relays: WeightRelays
     environments: EnvironmentHosts
@@ -29,7 +29,9 @@ class RunHandles:
     async def trace_spans(self) -> dict[str, list]:
         """Every actor's spans since the last call, by track; a proc that cannot answer is left out."""
         tracks = {"controller": TRACER.take()}
-        calls = {"trainer": self.trainer.trace_spans(), "replay buffer": self.buffer.trace_spans()}
+        calls = {"trainer": self.trainer.trace_spans()}
+        if self.buffer is not None:
+            calls["replay buffer"] = self.buffer.trace_spans()
         calls.update(await self.generators.trace_spans())
         calls.update({f"scorer {s.label}": s.trace_spans() for s in self.scorers.values()})
         calls.update(await self.environments.trace_spans())
@@ -55,8 +57,9 @@ class RunHandles:
     async def stop(self) -> None:
         """Stop every proc that can still be reached, all at once, then the store."""
         await asyncio.gather(
-            self.relays.stop(), self.trainer.stop(), self.generators.stop(), self.buffer.stop(),
-            *(s.stop() for s in self.scorers.values()), self.environments.stop(),
+            self.relays.stop(), self.trainer.stop(), self.generators.stop(),
+            *([] if self.buffer is None else [self.buffer.stop()]), *(s.stop() for s in self.scorers.values()),
+            self.environments.stop(),
         )
         if self.uses_torchstore:
             from forge_async.weights import store  # heavy to import: only where torchstore is used

@@ -24,8 +24,8 @@ from forge_async.weights.route import relay_nodes, uses_torchstore
 
 @asynccontextmanager
 async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_dir: Path) -> AsyncIterator[RunHandles]:
-    """Trainer, generators, buffer, weight relays and model scorers spawned all at once, and the
-    store started if weights travel through it; procs.json says where each runs. Everything
+    """Trainer, generators, the replay buffer (if the run has one: `procs.replay_buffer`), weight
+    relays and model scorers spawned all at once, and the store started if weights travel through it; procs.json says where each runs. Everything
     is stopped when the block ends, however it ends.
 
     Bad input a proc finds as it starts (a GPU its node lacks) is raised as the UserError
@@ -37,7 +37,7 @@ async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_di
     handles = RunHandles(
         trainer=TrainerHandle(spawner, procs_file),
         generators=GeneratorPool(spawner, procs_file, config.generator.count, config.generator.max_restarts),
-        buffer=BufferHandle(spawner, procs_file),
+        buffer=BufferHandle(spawner, procs_file) if procs.replay_buffer else None,
         scorers={
             i: ScorerModelHandle(spawner, procs_file, i) for i, s in enumerate(config.scorers) if s.runs_a_model
         },
@@ -60,7 +60,7 @@ async def _start(handles: RunHandles) -> list[float]:
         engine_start_s, *_ = await asyncio.gather(
             handles.generators.start(),
             handles.trainer.start(),
-            handles.buffer.start(),
+            _start_if_any(handles.buffer),
             handles.relays.start(),
             _start_in_turn(handles.scorers.values()),
             _start_store(handles.uses_torchstore),
@@ -70,6 +70,11 @@ async def _start(handles: RunHandles) -> list[float]:
             raise err.exception from None
         raise
     return engine_start_s
+
+
+async def _start_if_any(buffer: BufferHandle | None) -> None:
+    if buffer is not None:
+        await buffer.start()
 
 
 async def _start_in_turn(scorers) -> None:

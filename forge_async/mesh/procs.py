@@ -145,10 +145,12 @@ def shut_down_monarch(timeout_s: float = 60.0) -> None:
 class RunProcs:
     """Each role's proc mesh: the first ones spawned together by `spawn_all`, new ones on demand."""
 
-    def __init__(self, config: GRPOConfig, hosts: Hosts, log_dir: Path | None):
+    def __init__(self, config: GRPOConfig, hosts: Hosts, log_dir: Path | None, replay_buffer: bool = True):
+        """`replay_buffer`: whether the run has one (apps.sft has none)."""
         self.config = config
         self.hosts = hosts
         self.log_dir = log_dir
+        self.replay_buffer = replay_buffer
         self._early: dict[Role, ProcMesh] = {}
 
     def host(self, role: Role) -> HostMesh | None:
@@ -200,7 +202,7 @@ class RunProcs:
         spawned when needed)."""
         c = self.config
         early = [
-            TRAINER, REPLAY_BUFFER, *(generator(i) for i in range(c.generator.count)),
+            TRAINER, *([REPLAY_BUFFER] if self.replay_buffer else []), *(generator(i) for i in range(c.generator.count)),
             *(scorer(i) for i, s in enumerate(c.scorers) if s.runs_a_model),
             *(environment(i) for i in range(c.env.procs)),
         ]

@@ -1,0 +1,134 @@
+"""An app's life on the command line: start (argv checked, resume), its config, the run, the
+report, the exit status. Each app (apps/) composes these with its config class and its training
+half; see apps/grpo/main.py.
+"""
+
+import asyncio
+import importlib
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
+from forge_async.config.schema import check_override_shapes
+from forge_async.controller.config import GRPOConfig
+from forge_async.controller.interrupt import take_sigterm_as_ctrl_c
+from forge_async.controller.startup import spawned_procs
+from forge_async.errors import ConfigError, TrainerFailed, UserError
+from forge_async.mesh.procs import shut_down_monarch
+from forge_async.observability.console import keep_console_for_own_lines
+from forge_async.process import disk_full
+from forge_async.process.exit import exit_app
+from forge_async.process.imports import import_frozen
+
+# An absolute path: under `python -m`, Hydra would read a relative one as a module name.
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+
+Run = Callable[[Any, Path], Awaitable[dict]]
+Report = Callable[[dict, str, str], None]
+
+
+def run_with(training: str, procs_config: Callable[[Any], GRPOConfig] = lambda c: c, replay_buffer: bool = True) -> Run:
+    """A run whose procs are spawned first (they start importing vLLM and TorchTitan at once),
+    then `training` imported: the module whose `train(config, run_dir, procs)` runs the app
+    (controller/grpo_run.py, controller/sft_run.py). It needs torch: its imports overlap theirs.
+    The procs are spawned as `procs_config(config)` says, a replay buffer's if `replay_buffer`."""
+
+    async def run(config: Any, run_dir: Path) -> dict:
+        async with spawned_procs(procs_config(config), run_dir, replay_buffer) as procs:
+            import_frozen(training)
+            return await importlib.import_module(training).train(config, run_dir, procs)
+
+    return run
+
+
+def exit_status(summary: dict) -> int:
+    """0 for a run that ran its steps; 1 for one a failure stopped; 128 + signal if interrupted."""
+    if summary["failure"]:
+        return 1
+    if summary["stop_reason"]:
+        return 128 + signal.Signals[summary["stop_reason"]]
+    return 0
+
+
+def load_config(cfg: DictConfig, schema: type = GRPOConfig) -> Any:
+    """The run's config: the composed one, or, with resume=RUN_DIR, the one saved there."""
+    if cfg.resume:
+        cfg = resumed_config(Path(cfg.resume), HydraConfig.get().overrides.task, cfg)
+        cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+    return OmegaConf.to_object(cfg)
+
+
+def launch(
+    prepare: Callable[[Path], Any],
+    app: str,
+    what: str,
+    run: Run,
+    report: Report,
+    after: Callable[[dict], None] = lambda _: None,
+) -> None:
+    """An app's life under Hydra: its config (`prepare(run_dir)`), the run (`run(config, run_dir)`:
+    `run_with`'s), the report, the exit status.
+
+    Bad input is one line and status 2; a trainer failure, status 1 with the resume command;
+    `report(summary, app, what)` says how the run went (cli/report.py), `after(summary)` adds
+    the app's own lines."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    # Monarch starts with the run, its output sent to the logs: a run stopped before (bad input)
+    # has nothing to shut down, and starting Monarch's runtime to stop it would put Monarch's
+    # "internal logs are being written to /tmp/..." line on the console.
+    monarch_started = False
+    try:
+        config = prepare(run_dir)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+        if not config.verbose:
+            keep_console_for_own_lines(run_dir / "logs")
+        monarch_started = True
+        take_sigterm_as_ctrl_c()
+        summary = asyncio.run(run(config, run_dir))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except TrainerFailed as err:
+        print(f"error: {err}\nresume with: python -m {app} resume={run_dir}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet
+        print("interrupted during start-up", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    except OSError as err:  # a full disk before the run's own writers could note it
+        if not disk_full.is_disk_full(err):
+            raise
+        print(f"error: {disk_full.describe(err.filename or run_dir)}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        if monarch_started:
+            shut_down_monarch()
+    summary["failure"] = summary["failure"] or disk_full.first()  # plots.png is drawn after the summary
+    report(summary, app, what)
+    after(summary)
+    sys.exit(exit_status(summary))
+
+
+def start(hydra_entry: Callable[[], None], schema: type) -> None:
+    """`resume=RUN_DIR` continues in that directory: Hydra is pointed at it before it starts.
+    An override of the wrong shape for `schema`'s key is one line before Hydra composes."""
+    try:
+        check_override_shapes(schema, sys.argv[1:])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    resume = resume_dir_from_argv(sys.argv[1:])
+    if resume is not None:
+        if not Path(resume).is_dir():
+            print(f"error: resume={resume}: no such run directory", file=sys.stderr)
+            sys.exit(2)
+        sys.argv += [f"hydra.run.dir={resume}", "hydra.output_subdir=null"]
+    try:
+        hydra_entry()
+    except SystemExit as done:
+        exit_app(done.code)

@@ -1,0 +1,74 @@
+"""RUN_DIR/summary.json of a supervised fine-tuning run (apps.sft), and the GRPO command that
+continues from its final policy (controller/summary.py: GRPO's)."""
+
+import json
+import shlex
+from dataclasses import fields
+from pathlib import Path
+
+from forge_async.controller.config import RunConfig
+from forge_async.controller.sft_loop import SFTLoop
+from forge_async.evaluation.config import EvalConfig
+from forge_async.handles.run import RunHandles
+from forge_async.observability.outputs import replace_text
+from forge_async.tasks.config import TaskConfig
+
+
+def write_summary(
+    run_dir: Path, config: RunConfig, loop: SFTLoop, handles: RunHandles, skipped_rows: dict, final_model: str | None
+) -> dict:
+    """RUN_DIR/summary.json: what the run did, from its record; returns it."""
+    record, demonstrations = loop.record, loop.demonstrations
+    window, loss_first, loss_last = loop.loss_ends.means()
+    wall = record.wall_s()
+    summary = {
+        "objective": "sft",
+        "steps": record.step,
+        "wall_s": wall,
+        "interrupted": record.stop_reason is not None,
+        "stop_reason": record.stop_reason,
+        # what a stop past checkpoint.stop_grace_s abandoned or did not save; [] when nothing was
+        "cut_short": record.cut_short,
+        "failure": record.failure,
+        "trained": record.trained,  # demonstrations
+        "trained_tokens": demonstrations.tokens,  # their completion tokens, EOS included
+        "skipped_demonstrations": demonstrations.skipped,
+        "loss_window": window,
+        "loss_first": loss_first,
+        "loss_last": loss_last,
+        # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null
+        "eval_first": record.eval_first,
+        "eval_last": record.eval_last,
+        "samples_per_s": record.trained / wall,
+        "tokens_per_s": demonstrations.tokens / wall,
+        "checkpoint_s": record.checkpoint_s,
+        "generator_restarts": handles.generators.restarts,
+        "placement": handles.placement,
+        "skipped_rows": skipped_rows,
+        "final_model": final_model,
+        "grpo_command": grpo_command(config, final_model),
+        "run_dir": str(run_dir),
+    }
+    replace_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def grpo_command(config: RunConfig, final_model: str | None) -> str | None:
+    """GRPO from the final policy: this run's task, held-out evaluation and completion budget (the
+    task.* and eval.* keys set here; a reasoning-gym mix is left to the reader)."""
+    if final_model is None:
+        return None
+    overrides = [shlex.quote(f"model.path={final_model}")]
+    for section, defaults, left_out in (("task", TaskConfig(), "reasoning_gym"), ("eval", EvalConfig(), "every_steps")):
+        for f in fields(defaults):
+            value = getattr(getattr(config, section), f.name)
+            if f.name != left_out and value != getattr(defaults, f.name):
+                overrides.append(shlex.quote(f"{section}.{f.name}={_override_value(value)}"))
+    overrides.append(f"sampling.max_tokens={config.sampling.max_tokens}")
+    return " ".join(["python -m apps.grpo", *overrides])
+
+
+def _override_value(value) -> str:
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,0 +1,67 @@
+"""A run's start: its procs spawned first thing, before the controller imports anything heavy.
+
+The procs start importing vLLM and TorchTitan at once; the app then imports its training half
+(controller/grpo_run.py, controller/sft_run.py), which needs torch, while they do.
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from forge_async.cluster.torchrun import leave_torchrun_job
+from forge_async.controller.config import GRPOConfig
+from forge_async.mesh.hosts import Hosts
+from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults
+from forge_async.observability.console import since_launch
+from forge_async.observability.spans import TRACER
+from forge_async.process.heap_trim import start_heap_trimmer
+from forge_async.weights import scratch
+
+
+@asynccontextmanager
+async def spawned_procs(config: GRPOConfig, run_dir: Path, replay_buffer: bool = True) -> AsyncIterator[RunProcs]:
+    """The run's procs, spawned first thing (every app's start), a replay buffer's among them if
+    the run has one; those no actor took are stopped when the block ends."""
+    print(f"run dir: {run_dir}", flush=True)
+    config.check_paths()
+    if leave_torchrun_job():
+        print("started by torchrun: running as its one process; its job's variables stay out of the procs", flush=True)
+    hosts = Hosts.from_env()
+    config.placement.check(hosts.nnodes)
+    config.weights = config.weights.resolved()
+    keep_controller_alive_on_faults()
+    start_heap_trimmer()
+    TRACER.enabled = config.trace.enabled
+    scratch_dir = claim_scratch(Path(config.weights.channel_dir))
+    await hosts.start()
+    procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs", replay_buffer)
+    procs.spawn_all()
+    print(f"{since_launch()} spawning {spawned_meshes(config, replay_buffer)} ...", flush=True)
+    try:
+        yield procs
+    finally:
+        await procs.stop_unused()
+        scratch.remove(scratch_dir)
+        scratch.reclaim(scratch_dir.parent)
+
+
+def claim_scratch(directory: Path) -> Path:
+    """This host's scratch directory of the run (weights/scratch.py), owned by this process,
+    after removing those of runs on this host that died without removing theirs."""
+    scratch.name_this_process_owner()
+    for stale in scratch.reclaim(directory.parent):
+        print(f"removed {stale}: its run ended without removing it", flush=True)
+    return scratch.claim(directory)
+
+
+def spawned_meshes(config: GRPOConfig, replay_buffer: bool) -> str:
+    """The meshes spawn_all starts, as the start-up line names them."""
+    meshes = [f"trainer x{config.trainer.procs}", f"generators x{config.generator.count}"]
+    if replay_buffer:
+        meshes.append("replay buffer")
+    model_scorers = sum(s.runs_a_model for s in config.scorers)
+    if model_scorers:
+        meshes.append(f"model scorers x{model_scorers}")
+    if config.env.procs:
+        meshes.append(f"environments x{config.env.procs}")
+    return ", ".join(meshes)
