@@ -18,6 +18,7 @@ from pathlib import Path
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.data.episode import Completion, Episode
 from forge_async.handles import meshes
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -49,14 +50,14 @@ async def measure(name: str, procs: int, workdir: Path) -> dict:
     pad_id = build_digit_tokenizer().pad_token_id
     config, weights = TrainerConfig(procs=procs), WeightsConfig("torchstore")
     params = sum(t.numel() for t in checkpoint.load_hf_state_dict().values())
-    mesh, trainer = await meshes.spawn_trainer(checkpoint, config, pad_id, weights)
+    mesh, trainer = await meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, pad_id), weights)
     await trainer.train_step.call(batch())
     target = workdir / name / "ckpt"
     start = time.perf_counter()
     await trainer.save_state.call(str(target))
     save_s = time.perf_counter() - start
     await meshes.stop_all(mesh)
-    mesh, trainer = await meshes.spawn_trainer(checkpoint, config, pad_id, weights)
+    mesh, trainer = await meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, pad_id), weights)
     start = time.perf_counter()
     await trainer.load_state.call(str(target))
     load_s = time.perf_counter() - start

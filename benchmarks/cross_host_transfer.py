@@ -126,6 +126,7 @@ async def measure(hosts, shapes, rates: list[str], repeats: int, torchstore: boo
     from benchmarks.weight_transfer import Endpoint, nbytes
     from forge_async.handles.meshes import spawn_weight_relay, spawn_weight_sender
     from forge_async.weights.config import default_root
+    from forge_async.weights.outcomes import Sent
     from forge_async.weights.shared_memory import SharedMemoryChannel
 
     channel_dir = str(default_root() / f"forge_async-bench-{uuid.uuid4().hex[:8]}")  # same path, each node's /dev/shm
@@ -150,7 +151,7 @@ async def measure(hosts, shapes, rates: list[str], repeats: int, torchstore: boo
                 start = time.perf_counter()
                 written_s, (_, _, sent) = await asyncio.gather(writer.write_shm.call_one(version), arrivals.recv())
                 times.append(time.perf_counter() - start - written_s)  # the report comes once node 1 has it
-                assert sent.get("version") == version, sent
+                assert isinstance(sent, Sent) and sent.version == version, sent
             row = {"rate": rate, "bytes": size, "floor": floor, "gloo": statistics.median(times[2:])}
             if torchstore and rate == "unshaped":
                 row["torchstore"] = await torchstore_s(writer, relay, version + 1, repeats)

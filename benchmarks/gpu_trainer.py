@@ -50,6 +50,7 @@ import torch.distributed as dist
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Table, add_json_argument, this_command
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.data.episode import Completion, Episode
 from forge_async.learning.learner import Learner, device_type
 from forge_async.losses import sliced_softmax
@@ -164,11 +165,11 @@ def run_case(name: str, scale: Scale, config: TrainerConfig, steps: int, root: P
     moe = name == "moe"
     checkpoint = model_checkpoint(root, scale, moe)
     batch = random_batch(scale, (scale.moe_layers, scale.num_experts, scale.top_k) if moe else None)
-    learner = Learner(
-        checkpoint, replace(config, compile=name == "compile"), pad_id=0,
+    learner = Learner(LearnerSpec(
+        str(checkpoint.path), replace(config, compile=name == "compile"), pad_id=0,
         lora=LoraConfig(rank=16, alpha=32.0) if name == "lora" else None,
         moe=MoeConfig("rollout") if moe else None,
-    )
+    ))
     step_s, metrics = [], {}
     for _ in range(steps):
         start = time.perf_counter()

@@ -21,6 +21,7 @@ from pathlib import Path
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from benchmarks.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.data.episode import Completion, Episode
 from forge_async.handles import meshes
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -54,7 +55,7 @@ def episodes(rows: int, length: int, seed: int = 0) -> list[Episode]:
 
 def peak_gib(checkpoint: Checkpoint, config: TrainerConfig, batch: list[Episode]) -> float:
     pad_id = build_digit_tokenizer().pad_token_id
-    procs, trainer = asyncio.run(meshes.spawn_trainer(checkpoint, config, pad_id, WeightsConfig("torchstore")))
+    procs, trainer = asyncio.run(meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, pad_id), WeightsConfig("torchstore")))
     try:
         metrics = trainer.train_step.call_one(batch).get()
         return metrics["train/peak_memory_gib"]

@@ -13,6 +13,7 @@ import pytest
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from forge_async.generation.config import GeneratorConfig
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.handles import meshes
 from forge_async.mesh.procs import keep_controller_alive_on_faults, shut_down_monarch
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -78,7 +79,7 @@ def spawn_trainer(
     """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
     config = TrainerConfig(procs=procs, **overrides)
     weights = weights or WeightsConfig("torchstore")
-    return asyncio.run(meshes.spawn_trainer(checkpoint, config, PAD_ID, weights, lora=lora, moe=moe))
+    return asyncio.run(meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, PAD_ID, lora=lora, moe=moe), weights))
 
 
 @pytest.fixture(scope="session", autouse=True)

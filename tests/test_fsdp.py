@@ -10,6 +10,7 @@ import torch
 
 from conftest import PAD_ID, fixed_sequences, spawn_trainer
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.data.episode import Completion, Episode
 from forge_async.handles import meshes
 from forge_async.losses.grpo import sequence_logprobs
@@ -94,7 +95,7 @@ def test_shared_memory_push_from_two_ranks_keeps_two_versions_at_most(tiny_check
         for _ in range(3):
             trainer.train_step.call(batch()).get()
             pushed = [p for _, p in trainer.push_weights.call().get().items()]
-            assert {p["version"] for p in pushed} == {channel.latest()}
+            assert {p.version for p in pushed} == {channel.latest()}
         assert channel.versions() == [2, 3]  # the newest and the one before it, nothing older
         full = [w for _, w in trainer.full_state_dict.call().get().items()][0]
         with channel.reading(3) as (version, read):
@@ -140,9 +141,8 @@ def kl_steps(checkpoint, procs: int, reference_path: str | None, episodes: list[
     """`steps` train steps on `episodes` with a KL penalty (coef 0.5); the rank-0 metrics of
     each and the final weights."""
     config = TrainerConfig(procs=procs, eps=1e-3, micro_batch_tokens=16)
-    mesh, trainer = asyncio.run(meshes.spawn_trainer(
-        checkpoint, config, PAD_ID, WeightsConfig("torchstore"), kl_coef=0.5, reference_path=reference_path
-    ))
+    spec = LearnerSpec(str(checkpoint.path), config, PAD_ID, kl_coef=0.5, reference_path=reference_path)
+    mesh, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:
         metrics = [first(trainer.train_step.call(episodes).get()) for _ in range(steps)]
         return metrics, first(trainer.full_state_dict.call().get())

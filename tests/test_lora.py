@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import fixed_sequences, spawn_generator, spawn_trainer
+from forge_async.learning.results import PolicySaved
 from forge_async.handles import meshes
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
@@ -57,7 +58,7 @@ def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint
         base = rank0(trainer.full_state_dict.call(merged=False))
         adapter = rank0(trainer.adapter_state_dict.call())
         saved = rank0(trainer.save_hf.call(str(tmp_path / "merged"), str(tmp_path / "adapter")))
-        assert saved == {"path": str(tmp_path / "merged")}
+        assert saved == PolicySaved(str(tmp_path / "merged"))
         policy = rank0(trainer.sequence_logprobs.call(fixed_sequences()))
         pushed = rank0(trainer.push_weights.call())
     finally:
@@ -74,7 +75,7 @@ def test_only_adapters_train_and_the_outputs_are_merged_and_peft(tiny_checkpoint
     assert modules == set(target_modules(list(original), lora))
     assert len(modules) == 4 * tiny_checkpoint.shape.n_layers
     # Only adapter bytes were published.
-    assert pushed["weight_bytes"] == sum(t.numel() * t.element_size() for t in adapter.values())
+    assert pushed.weight_bytes == sum(t.numel() * t.element_size() for t in adapter.values())
 
     # The merged checkpoint is base + (alpha / rank) B A, and transformers runs it as the trainer does.
     merged = load_file(str(tmp_path / "merged" / "model.safetensors"))

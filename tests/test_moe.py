@@ -283,7 +283,7 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
         assert all(m["version"] == 2 for m in resumed)
         assert all(abs(m["train/loss"] - resumed[0]["train/loss"]) < 1e-6 for m in resumed)
 
-        saved = first(ep.save_hf.call(str(tmp_path / "hf")).get())["path"]
+        saved = first(ep.save_hf.call(str(tmp_path / "hf")).get()).path
         reference = transformers.AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32)
         sequences = fixed_sequences()
         ours = first(one.sequence_logprobs.call(sequences).get())

@@ -15,12 +15,14 @@ import transformers
 from hydra import compose, initialize_config_dir
 from matplotlib.image import imread
 
-from apps.grpo.main import CONFIG_DIR, load_config
+import apps.grpo.main  # noqa: F401  (registers the grpo config schema)
+from forge_async.cli.app import CONFIG_DIR, load_config
 from forge_async.cli.subprocess_run import run_app
 from apps.sft.config import SFTConfig
 from apps.sft.main import hydra_main  # noqa: F401  (registers the sft config schema)
 from conftest import PAD_ID
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.data.batch import pack_episodes
 from forge_async.data.demonstrations import DemonstrationError, Demonstrations, demonstration_episode, demonstration_ids
 from forge_async.errors import ConfigError
@@ -106,10 +108,10 @@ def test_the_trainer_sft_step_reports_the_demonstrations_nll_on_two_ranks_in_mic
     pairs = [(prompt, str(rng.randrange(100))) for prompt in digits]
     episodes = demonstrations_of(tokenizer, pairs)
     expected = hand_nll(load_frozen_model(tiny_checkpoint), episodes, with_prompt=False)
-    procs, trainer = asyncio.run(meshes.spawn_trainer(
-        tiny_checkpoint, TrainerConfig(procs=2, micro_batch_tokens=16), PAD_ID, WeightsConfig("torchstore"),
-        loss=LossConfig(objective="sft"),
-    ))
+    spec = LearnerSpec(
+        str(tiny_checkpoint.path), TrainerConfig(procs=2, micro_batch_tokens=16), PAD_ID, LossConfig(objective="sft")
+    )
+    procs, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:
         metrics = [m for _, m in trainer.train_step.call(episodes).get().items()]
     finally:

@@ -5,6 +5,7 @@ pin is being taken, and a relay lost with its node, then taken back."""
 import asyncio
 
 from forge_async.weights.delivery import WeightDelivery
+from forge_async.weights.outcomes import LoadOutcome, Loaded, ReceiverLost
 from forge_async.weights.route import Receiver, WeightRoute
 
 
@@ -50,11 +51,11 @@ class Relays:
         self.gone: set[int] = set()
         self.loads: list[tuple[int, int]] = []
 
-    async def load_version(self, index: int, version: int) -> dict:
+    async def load_version(self, index: int, version: int) -> LoadOutcome:
         if index in self.gone:
-            return {"lost": f"the weight relay of node {index + 1} is lost with its node"}
+            return ReceiverLost(f"the weight relay of node {index + 1} is lost with its node")
         self.loads.append((index, version))
-        return {"version": version}
+        return Loaded(version)
 
 
 class TwoGenerators:

@@ -27,7 +27,7 @@ def holds(channel: SharedMemoryChannel, version: int) -> bool:
 
 async def open_pair(sender, relay, attempt: int, reports) -> None:
     opened = await asyncio.gather(sender.open_pair.call_one(RELAY_NODE, attempt, reports), relay.open_pair.call_one(attempt))
-    assert opened == [{}, {}], opened
+    assert opened == [None, None], opened
 
 
 async def publish_and_hear(trainer: SharedMemoryChannel, version: int, arrivals) -> tuple:
@@ -47,15 +47,15 @@ def test_each_published_version_reaches_the_relay_and_a_new_pair_takes_over(tmp_
             await open_pair(sender, relay, 1, reports)
             for version in (1, 2, 3):
                 node, attempt, report = await publish_and_hear(trainer, version, arrivals)
-                assert (node, attempt, report["version"]) == (RELAY_NODE, 1, version), report
-                assert report["bytes"] > 0 and holds(relayed, version)
+                assert (node, attempt, report.version) == (RELAY_NODE, 1, version), report
+                assert report.bytes > 0 and holds(relayed, version)
 
             await open_pair(sender, relay, 2, reports)  # as after a failed link
             node, attempt, report = await asyncio.wait_for(arrivals.recv(), TIMEOUT_S)
-            assert (attempt, report["version"]) == (2, 3), report  # a new pair sends the newest at once
+            assert (attempt, report.version) == (2, 3), report  # a new pair sends the newest at once
             for version in (4, 5):  # the old pair sends and reports nothing more
                 node, attempt, report = await publish_and_hear(trainer, version, arrivals)
-                assert (attempt, report["version"]) == (2, version), report
+                assert (attempt, report.version) == (2, version), report
                 assert holds(relayed, version)
         finally:
             await procs.stop()

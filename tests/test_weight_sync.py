@@ -72,7 +72,7 @@ def assert_parity_across_one_step(generator, trainer, tolerance: float = TOLERAN
     # One optimizer step -> v1 pushed -> generator loads v1: parity again, and v1 != v0.
     metrics = trainer.train_step.call_one(toy_episodes(generator)).get()
     assert metrics["version"] == 1
-    assert trainer.push_weights.call_one().get()["version"] == 1
+    assert trainer.push_weights.call_one().get().version == 1
     assert generator.load_version.call_one(1).get()["version"] == 1
     assert generator.get_version.call_one().get() == 1
     v1 = generator.score.call_one(sequences).get()

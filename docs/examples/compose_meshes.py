@@ -20,6 +20,7 @@ from pathlib import Path
 import forge_async  # noqa: F401  (process-wide runtime settings)
 from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.handles import meshes
@@ -45,9 +46,8 @@ async def compose(steps: int, trainer_procs: int, workdir: Path, log_dir: Path) 
     weights = WeightsConfig(transport="torchstore")
 
     await store.start_store()
-    trainer_procs_mesh, trainer = await meshes.spawn_trainer(
-        checkpoint, TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id, weights, log_dir=log_dir
-    )
+    learner = LearnerSpec(str(checkpoint.path), TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id)
+    trainer_procs_mesh, trainer = await meshes.spawn_trainer(learner, weights, log_dir=log_dir)
     generator_procs, generator, timing = await meshes.spawn_generator(
         checkpoint, GeneratorConfig(kv_cache_gib=0.25), weights, log_dir=log_dir  # a tiny model needs little KV
     )

@@ -5,7 +5,7 @@ import asyncio
 from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.mesh.proc_actor import ProcActor
-from forge_async.data.buffer import BufferStats, EpisodeBuffer
+from forge_async.data.buffer import BufferStats, DropCounts, EpisodeBuffer
 from forge_async.data.episode import Episode
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.observability.spans import TRACER
@@ -24,7 +24,7 @@ class ReplayBuffer(ProcActor):
 
     @endpoint
     @answers_on_port
-    async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> int:
+    async def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> int:
         with TRACER.span("add"):
             self.buffer.add(episodes, dropped)
         self._added.set()

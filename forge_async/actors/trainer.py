@@ -13,20 +13,17 @@ learner as it is built, on the trainer's procs (mesh/procs.py, PRELOAD).
 
 import os
 import time
-from functools import partial
 
 import torch
 import torch.distributed as dist
 from monarch.actor import endpoint
 
-from forge_async.mesh.proc_actor import ProcActor
-from forge_async.learning.config import TrainerConfig
 from forge_async.data.episode import Episode
-from forge_async.mesh.hosts import pin_collectives_to_node_address
 from forge_async.learning.learner import Learner, device_type
-from forge_async.losses.config import ImportanceConfig, LossConfig
-from forge_async.models.hf_checkpoint import Checkpoint
-from forge_async.models.config import LoraConfig, MoeConfig
+from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult
+from forge_async.learning.spec import LearnerSpec
+from forge_async.mesh.hosts import pin_collectives_to_node_address
+from forge_async.mesh.proc_actor import ProcActor
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.observability.spans import TRACER
 from forge_async.weights.config import WeightsConfig
@@ -34,35 +31,20 @@ from forge_async.weights.publisher import WeightPublisher
 
 
 class Trainer(ProcActor):
-    def __init__(
-        self,
-        checkpoint_path: str,
-        config: TrainerConfig,
-        pad_id: int,
-        weights: WeightsConfig,
-        loss: LossConfig | None = None,
-        importance: ImportanceConfig | None = None,
-        kl_coef: float = 0.0,
-        reference_path: str | None = None,
-        lora: LoraConfig | None = None,
-        moe: MoeConfig | None = None,
-    ):
-        self.build_learner = partial(
-            Learner, Checkpoint.open(checkpoint_path), config, pad_id, loss, importance, kl_coef, reference_path, lora, moe
-        )
-        self.threads = config.threads
+    def __init__(self, spec: LearnerSpec, weights: WeightsConfig):
+        self.spec = spec
         self.publisher = WeightPublisher(weights)
         self.learner: Learner | None = None  # built by `setup`, once torch.distributed is up
 
     @endpoint
     async def setup(self) -> None:
-        torch.set_num_threads(self.threads)
+        torch.set_num_threads(self.spec.config.threads)
         device = device_type()
         if device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         pin_collectives_to_node_address()
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
-        self.learner = self.build_learner()
+        self.learner = Learner(self.spec)
 
     @endpoint
     async def train_step(self, episodes: list[Episode]) -> dict[str, float]:
@@ -72,14 +54,16 @@ class Trainer(ProcActor):
 
     @endpoint
     @answers_on_port
-    async def train_and_push(self, episodes: list[Episode], transports: tuple[str, ...] | None = None) -> dict:
+    async def train_and_push(self, episodes: list[Episode], transports: tuple[str, ...] | None = None) -> StepResult:
         """`train_step`, then `push_weights`, in one call: the training loop's step, one round
         trip fewer on the path from a batch to the generators' next weights."""
-        trained = self.learner.train_step(episodes)
-        return {**trained, **(await self._push_weights(transports))}
+        metrics = self.learner.train_step(episodes)
+        del metrics["version"]  # the result says it: the version published
+        published = await self._push_weights(transports)
+        return StepResult(published.version, metrics, published.push_ms, published.weight_bytes)
 
     @endpoint
-    async def push_weights(self, transports: tuple[str, ...] | None = None) -> dict[str, float]:
+    async def push_weights(self, transports: tuple[str, ...] | None = None) -> Published:
         """Publish the current weights under the current version, to each of `transports`.
 
         "shm": this node's shared-memory channel (every rank must be on this node);
@@ -89,12 +73,12 @@ class Trainer(ProcActor):
         """
         return await self._push_weights(transports)
 
-    async def _push_weights(self, transports: tuple[str, ...] | None) -> dict[str, float]:
+    async def _push_weights(self, transports: tuple[str, ...] | None) -> Published:
         start = time.perf_counter()
         version = self.learner.version
         with TRACER.span("publish weights"):
             weight_bytes = await self.publisher.publish(version, self.learner.published_state_dict(), transports)
-        return {"version": version, "push_ms": (time.perf_counter() - start) * 1e3, "weight_bytes": weight_bytes}
+        return Published(version, (time.perf_counter() - start) * 1e3, weight_bytes)
 
     @endpoint
     async def sequence_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
@@ -118,9 +102,9 @@ class Trainer(ProcActor):
         return self.learner.state_bytes()
 
     @endpoint
-    async def save_state(self, directory: str) -> dict:
+    async def save_state(self, directory: str) -> StateSaved | SaveFailed:
         """Model and optimizer state into `directory`, one shard per rank (DCP); a failed write
-        comes back as {"error": why} rather than ending the actor."""
+        comes back as SaveFailed rather than ending the actor."""
         return self.learner.save_state(directory)
 
     @endpoint
@@ -129,6 +113,6 @@ class Trainer(ProcActor):
         return self.learner.load_state(directory)
 
     @endpoint
-    async def save_hf(self, directory: str, adapter_directory: str | None = None) -> dict:
+    async def save_hf(self, directory: str, adapter_directory: str | None = None) -> PolicySaved | SaveFailed:
         """The current policy as a Hugging Face checkpoint (rank 0 writes; see Learner.save_hf)."""
         return self.learner.save_hf(directory, adapter_directory)

@@ -14,7 +14,6 @@ as on the trainer's own node. The copy arrives by one of two ways
 
 import asyncio
 import threading
-import time
 
 from monarch.actor import endpoint
 
@@ -22,6 +21,7 @@ from forge_async.mesh.proc_actor import ProcActor
 from forge_async.mesh.hosts import node_address
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.weights import scratch
+from forge_async.weights.outcomes import LinkFailed, Loaded
 from forge_async.weights.link import RELAY, ReceivedVersion, Rendezvous, join_rendezvous, open_pair, relay_version
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
@@ -41,15 +41,15 @@ class WeightRelay(ProcActor):
         self.store = await asyncio.to_thread(join_rendezvous, point, timeout_s)
 
     @endpoint
-    async def open_pair(self, attempt: int) -> dict:
+    async def open_pair(self, attempt: int) -> LinkFailed | None:
         """Open this relay's side of its pair with the sender and receive over it from now on;
-        {"error"} if it fails."""
+        LinkFailed if it does not open."""
         try:
             pair = await asyncio.to_thread(open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s)
         except RuntimeError as err:
-            return {"error": f"could not connect: {err}"}
+            return LinkFailed(f"could not connect: {err}")
         threading.Thread(target=self._receive_forever, args=(pair,), name=f"relay pair {attempt}", daemon=True).start()
-        return {}
+        return None
 
     def _receive_forever(self, pair) -> None:
         """Every version the sender sends over `pair` into this node's channel, until the pair fails
@@ -63,16 +63,12 @@ class WeightRelay(ProcActor):
 
     @endpoint
     @answers_on_port
-    async def load_version(self, version: int) -> dict[str, float]:
+    async def load_version(self, version: int) -> Loaded:
         """`version` from torchstore into this node's channel."""
         from forge_async.weights import store  # imported as the proc starts (mesh/procs.py, PRELOAD)
 
-        start = time.perf_counter()
-        state_dict = await store.get_policy(version)
-        fetched = time.perf_counter()
-        self.channel.write(version, state_dict)
-        end = time.perf_counter()
-        return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}
+        self.channel.write(version, await store.get_policy(version))
+        return Loaded(version)
 
     @endpoint
     async def remove_channel(self) -> None:

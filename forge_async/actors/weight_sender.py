@@ -19,6 +19,7 @@ from monarch.actor import Port, concurrent_endpoint, endpoint
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.mesh.hosts import free_port, node_address
 from forge_async.weights import scratch
+from forge_async.weights.outcomes import LinkFailed, Sent
 from forge_async.weights.link import SENDER, Rendezvous, StagedVersions, open_pair, send_version, serve_rendezvous
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
@@ -41,18 +42,18 @@ class WeightSender(ProcActor):
         return Rendezvous(address, port)
 
     @concurrent_endpoint
-    async def open_pair(self, relay: int, attempt: int, reports: Port) -> dict:
+    async def open_pair(self, relay: int, attempt: int, reports: Port) -> LinkFailed | None:
         """Open relay `relay`'s pair (the relay opens its side at the same time), then send it every
-        newest version from now on, reporting each to `reports` as `(relay, attempt, {"version",
-        "bytes", "send_ms"})`, or the pair's failure as `(relay, attempt, {"error"})` (it is then
-        done with: a new attempt opens a new pair). Returns {"error"} if the pair does not open."""
+        newest version from now on, reporting each to `reports` as `(relay, attempt, Sent)`, or the
+        pair's failure as `(relay, attempt, LinkFailed)` (it is then done with: a new attempt opens
+        a new pair). Returns LinkFailed if the pair does not open."""
         self.attempts[relay] = attempt  # an older pair's thread stops before its next version
         try:
             pair = await asyncio.to_thread(open_pair, self.store, relay, attempt, SENDER, node_address(), self.timeout_s)
         except RuntimeError as err:
-            return {"error": f"could not connect: {err}"}
+            return LinkFailed(f"could not connect: {err}")
         threading.Thread(target=self._send_forever, args=(relay, attempt, pair, reports), name=f"pair {relay}.{attempt}", daemon=True).start()
-        return {}
+        return None
 
     def _send_forever(self, relay: int, attempt: int, pair, reports: Port) -> None:
         sent = 0
@@ -68,9 +69,9 @@ class WeightSender(ProcActor):
             try:
                 nbytes = send_version(pair, staged)
             except RuntimeError as err:
-                reports.send((relay, attempt, {"error": str(err)}))
+                reports.send((relay, attempt, LinkFailed(str(err))))
                 return
             finally:
                 self.staged.release(staged)
             sent = staged.version
-            reports.send((relay, attempt, {"version": sent, "bytes": nbytes, "send_ms": (time.perf_counter() - start) * 1e3}))
+            reports.send((relay, attempt, Sent(sent, nbytes, (time.perf_counter() - start) * 1e3)))

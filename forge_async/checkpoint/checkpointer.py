@@ -10,6 +10,7 @@ generator's sampler RNG state (with those, a sync-mode run resumes bit for bit).
 import io
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ import torch
 from forge_async.process import disk_full
 from forge_async.checkpoint.directory import CheckpointDirectory, size_of
 from forge_async.handles.run import RunHandles
+from forge_async.learning.results import SaveFailed
 
 CONTROLLER_FILE = "controller.pt"
 TRAINER_DIR = "trainer"
@@ -27,12 +29,21 @@ class CheckpointNotWritten(RuntimeError):
     """A checkpoint could not be written (a full disk): the run ends, resumable from the last good one."""
 
 
+@dataclass(frozen=True)
+class CheckpointSaved:
+    """Where a checkpoint went, how long it took to write, and its size."""
+
+    path: str
+    seconds: float
+    bytes: int
+
+
 class Checkpointer:
     def __init__(self, run_dir: Path, keep: int):
         self.directory = CheckpointDirectory(run_dir, keep)
 
-    async def save(self, step: int, loop_state: dict, handles: RunHandles) -> dict:
-        """Write the checkpoint of `step`; returns where it went, its size and how long it took.
+    async def save(self, step: int, loop_state: dict, handles: RunHandles) -> CheckpointSaved:
+        """Write the checkpoint of `step`.
 
         Raises CheckpointNotWritten, with nothing of this step's left on disk, if the filesystem
         has too little room for it or a write fails; earlier checkpoints stay as they were."""
@@ -44,12 +55,12 @@ class Checkpointer:
                 path = self.directory.commit(staging)
             except OSError as err:
                 raise self._not_written(step, needed, self._why(staging, err)) from None
-        return {"path": str(path), "seconds": time.perf_counter() - start, "bytes": size_of(path)}
+        return CheckpointSaved(str(path), time.perf_counter() - start, size_of(path))
 
     async def _write(self, staging: Path, step: int, loop_state: dict, handles: RunHandles) -> None:
         saved = await handles.trainer.save_state(str(staging / TRAINER_DIR))
-        if "error" in saved:
-            raise OSError(saved["error"])
+        if isinstance(saved, SaveFailed):
+            raise OSError(saved.why)
         state = {
             "step": step,
             "loop": loop_state,

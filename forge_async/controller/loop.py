@@ -184,10 +184,10 @@ class TrainingLoop:
             self.checkpointer = None
             self._stop.set()
             return
-        self.record.checkpoint_s += saved["seconds"]
+        self.record.checkpoint_s += saved.seconds
         print(
-            f"checkpoint step {self.record.step}: {saved['seconds']:.2f}s, "
-            f"{saved['bytes'] / 2**20:.1f} MiB -> {saved['path']}",
+            f"checkpoint step {self.record.step}: {saved.seconds:.2f}s, "
+            f"{saved.bytes / 2**20:.1f} MiB -> {saved.path}",
             flush=True,
         )
 

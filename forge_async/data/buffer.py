@@ -6,9 +6,17 @@ from dataclasses import dataclass, field
 from forge_async.data.episode import Episode
 from forge_async.data.filters import split_zero_variance_groups, whole_groups_within
 
-# The prefix of a drop reason (in `add`'s `dropped`) for episodes dropped before their first model
-# turn: they never reached a generator, so are not counted as generated (`added`).
-NOT_STARTED = "not_started:"
+
+@dataclass(frozen=True)
+class NotStarted:
+    """A drop reason (a key of `add`'s `dropped`) of episodes dropped before their first model turn:
+    they never reached a generator, so are not counted as generated (`added`). A plain str key is
+    the reason of samples that did."""
+
+    reason: str
+
+
+DropCounts = dict[str | NotStarted, int]  # samples lost before the buffer, by reason
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,7 @@ class EpisodeBuffer:
     two sampled batches; beyond that they are kept (`kept_zero_variance`;
     data/filters.py). Samples lost on the way
     (a scorer's or an environment's error) arrive as counts by reason; those of
-    episodes that never reached a generator (NOT_STARTED) are counted apart, not as
+    episodes that never reached a generator (NotStarted) are counted apart, not as
     added. Counters keep every episode accounted for: added = sampled + dropped (by
     reason, less not_started) + held.
     Completion lengths (model tokens) of the episodes added and of those dropped as
@@ -80,17 +88,17 @@ class EpisodeBuffer:
     def __len__(self) -> int:
         return len(self._episodes)
 
-    def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
+    def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> None:
         """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
         rewards are all equal ("zero_variance"). `dropped`: samples of the same groups lost before
         they got here, by reason (a scorer's error, an environment's), counted with the rest."""
         for key, count in (dropped or {}).items():
-            reason = key.removeprefix(NOT_STARTED)
-            self.dropped[reason] += count
-            if reason == key:
-                self.added += count
+            if isinstance(key, NotStarted):
+                self.dropped[key.reason] += count
+                self.not_started[key.reason] += count
             else:
-                self.not_started[reason] += count
+                self.dropped[key] += count
+                self.added += count
         self.added += len(episodes)
         self.added_by_len.update(e.completion.model_tokens for e in episodes)
         if self.drop_zero_variance:

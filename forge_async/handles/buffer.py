@@ -8,7 +8,7 @@ buffer's counters and the run's accounting still adds up.
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from forge_async.data.buffer import NOT_STARTED, BufferStats
+from forge_async.data.buffer import BufferStats, DropCounts, NotStarted
 from forge_async.data.episode import Episode
 from forge_async.handles.procs_file import ProcsFile, located
 from forge_async.mesh.supervision import stop_quietly, supervised
@@ -30,10 +30,10 @@ class BufferHandle:
         self.procs, self.actor = await self.spawner.replay_buffer()
         self.procs_file.record(REPLAY_BUFFER, await self.actor.where.call_one())
 
-    async def add(self, episodes: list[Episode], dropped: dict[str, int] | None = None) -> None:
+    async def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> None:
         """Episodes into the buffer, with the samples lost on their way to it, by reason."""
         await self._call(lambda: self._replies.call_one(self.actor.add, episodes, dropped, alive=self.actor.where))
-        started = (n for reason, n in (dropped or {}).items() if not reason.startswith(NOT_STARTED))
+        started = (n for reason, n in (dropped or {}).items() if not isinstance(reason, NotStarted))
         self._counters["added"] += len(episodes) + sum(started)
 
     async def sample(

@@ -27,6 +27,7 @@ from forge_async.mesh import roles
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.observability.metrics import BusyClock
 from forge_async.mesh.reply_port import ReplyPort
+from forge_async.weights.outcomes import Loaded, ReceiverLost
 
 _RESPAWN_TIMEOUT_S = 40  # a generator that cannot be respawned in this long: its node is gone
 ANSWER_TIMEOUT_S = 10  # a question (stats, sampler state) that a generator answers at once, unless hung
@@ -158,12 +159,13 @@ class GeneratorPool:
         """Keep (True) or release (False) generator `index`'s weights; returns their version."""
         return await self._call(index, lambda g: g.hold_weights.call_one(hold))
 
-    async def load_version(self, index: int, version: int) -> dict:
-        """Generator `index` loads `version` from torchstore: {"version"}, or {"lost"} (its node is gone)."""
+    async def load_version(self, index: int, version: int) -> Loaded | ReceiverLost:
+        """Generator `index` loads `version` from torchstore, or is lost (its node is gone)."""
         try:
-            return await self._call(index, lambda g: self._replies.call_one(g.load_version, version, alive=g.where))
+            loaded = await self._call(index, lambda g: self._replies.call_one(g.load_version, version, alive=g.where))
         except GeneratorLost as lost:
-            return {"lost": str(lost)}
+            return ReceiverLost(str(lost))
+        return Loaded(loaded["version"])
 
     async def set_rng_state(self, index: int, state) -> None:
         await self._call(index, lambda g: g.set_rng_state.call_one(state))

@@ -19,42 +19,30 @@ from forge_async.actors.logprob_model import LogprobModel
 from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer
 from forge_async.actors.tiny_model_writer import TinyModelWriter
-from forge_async.learning.config import TrainerConfig
+from forge_async.learning.spec import LearnerSpec
 from forge_async.actors.weight_relay import WeightRelay
 from forge_async.actors.weight_sender import WeightSender
-from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.mesh.procs import spawn_procs
 from forge_async.models.hf_checkpoint import Checkpoint
-from forge_async.models.config import LoraConfig, MoeConfig
+from forge_async.models.config import LoraConfig
 from forge_async.weights.config import WeightsConfig
 
 
 async def spawn_trainer(
-    checkpoint: Checkpoint,
-    config: TrainerConfig,
-    pad_id: int,
+    spec: LearnerSpec,
     weights: WeightsConfig,
     hosts: HostMesh | None = None,
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
-    loss: LossConfig | None = None,
-    importance: ImportanceConfig | None = None,
-    kl_coef: float = 0.0,
-    reference_path: str | None = None,
-    lora: LoraConfig | None = None,
-    moe: MoeConfig | None = None,
 ):
-    """A Trainer on `config.procs` procs per host, torch.distributed initialised, weights loaded.
+    """A Trainer on `spec.config.procs` procs per host, torch.distributed initialised, weights loaded.
 
     Across several hosts, rank 0's node address (and a free port there) is the
     rendezvous point of the process group.
     """
     if procs is None:
-        procs = spawn_procs(hosts, config.procs, "trainer", log_dir)
-    trainer = procs.spawn(
-        "trainer", Trainer, str(checkpoint.path), config, pad_id, weights, loss, importance, kl_coef,
-        reference_path, lora, moe,
-    )
+        procs = spawn_procs(hosts, spec.config.procs, "trainer", log_dir)
+    trainer = procs.spawn("trainer", Trainer, spec, weights)
     if hosts is None:
         await setup_torch_elastic_env_async(procs)
     else:

@@ -7,9 +7,9 @@ the trainer publishes it and reports its arrival on one port, which `load_versio
 
 A relay or sender whose proc dies ends the run with a GeneratorFailed: the generators
 of the node(s) it serves would never get another version; unless the relay's node is
-gone (`load_version` returns {"lost"}: its generators are lost with it, handles/
+gone (`load_version` returns ReceiverLost: its generators are lost with it, handles/
 generators.py, and the run goes on without them). A link that fails mid-version
-is not a proc failure: `load_version` returns {"error"} (delivery reports it and tries
+is not a proc failure: `load_version` returns LinkFailed (delivery reports it and tries
 again with a fresh pair).
 """
 
@@ -25,6 +25,7 @@ from forge_async.mesh import roles
 from forge_async.mesh.roles import Role
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort, answered
+from forge_async.weights.outcomes import LinkFailed, LoadOutcome, Loaded, ReceiverLost, Sent
 
 
 class WeightRelays:
@@ -43,7 +44,7 @@ class WeightRelays:
         self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (mesh/reply_port.py)
         self._reports = None  # gloo: the port the sender reports each version's arrival to
         self._reader: asyncio.Task | None = None
-        self._arrived: list[dict | None] = [None] * len(nodes)  # the newest report of relay j's pair
+        self._arrived: list[Sent | LinkFailed | None] = [None] * len(nodes)  # the newest report of relay j's pair
         self._waiting: list[tuple[int, asyncio.Future] | None] = [None] * len(nodes)  # (version, its future)
 
     async def start(self) -> None:
@@ -66,31 +67,31 @@ class WeightRelays:
             await relay.join.call_one(self._point, self.spawner.config.weights.link_timeout_s)
             self._paired[index] = False  # a new relay: a new pair
 
-    async def load_version(self, index: int, version: int) -> dict:
+    async def load_version(self, index: int, version: int) -> LoadOutcome:
         """Bring relay `index`'s node the newest version (gloo: the sender's newest, at least
-        `version`; torchstore: `version`) into its channel: {"version", ...}, {"error"} (the link
-        failed), or {"lost"} (the relay died with its node)."""
+        `version`; torchstore: `version`) into its channel: Loaded, LinkFailed, or ReceiverLost
+        (the relay died with its node)."""
         try:
             return await self._load_version(index, version)
         except GeneratorFailed:
             role = roles.weight_relay(self.nodes[index])
             if self.procs_file.reachable(role):
                 raise
-            return {"lost": f"the weight relay ({located(self.procs_file.where[str(role)])}) is lost with its node"}
+            return ReceiverLost(f"the weight relay ({located(self.procs_file.where[str(role)])}) is lost with its node")
 
-    async def _load_version(self, index: int, version: int) -> dict:
+    async def _load_version(self, index: int, version: int) -> LoadOutcome:
         if not self.gloo:
             relay = self._relays[index]
             return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._replies.call_one(relay.load_version, version, alive=relay.where))
-        if not self._paired[index] and "error" in (opened := await self._open_pair(index)):
-            return self._link_error(index, opened["error"])
+        if not self._paired[index] and (failed := await self._open_pair(index)) is not None:
+            return self._link_error(index, failed.why)
         report = await self._call(roles.WEIGHT_SENDER, lambda: self._arrival(index, version))
-        if "error" in report:  # the relay's end of the pair ends with it; a dead relay shows at the next open
+        if isinstance(report, LinkFailed):  # the relay's end of the pair ends with it; a dead relay shows at the next open
             self._paired[index] = False
-            return self._link_error(index, report["error"])
-        return report  # the relay has it in its channel (weights/link.py)
+            return self._link_error(index, report.why)
+        return Loaded(report.version)  # the relay has it in its channel (weights/link.py)
 
-    async def _arrival(self, index: int, version: int) -> dict:
+    async def _arrival(self, index: int, version: int) -> Sent | LinkFailed:
         """The sender's report of `version` or a newer one in relay `index`'s channel, or of its pair's
         failure; the sender's proc is watched meanwhile (a dead sender reports nothing)."""
         report = self._arrived[index]
@@ -115,7 +116,7 @@ class WeightRelays:
             if waiting is not None and not waiting[1].done() and _answers(report, waiting[0]):
                 waiting[1].set_result(report)
 
-    async def _open_pair(self, index: int) -> dict:
+    async def _open_pair(self, index: int) -> LinkFailed | None:
         self._attempts[index] += 1
         self._arrived[index] = None
         node, attempt = self.nodes[index], self._attempts[index]
@@ -123,13 +124,13 @@ class WeightRelays:
             self._call(roles.WEIGHT_SENDER, lambda: self._sender.open_pair.call_one(node, attempt, self._reports)),
             self._call(roles.weight_relay(node), lambda: self._relays[index].open_pair.call_one(attempt)),
         )
-        errors = [o["error"] for o in opened if "error" in o]
-        self._paired[index] = not errors
-        return {"error": errors[0]} if errors else {}
+        failures = [o for o in opened if o is not None]
+        self._paired[index] = not failures
+        return failures[0] if failures else None
 
-    def _link_error(self, index: int, error: str) -> dict:
+    def _link_error(self, index: int, error: str) -> LinkFailed:
         where = located(self.procs_file.where[str(roles.weight_relay(self.nodes[index]))])
-        return {"error": f"a version to the weight relay ({where}) did not arrive: {gloo_reason(error)}"}
+        return LinkFailed(f"a version to the weight relay ({where}) did not arrive: {gloo_reason(error)}")
 
     async def _call(self, role: Role, call):
         async def failed(err: Exception) -> None:
@@ -153,9 +154,9 @@ class WeightRelays:
             pass
 
 
-def _answers(report: dict, version: int) -> bool:
+def _answers(report: Sent | LinkFailed, version: int) -> bool:
     """Whether a sender's report answers a wait for `version`: it failed, or brought that one or newer."""
-    return "error" in report or report["version"] >= version
+    return isinstance(report, LinkFailed) or report.version >= version
 
 
 def gloo_reason(error: str) -> str:

@@ -7,10 +7,10 @@ rank whose proc dies ends the run: TrainerFailed names the rank, its host and pi
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from forge_async.data.episode import Episode
 from forge_async.errors import TrainerFailed
+from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult
 from forge_async.handles.procs_file import ProcsFile, Where, located
 from forge_async.mesh.supervision import failure_cause, stop_quietly, supervised
 from forge_async.mesh.roles import TRAINER
@@ -21,16 +21,6 @@ _POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1
 _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
 # A proc Monarch stopped hearing from is named by its row-major rank: trainer-1<uid>.
 _TRAINER_PROC = re.compile(r"\btrainer-(\d+)<")
-
-
-@dataclass
-class StepResult:
-    """What one train_and_push call did: the new version, the step's figures, the publish."""
-
-    version: int
-    metrics: dict[str, float]
-    push_ms: float
-    weight_bytes: int
 
 
 class TrainerHandle:
@@ -47,11 +37,9 @@ class TrainerHandle:
 
     async def train_and_push(self, batch: list[Episode], targets: tuple[str, ...]) -> StepResult:
         """One optimizer step on `batch`, then the new weights published to `targets`."""
-        result = await self._call(lambda: self._replies.call(self.actor.train_and_push, batch, targets, alive=self.actor.where, ranks=len(self.where)))
-        version, push_ms, weight_bytes = result.pop("version"), result.pop("push_ms"), result.pop("weight_bytes")
-        return StepResult(version, result, push_ms, weight_bytes)
+        return await self._call(lambda: self._replies.call(self.actor.train_and_push, batch, targets, alive=self.actor.where, ranks=len(self.where)))
 
-    async def push_weights(self, targets: tuple[str, ...]) -> dict:
+    async def push_weights(self, targets: tuple[str, ...]) -> Published:
         return await self._call(lambda: self.actor.push_weights.call(targets))
 
     async def state_bytes(self) -> int:
@@ -59,18 +47,18 @@ class TrainerHandle:
         per_rank = await supervised(lambda: self.actor.state_bytes.call(), self._failed)
         return sum(per_rank.values())
 
-    async def save_state(self, directory: str) -> dict:
+    async def save_state(self, directory: str) -> StateSaved | SaveFailed:
         """Each rank's model and optimizer shard into `directory` (DCP): rank 0's result, which
-        is {"error": why} if the write failed on any rank."""
+        is SaveFailed if the write failed on any rank."""
         return await self._call(lambda: self.actor.save_state.call(directory))
 
     async def load_state(self, directory: str) -> int:
         """What save_state wrote; returns the version restored."""
         return await self._call(lambda: self.actor.load_state.call(directory))
 
-    async def save_hf(self, model_dir: str, adapter_dir: str) -> dict:
-        """The policy as a Hugging Face checkpoint (with LoRA: merged, and the adapter beside):
-        {"path": model_dir}, or {"error": why} if rank 0's write failed."""
+    async def save_hf(self, model_dir: str, adapter_dir: str) -> PolicySaved | SaveFailed:
+        """The policy as a Hugging Face checkpoint (with LoRA: merged, and the adapter beside),
+        or SaveFailed if rank 0's write failed."""
         return await self._call(lambda: self.actor.save_hf.call(model_dir, adapter_dir))
 
     async def trace_spans(self) -> dict[str, list]:

@@ -25,10 +25,12 @@ import torch.distributed as dist
 from safetensors import SafetensorError
 
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.results import PolicySaved, SaveFailed, StateSaved
+from forge_async.learning.spec import LearnerSpec
 from forge_async.data.batch import Row, TrainBatch, micro_batches, pack_rows, prompt_rows
 from forge_async.data.episode import Episode
 from forge_async.errors import ConfigError
-from forge_async.losses.config import ImportanceConfig, LossConfig
+from forge_async.losses.config import ImportanceConfig
 from forge_async.losses.grpo import (
     SUMMED,
     OffPolicySums,
@@ -44,7 +46,6 @@ from forge_async.losses.grpo import (
 )
 from forge_async.losses.sft import demonstration_nll
 from forge_async.models.hf_checkpoint import Checkpoint, save_checkpoint
-from forge_async.models.config import LoraConfig, MoeConfig
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.routes import RouteMismatch, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.parallelize import clip_grad_norm, experts_unsharded, parallelize, unsharded
@@ -65,33 +66,19 @@ def device_type() -> str:
 
 
 class Learner:
-    def __init__(
-        self,
-        checkpoint: Checkpoint,
-        config: TrainerConfig,
-        pad_id: int,
-        loss: LossConfig | None = None,
-        importance: ImportanceConfig | None = None,
-        kl_coef: float = 0.0,
-        reference_path: str | None = None,
-        lora: LoraConfig | None = None,
-        moe: MoeConfig | None = None,
-    ):
-        """The policy from `checkpoint`, sharded over torch.distributed's ranks, and its optimizer.
-        `reference_path`: the reference policy's checkpoint when the trainer computes its
-        logprobs itself (scorers[i].runs_on=trainer); None: episodes bring them from the
-        scorer tier. `kl_coef`: the reference_kl scorer's coef (0: no KL penalty)."""
+    def __init__(self, spec: LearnerSpec):
+        """The policy from `spec`'s checkpoint, sharded over torch.distributed's ranks, and its optimizer."""
         from forge_async.models.titan import build_titan_model, state_dict_adapter
 
-        self.checkpoint = checkpoint
-        self.config = config
-        self.pad_id = pad_id
-        self.loss = loss or LossConfig()
-        self.importance = importance or ImportanceConfig()
-        self.kl_coef = kl_coef
-        self.reference_path = reference_path
-        self.lora = lora if lora is not None and lora.enabled else None
-        self.replay_routes = moe is not None and moe.replay  # rollout routing replay (models/moe.py)
+        self.checkpoint = checkpoint = Checkpoint.open(spec.checkpoint_path)
+        self.config = config = spec.config
+        self.pad_id = spec.pad_id
+        self.loss = spec.loss
+        self.importance = spec.importance
+        self.kl_coef = spec.kl_coef
+        self.reference_path = spec.reference_path
+        self.lora = spec.lora if spec.lora is not None and spec.lora.enabled else None
+        self.replay_routes = spec.moe is not None and spec.moe.replay  # rollout routing replay (models/moe.py)
         self.device_type = device_type()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.version = 0
@@ -106,7 +93,7 @@ class Learner:
         self._load_base(model, weights)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = self._parallelize(model)
-        self.reference = self._build_reference(weights) if reference_path else None
+        self.reference = self._build_reference(weights) if self.reference_path else None
         # What sharing a prompt's forward saves, in attention's units (data/batch.py); None: no sharing
         self.token_cost = shape.token_cost_in_attention_pairs if config.share_prompts else None
         # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
@@ -312,12 +299,12 @@ class Learner:
         """Bytes of this rank's model and optimizer state: about what its checkpoint shard weighs."""
         return _local_bytes(self.model.state_dict()) + _local_bytes(self.optimizer.state_dict()["state"])
 
-    def save_state(self, directory: str) -> dict:
+    def save_state(self, directory: str) -> StateSaved | SaveFailed:
         """Model and optimizer state into `directory`: each rank writes its own shard (DCP).
 
-        A write that fails (a full disk) comes back as {"error": why} on every rank (DCP
-        gathers each rank's failure): the trainer's endpoint that raised would end its actor,
-        and a full disk is no reason to lose the trainer."""
+        A write that fails (a full disk) comes back as SaveFailed on every rank (DCP gathers
+        each rank's failure): the trainer's endpoint that raised would end its actor, and a
+        full disk is no reason to lose the trainer."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -328,8 +315,8 @@ class Learner:
         try:
             dcp.save(state, checkpoint_id=directory)
         except CheckpointException as err:
-            return {"error": _first_failure(err)}
-        return {"version": self.version, "save_ms": (time.perf_counter() - start) * 1e3}
+            return SaveFailed(_first_failure(err))
+        return StateSaved(self.version, (time.perf_counter() - start) * 1e3)
 
     def load_state(self, directory: str) -> int:
         """Restore what `save_state` wrote (any number of ranks may read it); returns the version."""
@@ -346,7 +333,7 @@ class Learner:
         self.lr_scheduler.load_state_dict({"last_epoch": self.version})  # a function of the step
         return self.version
 
-    def save_hf(self, directory: str, adapter_directory: str | None = None) -> dict:
+    def save_hf(self, directory: str, adapter_directory: str | None = None) -> PolicySaved | SaveFailed:
         """Save the current policy as a Hugging Face checkpoint (rank 0 writes); with LoRA,
         merged (base + scaled adapter product), and the adapter alone in PEFT's layout into
         `adapter_directory` when given."""
@@ -359,8 +346,8 @@ class Learner:
                     peft = self.adapter_names.to_peft(full)
                     save_adapter(adapter_directory, peft, self.lora, str(self.checkpoint.path))
             except (OSError, SafetensorError) as err:  # returned, not raised (see save_state)
-                return {"error": getattr(err, "strerror", None) or str(err)}
-        return {"path": directory}
+                return SaveFailed(getattr(err, "strerror", None) or str(err))
+        return PolicySaved(directory)
 
 
 def _local_bytes(tree) -> int:

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from functools import partial
 
-from forge_async.data.buffer import NOT_STARTED
+from forge_async.data.buffer import DropCounts, NotStarted
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
@@ -101,9 +101,9 @@ class EpisodeRollouts(Rollouts):
         self.ended = Counter(state["ended"])
 
 
-def _buffered(dropped: Counter[str], drops: list[EpisodeDropped]) -> Dropped:
+def _buffered(dropped: Counter[str], drops: list[EpisodeDropped]) -> DropCounts:
     """A group's drops by reason as the buffer counts them: those of episodes dropped before their
-    first model turn under NOT_STARTED, not counted as generated."""
+    first model turn as NotStarted, not counted as generated."""
     not_started = Counter(drop.reason for drop in drops if not drop.started)
     started = {reason: n - not_started[reason] for reason, n in dropped.items() if n > not_started[reason]}
-    return started | {NOT_STARTED + reason: n for reason, n in not_started.items()}
+    return started | {NotStarted(reason): n for reason, n in not_started.items()}

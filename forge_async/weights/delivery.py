@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
+from forge_async.weights.outcomes import LinkFailed, ReceiverLost
 from forge_async.weights.route import WeightRoute
 
 _POLL_S = 0.002
@@ -174,13 +175,13 @@ class WeightDelivery:
                 start = time.perf_counter()
                 result = await receiver.load(version)
                 self.last_load_ms = (time.perf_counter() - start) * 1e3
-            if "lost" in result:  # its node is gone: nothing more to bring it, nor to its generators
-                self._lost(index, result["lost"])
+            if isinstance(result, ReceiverLost):  # nothing more to bring it, nor to its generators
+                self._lost(index, result.why)
                 return
-            if "error" in result:
-                self._link_failed(index, result["error"])
+            if isinstance(result, LinkFailed):
+                self._link_failed(index, result.why)
                 continue
-            version = result.get("version", version)  # a sender sends the newest it has
+            version = result.version  # a sender sends the newest it has
             if self.route.through_store:
                 holding = [version if i == index else v for i, v in enumerate(self.loaded) if i not in self.lost]
                 await store.delete_versions_before(min(holding))  # before `loaded`: waiters see a tidy store

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from forge_async.controller.config import GRPOConfig
+from forge_async.weights.outcomes import LoadOutcome
 
 
 class VersionLoader(Protocol):
-    async def load_version(self, index: int, version: int) -> dict: ...
+    async def load_version(self, index: int, version: int) -> LoadOutcome: ...
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Receiver:
     loaders: VersionLoader
     index: int
 
-    async def load(self, version: int) -> dict:
+    async def load(self, version: int) -> LoadOutcome:
         return await self.loaders.load_version(self.index, version)
 
 
