@@ -36,6 +36,7 @@ from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.weights.config import WeightsConfig
+from forge_async.observability.span_names import DECODE, SWAP_WEIGHTS
 from forge_async.observability.spans import TRACER
 from forge_async.weights.scratch import temporary_files
 from forge_async.weights.shared_memory import SharedMemoryChannel
@@ -244,7 +245,7 @@ class Generator(ProcActor):
         """Close the current run of engine steps: one "decode" span."""
         if self._decoding_since is not None:
             end = time.time_ns()
-            TRACER.add("decode", self._decoding_since, end)
+            TRACER.add(DECODE, self._decoding_since, end)
             self._busy_s += (end - self._decoding_since) / 1e9
             self._decoding_since = None
 
@@ -296,7 +297,7 @@ class Generator(ProcActor):
 
     def _swap(self, state_dict: dict, version: int) -> None:
         start = time.time_ns()
-        with TRACER.span("swap weights", lane="weights"):
+        with TRACER.span(SWAP_WEIGHTS, lane="weights"):
             self.engine.swap(state_dict, version)
         if self._decoding_since is None:  # inside a run of engine steps, the run counts it
             self._busy_s += (time.time_ns() - start) / 1e9

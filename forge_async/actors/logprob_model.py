@@ -16,6 +16,7 @@ from forge_async.data.batch import pack_rows, prompt_rows
 from forge_async.data.episode import Completion, Episode
 from forge_async.losses.grpo import frozen_logprobs
 from forge_async.models.hf_checkpoint import Checkpoint
+from forge_async.observability.span_names import FORWARD
 from forge_async.observability.spans import TRACER
 
 SEQUENCES_PER_FORWARD = 64  # bounds the logits' memory: tokens x vocabulary floats
@@ -45,7 +46,7 @@ class LogprobModel(ProcActor):
         episodes = [_unscored(p, c) for p, c in zip(prompts, completions, strict=True)]
         scored: dict[int, list[float]] = {}
         token_cost = self.checkpoint.shape.token_cost_in_attention_pairs
-        with TRACER.span("forward"):
+        with TRACER.span(FORWARD):
             for start in range(0, len(episodes), SEQUENCES_PER_FORWARD):
                 rows = prompt_rows(episodes[start : start + SEQUENCES_PER_FORWARD], token_cost)
                 batch = pack_rows(rows, self.pad_id).to(self.device)

@@ -8,6 +8,7 @@ from forge_async.mesh.proc_actor import ProcActor
 from forge_async.data.buffer import BufferStats, DropCounts, EpisodeBuffer
 from forge_async.data.episode import Episode
 from forge_async.mesh.reply_port import answers_on_port
+from forge_async.observability.span_names import REPLAY_ADD, REPLAY_SAMPLE
 from forge_async.observability.spans import TRACER
 
 
@@ -25,7 +26,7 @@ class ReplayBuffer(ProcActor):
     @endpoint
     @answers_on_port
     async def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> int:
-        with TRACER.span("add"):
+        with TRACER.span(REPLAY_ADD):
             self.buffer.add(episodes, dropped)
         self._added.set()
         return len(self.buffer)
@@ -57,7 +58,7 @@ class ReplayBuffer(ProcActor):
         return batch, self.buffer.stats()
 
     def _sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
-        with TRACER.span("sample"):
+        with TRACER.span(REPLAY_SAMPLE):
             return self.buffer.sample(batch_size, trainer_version)
 
     @endpoint

@@ -25,6 +25,7 @@ from forge_async.learning.spec import LearnerSpec
 from forge_async.mesh.hosts import pin_collectives_to_node_address
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.mesh.reply_port import answers_on_port
+from forge_async.observability.span_names import PUBLISH_WEIGHTS
 from forge_async.observability.spans import TRACER
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.publisher import WeightPublisher
@@ -76,7 +77,7 @@ class Trainer(ProcActor):
     async def _push_weights(self, transports: tuple[str, ...] | None) -> Published:
         start = time.perf_counter()
         version = self.learner.version
-        with TRACER.span("publish weights"):
+        with TRACER.span(PUBLISH_WEIGHTS):
             weight_bytes = await self.publisher.publish(version, self.learner.published_state_dict(), transports)
         return Published(version, (time.perf_counter() - start) * 1e3, weight_bytes)
 

@@ -53,6 +53,7 @@ from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.worker import run_worker
 from forge_async.controller.record import RunRecord
 from forge_async.observability.step_figures import PipelineFigures, TokenRate
+from forge_async.observability.span_names import GENERATE_BATCH, STEP, WAIT_FOR_BATCH, WAIT_FOR_WEIGHTS
 from forge_async.observability.spans import TRACER
 from forge_async.controller.loop import CANCELLED_WITHIN_S, LANE, TrainingLoop
 from forge_async.weights.delivery import WeightDelivery
@@ -106,9 +107,9 @@ class GRPOLoop(TrainingLoop):
         workers = [asyncio.create_task(self._rollout_worker(i, stop)) for i in range(self.config.rollout_workers)]
         try:
             while self._steps_left():
-                with TRACER.span("step", LANE):
+                with TRACER.span(STEP, LANE):
                     waited_from = time.perf_counter()
-                    with TRACER.span("wait for batch", LANE):
+                    with TRACER.span(WAIT_FOR_BATCH, LANE):
                         batch, buffer = await self._next_batch(workers)
                     self.record.trainer_idle_s += time.perf_counter() - waited_from
                     await self._train(batch, buffer)
@@ -168,13 +169,13 @@ class GRPOLoop(TrainingLoop):
         if self.record.step == 0 and self.evaluations is not None:
             await self.evaluations.evaluate()
         while self._steps_left():
-            with TRACER.span("step", LANE):
+            with TRACER.span(STEP, LANE):
                 waited_from = time.perf_counter()
-                with TRACER.span("generate batch", LANE):
+                with TRACER.span(GENERATE_BATCH, LANE):
                     batch, buffer = await self._generate_batch()
                 self.record.trainer_idle_s += time.perf_counter() - waited_from
                 await self._train(batch, buffer)
-                with TRACER.span("wait for weights", LANE):
+                with TRACER.span(WAIT_FOR_WEIGHTS, LANE):
                     await self.delivery.wait_until_loaded(self.record.version)
             if self._due_for_evaluation():
                 await self.evaluations.evaluate()

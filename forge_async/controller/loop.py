@@ -28,13 +28,14 @@ from forge_async.observability.metrics import MetricsLog
 from forge_async.controller.progress_watch import RunStalled
 from forge_async.controller.record import RunRecord
 from forge_async.scoring.scorer import ScorerError, ScorerFailed
+from forge_async.observability.span_names import TRAIN_AND_PUSH_CALL, TRAINER_LOOP_LANE
 from forge_async.observability.spans import TRACER
 from forge_async.weights.delivery import WeightDelivery
 
 # Failures after which the trainer is fine: the run ends early but checkpoints and reports.
 RUN_ENDING = (GeneratorFailed, ScorerFailed, ScorerError, EnvironmentFailed, RunStalled)
 CANCELLED_WITHIN_S = 2.0  # how long abandoned work is given to end once cancelled
-LANE = "trainer loop"  # the controller's lane for the trainer's side (observability/spans.py)
+LANE = TRAINER_LOOP_LANE  # the controller's lane for the trainer's side (observability/spans.py)
 
 
 class TrainingLoop:
@@ -142,7 +143,7 @@ class TrainingLoop:
         its grace), `trainer_mid_step` stays set: the trainer finishes the step on its own, so its
         state is past the record's and must not be checkpointed as the record's step."""
         self.trainer_mid_step = True
-        with TRACER.span("train_and_push call", LANE):
+        with TRACER.span(TRAIN_AND_PUSH_CALL, LANE):
             result = await self.handles.trainer.train_and_push(batch, self.delivery.push_targets)
         self.trainer_mid_step = False
         return result

@@ -19,6 +19,7 @@ from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
 from forge_async.observability.metrics import MetricsLog
 from forge_async.observability.sinks import MetricSink
+from forge_async.observability.span_names import STEP
 from forge_async.observability.spans import TRACER
 from forge_async.weights.delivery import WeightDelivery
 
@@ -87,7 +88,7 @@ class SFTLoop(TrainingLoop):
 
     async def _step(self) -> None:
         record = self.record
-        with TRACER.span("step", LANE):
+        with TRACER.span(STEP, LANE):
             batch = self.demonstrations.batch(self.prompts_per_step, record.version)
             started = time.perf_counter()
             result = await self._train_and_push(batch)

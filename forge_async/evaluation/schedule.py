@@ -15,6 +15,7 @@ from forge_async.evaluation.evaluator import Evaluator
 from forge_async.handles.generators import GeneratorCalls, GeneratorLost, GeneratorPool
 from forge_async.observability.metrics import MetricsLog, measured_nothing
 from forge_async.controller.record import RunRecord
+from forge_async.observability.span_names import EVALUATE
 from forge_async.observability.spans import TRACER
 from forge_async.weights.delivery import WeightDelivery
 
@@ -50,7 +51,7 @@ class EvaluationSchedule:
         index = live[self.record.evaluations % len(live)]
         self.record.evaluations += 1
         try:
-            with TRACER.span("evaluate", LANE):
+            with TRACER.span(EVALUATE, LANE):
                 row = await self.evaluator.evaluate(GeneratorCalls(self.generators, index), self.delivery.pinned(index))
         except GeneratorLost:
             print(f"evaluation at step {self.record.step} abandoned: generator {index} is lost", flush=True)

@@ -50,6 +50,7 @@ from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.routes import RouteMismatch, moe_step_metrics, routes_given, take_expert_load
 from forge_async.models.parallelize import clip_grad_norm, experts_unsharded, parallelize, unsharded
 from forge_async.models.peft import save_adapter
+from forge_async.observability.span_names import BACKWARD, FORWARD, OPTIMIZER
 from forge_async.observability.spans import TRACER
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ class Learner:
             if step is not None:
                 loss, entropy = loss + step[0], entropy + step[1]
                 off_policy.append(step[2])
-        with TRACER.span("optimizer"):
+        with TRACER.span(OPTIMIZER):
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norm = clip_grad_norm(self.trainable, self.config.grad_clip, self.config.expert_parallel)
             self.optimizer.step()
@@ -204,17 +205,17 @@ class Learner:
         An MoE model's routers hold the generator's routes through both (a recomputation in the
         backward routes as the forward did), replaying them with moe.routing_replay=rollout."""
         if not rows:
-            with TRACER.span("forward"):
+            with TRACER.span(FORWARD):
                 tokens = torch.full((1, 2), self.pad_id, device=self.device_type)
                 if self.reference is not None:
                     self.reference(tokens)  # its collectives too
                 loss = self.model(tokens).sum() * 0.0
-            with TRACER.span("backward"):
+            with TRACER.span(BACKWARD):
                 loss.backward()
             return None
         batch = pack_rows(rows, self.pad_id).to(self.device_type)
         with routes_given(self.model, batch.routes, self.replay_routes):
-            with TRACER.span("forward"):
+            with TRACER.span(FORWARD):
                 if self.reference is not None:
                     batch = replace(batch, reference_logprobs=frozen_logprobs(self.reference, batch))
                 # The entropy has a gradient only if loss.entropy_coef puts it in the loss.
@@ -223,7 +224,7 @@ class Learner:
                     mismatch.add_last_forward()
                 loss, off_policy = self._loss(logprobs, entropy, batch, num_sequences, num_tokens)
                 entropy = (entropy.detach() * batch.response_mask).sum()
-            with TRACER.span("backward"):
+            with TRACER.span(BACKWARD):
                 loss.backward()
         return loss.detach(), entropy, off_policy
 

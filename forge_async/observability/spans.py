@@ -1,12 +1,12 @@
 """Spans of what each actor does, for one timeline of the whole run (RUN_DIR/trace.json).
 
-Each process keeps one Tracer: `with tracer.span("generate"):` records the
-span's name, lane, start and end (wall-clock ns, the one clock every process and
-node shares) in a bounded in-memory ring, at about a microsecond per span. The ring
-keeps the newest MAX_SPANS spans of the process in flat arrays, 20 bytes a span (4 MB
-when full; a span as a Python tuple would take ~150): over a long run it fills, and
-then stays that size (docs/metrics.md, timeline). At the end of the run the
-controller collects every actor's spans (the `trace_spans` endpoint of ProcActor)
+Each process keeps one Tracer: `with TRACER.span(FORWARD):` records the span's
+name (a constant of observability/span_names.py), lane, start and end (wall-clock
+ns, the one clock every process and node shares) in a bounded in-memory ring, at
+about a microsecond per span. The ring keeps the newest MAX_SPANS spans of the
+process in flat arrays, 20 bytes a span (4 MB when full; a span as a Python tuple
+would take ~150): over a long run it fills, and then stays that size (docs/metrics.md,
+timeline). At the end of the run the controller collects every actor's spans (the `trace_spans` endpoint of ProcActor)
 and writes them as Chrome trace events: one track (process) per actor, one row
 (thread) per lane. Perfetto and chrome://tracing open the file; `python -m
 forge_async.observability.step_budget RUN_DIR` prints a per-step budget (forge_async/observability/step_budget.py).

@@ -22,9 +22,14 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-STEP = ("controller", "trainer loop", "step")
-USEFUL = {"forward", "backward", "optimizer", "publish weights", "decode", "swap weights"}
-HELD_BACK = "held back by admission"  # a rollout worker's span (controller track)
+from forge_async.observability import span_names
+from forge_async.observability.span_names import HELD_BACK, TRAINER_LOOP_LANE
+
+STEP = ("controller", TRAINER_LOOP_LANE, span_names.STEP)
+USEFUL = {
+    span_names.FORWARD, span_names.BACKWARD, span_names.OPTIMIZER, span_names.PUBLISH_WEIGHTS,
+    span_names.DECODE, span_names.SWAP_WEIGHTS,
+}
 
 Interval = tuple[float, float]  # microseconds
 

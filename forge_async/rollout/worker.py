@@ -16,7 +16,7 @@ from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.generators import GeneratorLost
 from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.types import Produce, WorkerShape
-from forge_async.observability.step_budget import HELD_BACK
+from forge_async.observability.span_names import BUFFER_ADD, GENERATE_AND_SCORE, HELD_BACK
 from forge_async.observability.spans import TRACER
 
 
@@ -60,7 +60,7 @@ async def _call_into_buffer(
     produce: Produce, admitted: int, group_size: int, buffer: BufferHandle, admission: AdmissionControl, lane: str
 ) -> None:
     try:
-        with TRACER.span("generate + score", lane):
+        with TRACER.span(GENERATE_AND_SCORE, lane):
             episodes, dropped = await produce(admitted // group_size)
     except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
         await admission.lost(admitted)
@@ -68,7 +68,7 @@ async def _call_into_buffer(
     except BaseException:  # the worker cancelled: nothing of it will arrive
         await admission.lost(admitted)
         raise
-    with TRACER.span("buffer add", lane):
+    with TRACER.span(BUFFER_ADD, lane):
         await buffer.add(episodes, dropped)
     await admission.generated(admitted)
 
