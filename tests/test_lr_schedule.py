@@ -28,10 +28,10 @@ def test_decay_ratio_keeps_the_full_lr_until_the_last_part_of_the_run():
     assert all(a > b for a, b in zip(lr[10:], lr[11:])), lr
     assert 1e-4 <= lr[-1] < 2e-4, lr
     # Without a ratio the decay starts at once (after TorchTitan's one step at full lr).
-    immediate = lrs(TrainerConfig(lr_schedule="linear", min_lr_factor=0.1, lr_total_steps=20), 20)
+    immediate = lrs(TrainerConfig(lr_schedule="linear", decay_ratio=None, min_lr_factor=0.1, lr_total_steps=20), 20)
     assert immediate[0] == 1e-3 and immediate[2] < 1e-3 and immediate[-1] < 2e-4
     # A constant schedule ignores the ratio.
-    assert lrs(TrainerConfig(decay_ratio=0.5, lr_total_steps=20), 20) == [1e-3] * 20
+    assert lrs(TrainerConfig(lr_schedule="constant", decay_ratio=0.5, lr_total_steps=20), 20) == [1e-3] * 20
 
 
 def test_a_decay_ratio_outside_0_1_names_the_key():

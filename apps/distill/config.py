@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from forge_async.controller.config import GRPOConfig
+from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_1, POSITIVE, check_range
 from forge_async.errors import ConfigError
 from forge_async.scoring.config import ScorerConfig
@@ -10,12 +11,16 @@ from forge_async.scoring.config import ScorerConfig
 
 @dataclass
 class TeacherConfig:
-    # A Hugging Face checkpoint sharing the student's tokenizer (e.g. RUN_DIR/final_model of an
-    # apps.grpo run); null = train one first: GRPO from a fresh tiny model into RUN_DIR/teacher/.
-    path: str | None = None
-    coef: float = 1.0  # per-token advantage = coef * (log pi_teacher - log pi_student)
-    grpo_steps: int = 250  # with path null: the teacher's GRPO steps
-    seed: int = 0  # with path null: the teacher's tiny-model seed (the student's is model.tiny.seed)
+    path: str | None = key(
+        None,
+        help=(
+            "A Hugging Face checkpoint sharing the student's tokenizer (e.g. RUN_DIR/final_model of an "
+            "apps.grpo run); null = train one first: GRPO from a fresh tiny model into RUN_DIR/teacher/."
+        ),
+    )
+    coef: float = key(1.0, help="per-token advantage = coef * (log pi_teacher - log pi_student)")
+    grpo_steps: int = key(250, help="with path null: the teacher's GRPO steps")
+    seed: int = key(0, help="with path null: the teacher's tiny-model seed (the student's is model.tiny.seed)")
 
     def __post_init__(self) -> None:
         check_range("teacher.coef", self.coef, POSITIVE)

@@ -3,24 +3,23 @@
 Its sections are GRPO's (model, task, sampling, generator, trainer, loss, eval, weights,
 checkpoint, placement, logging, trace: the same dataclasses, the same checks); what GRPO
 alone has (groups, policy age, admission, the replay buffer's size, scorers, environments)
-is not here. `run_config` is the run as the shared machinery (procs, meshes, weight
-delivery) reads it: a GRPOConfig with these sections.
+is not here: the run brings up a trainer and generators alone (forge_async/mesh/run_roles.py).
 """
 
 from dataclasses import dataclass, field
 
-from forge_async.controller.config import GRPOConfig, RunConfig
+from forge_async.controller.config import RunConfig
+from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_1, check_range
 from forge_async.errors import ConfigError
 from forge_async.losses.config import LossConfig
-from forge_async.scoring.config import ScorerConfig
 from forge_async.tasks.config import MULTI_TURN_TASKS
 
 
 @dataclass
 class SFTConfig(RunConfig):
-    steps: int = 100  # optimizer steps
-    prompts_per_step: int = 32  # the batch: demonstrations (prompt + answer) per optimizer step
+    steps: int = key(100, help="optimizer steps", resumable=True)
+    prompts_per_step: int = key(32, help="the batch: demonstrations (prompt + answer) per optimizer step")
     # seed: the demonstrations' draw. sampling.max_tokens: the completion budget (evaluations
     # generate up to it; a longer demonstration fails the run, or is skipped with
     # task.skip_bad_rows); the rest of sampling, evaluations'. generator: evaluations' generator(s).
@@ -34,26 +33,14 @@ class SFTConfig(RunConfig):
                 f"loss.objective={self.loss.objective}: apps.sft trains on demonstrations (sft); "
                 "the policy-gradient objective is python -m apps.grpo"
             )
-        if self.task.name in MULTI_TURN_TASKS:
+        if self.task.name in (*MULTI_TURN_TASKS, "seeds"):
             raise ConfigError(
                 f"task.name={self.task.name}: its episodes are played turn by turn with an environment, "
                 "there is no single completion to imitate; apps.sft takes the digit tasks, dataset or reasoning_gym"
             )
         if self.loss.max_tokens is None:  # constant aggregation: the completion budget
             self.loss.max_tokens = self.sampling.max_tokens
+        if self.generator.calls_at_once is None:  # an evaluation's calls, one at a time
+            self.generator.calls_at_once = 1
         self.resolve_trainer(self.steps)
-        self.run_config()  # what spans sections (GPUs, eval.dataset) is checked where GRPO checks it
-
-    def run_config(self) -> GRPOConfig:
-        """The run as procs, meshes and weight delivery read it: these sections, one reward scorer
-        (the evaluations' reward), no reference or environment; the trainer's loss is this one
-        (set after GRPOConfig's checks, which admit only the grpo objective for apps.grpo)."""
-        view = GRPOConfig(
-            mode="sync", steps=self.steps, seed=self.seed, resume=self.resume, verbose=self.verbose,
-            model=self.model, task=self.task, sampling=self.sampling, generator=self.generator,
-            trainer=self.trainer, eval=self.eval, scorers=[ScorerConfig(kind="reward")],
-            weights=self.weights, checkpoint=self.checkpoint, placement=self.placement,
-            logging=self.logging, trace=self.trace,
-        )
-        view.loss = self.loss
-        return view
+        self.check_sections()

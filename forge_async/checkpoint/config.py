@@ -2,16 +2,29 @@
 
 from dataclasses import dataclass
 
+from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, check_range
 
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = 50  # a whole-run checkpoint every this many steps (and at the end); 0 = off
-    keep: int = 2  # newest complete checkpoints kept; older ones are deleted
-    # Ctrl-C / SIGTERM: the step in flight gets at most this long to finish (then it is
-    # abandoned), before the run saves what its last completed step allows and exits.
-    stop_grace_s: float = 20.0
+    every_steps: int = key(
+        50,
+        help="whole-run checkpoint every N steps and at the end; 0 = off",
+        accepts=">= 0",
+        resumable=True,
+    )
+    keep: int = key(2, help="newest complete checkpoints kept", accepts=">= 1", resumable=True)
+    stop_grace_s: float = key(
+        20.0,
+        help=(
+            "Ctrl-C / SIGTERM: the step in flight gets at most this long to finish (then it is abandoned, "
+            "and said so in `summary.json`'s `cut_short`); the run then saves what its last completed "
+            "step allows and exits ([checkpoints.md](checkpoints.md#interrupts-ctrl-c-sigterm))"
+        ),
+        accepts=">= 0",
+        resumable=True,
+    )
 
     def __post_init__(self) -> None:
         check_range("checkpoint.every_steps", self.every_steps, AT_LEAST_0, note="0 = off")

@@ -2,42 +2,20 @@
 
 Only keys that do not change the experiment may be overridden on resume (how
 long it runs, how it saves itself, how many crashes it survives, where its
-meshes run, how weights travel, whether vLLM compiles); any other
-override fails, naming the key, since the checkpoint was made under the saved
-value.
+meshes run, how weights travel, whether vLLM compiles): those whose field is
+marked `resumable` (forge_async/config/keys.py). Any other override fails,
+naming the key, since the checkpoint was made under the saved value.
 """
 
+import dataclasses
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from forge_async.config.keys import resumable_keys
+from forge_async.controller.config import GRPOConfig
 from forge_async.errors import ConfigError
 
-RESUMABLE_KEYS = (
-    "steps",
-    "target_reward",
-    "checkpoint.every_steps",
-    "checkpoint.keep",
-    "checkpoint.stop_grace_s",
-    "stall.max_dropped_episodes",
-    "stall.report_every_s",
-    "generator.max_restarts",
-    "weights.transport",
-    "weights.cross_host",
-    "weights.link_timeout_s",
-    "placement.trainer_hosts",
-    "placement.generator_hosts",
-    "placement.trainer_gpus",
-    "placement.generator_gpus",
-    "placement.share_gpus",
-    "generator.enforce_eager",
-    "generator.compile",
-    "verbose",
-    "logging.tensorboard",
-    "logging.wandb",
-    "logging.wandb_project",
-    "trace.enabled",
-)
 SAVED_CONFIG = "config.yaml"
 
 
@@ -50,19 +28,22 @@ def resume_dir_from_argv(argv: list[str]) -> str | None:
 
 
 def resumed_config(run_dir: Path, overrides: list[str], current: DictConfig) -> DictConfig:
-    """The config saved in `run_dir`, with the resumable keys of `overrides` taken from `current`."""
+    """The config saved in `run_dir`, with the resumable keys of `overrides` taken from `current`
+    (composed against its app's schema; an untyped one is read as GRPO's)."""
     saved_file = run_dir / SAVED_CONFIG
     if not saved_file.is_file():
         raise ConfigError(f"resume={run_dir}: no {SAVED_CONFIG} there; not a forge_async run directory")
+    schema = OmegaConf.get_type(current)
+    resumable = resumable_keys(schema if dataclasses.is_dataclass(schema) else GRPOConfig)
     changed = []
     for override in overrides:
         key = override.lstrip("+~").split("=", 1)[0]
         if key == "resume" or key.startswith("hydra."):
             continue
-        if key not in RESUMABLE_KEYS:
+        if key not in resumable:
             raise ConfigError(
                 f"{key}: cannot be changed when resuming (the checkpoint was made with the saved "
-                f"value); keys that can: {', '.join(RESUMABLE_KEYS)}"
+                f"value); keys that can: {', '.join(resumable)}"
             )
         changed.append(key)
     saved = _renamed_keys(OmegaConf.load(saved_file))

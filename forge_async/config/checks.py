@@ -52,8 +52,3 @@ def check_range(
         accepted += " or null"
     raise ConfigError(f"{key}={value}: must be {accepted}" + (f" ({note})" if note else ""))
 
-
-def check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
-    """Raise ConfigError unless `value` is one of `choices`."""
-    if value not in choices:
-        raise ConfigError(f"{key}={value!r}: one of {', '.join(choices)}")

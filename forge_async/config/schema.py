@@ -19,14 +19,25 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from forge_async.config.keys import keys
 from forge_async.errors import ConfigError
 
 
 def open_mappings(schema: type) -> DictConfig:
     """`schema`'s structured config, every free-form mapping in it open to keys of the user's."""
     node = OmegaConf.structured(schema)
+    _declared_defaults(node, schema)
     _open_mappings(node)
     return node
+
+
+def _declared_defaults(node: DictConfig, schema: type) -> None:
+    """Each key declared null, null. OmegaConf builds a section by calling its dataclass, whose
+    `__post_init__` may resolve a null from other keys (model.tiny.max_seq_len from the tokenizer):
+    resolved there, the value would follow the defaults, not the composed config."""
+    for key in keys(schema):
+        if "[i]" not in key.name and key.field.default is None:
+            OmegaConf.update(node, key.name, None, merge=False)
 
 
 def _open_mappings(node: DictConfig) -> None:

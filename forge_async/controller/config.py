@@ -8,16 +8,18 @@ key; GRPOConfig's also checks what spans sections.
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal
 from pathlib import Path
 
 from forge_async.checkpoint.config import CheckpointConfig
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
 from forge_async.config.callables import load_callable
 from forge_async.config.checks import (
     AT_LEAST_0,
     AT_LEAST_1,
     POSITIVE,
     Range,
-    check_choice,
     check_range,
 )
 from forge_async.data.config import FilterConfig
@@ -37,41 +39,60 @@ from forge_async.scoring.config import (
     ScorerConfig,
     ScoringConfig,
     check_scorers,
-    default_scorers,
 )
 from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.weights.config import WeightsConfig
 
-MODES = ("async", "sync")
 
 
 @dataclass
 class StallConfig:
     """stall.*: when a run whose episodes all drop stops, and how often the console says they drop."""
 
-    # Episodes dropped in a row before the buffer with none kept, after which the run stops
-    # (RunStalled: summary written, exit status 1); 0: never.
-    max_dropped_episodes: int = 512
-    # While episodes are being dropped, the console says so at most this often (counts by reason).
-    report_every_s: float = 10.0
+    max_dropped_episodes: int = key(
+        512,
+        help=(
+            "episodes dropped in a row before the buffer, none kept, after which the run stops (exit "
+            "status 1); 0 = never"
+        ),
+        accepts=">= 0",
+        resumable=True,
+    )
+    report_every_s: float = key(
+        10.0,
+        help="while episodes are dropped, a console line at most this often with the counts by reason",
+        accepts="> 0",
+        resumable=True,
+    )
 
     def __post_init__(self) -> None:
         check_range("stall.max_dropped_episodes", self.max_dropped_episodes, AT_LEAST_0, note="0 = never stop")
         check_range("stall.report_every_s", self.report_every_s, POSITIVE)
 
 
-ROUTINGS = ("least_outstanding", "round_robin")  # rollout/routing.py
 
 @dataclass
 class RunConfig:
     """The sections every app's run has (apps.grpo, apps.sft): the model, where prompts come from,
     sampling, the generator and trainer, evaluation, weights, checkpoints, placement, logging."""
 
-    seed: int = 0
-    # A run directory to continue from its newest complete checkpoint, with its saved config.
-    resume: str | None = None
-    # Show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to RUN_DIR/logs/.
-    verbose: bool = False
+    seed: int = key(0, help="prompt sampling seed")
+    resume: str | None = key(
+        None,
+        help=(
+            "continue that run from its newest checkpoint, with its saved config "
+            "([checkpoints.md](checkpoints.md))"
+        ),
+        accepts="a run directory, or null",
+    )
+    verbose: bool = key(
+        False,
+        help=(
+            "show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to "
+            "`RUN_DIR/logs/`"
+        ),
+        resumable=True,
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     # Mixture-of-Experts models: rollout routing replay (docs/moe.md).
     moe: MoeConfig = field(default_factory=MoeConfig)
@@ -102,62 +123,9 @@ class RunConfig:
             )
 
 
-@dataclass
-class GRPOConfig(RunConfig):
-    mode: str = "async"  # async: generation and training overlap; sync: strictly alternate
-    steps: int = 400  # optimizer steps
-    max_policy_age: int = 1  # samples older than this many trainer versions are dropped
-    # Admit generation only when it can be trained within max_policy_age (see rollout/admission.py).
-    admission_control: bool = True
-    group_size: int = 8  # completions per prompt
-    prompts_per_step: int = 16  # training batch = prompts_per_step * group_size episodes
-    rollout_workers: int = 2  # concurrent generate calls kept in flight (async mode)
-    # Which generator each call goes to: least_outstanding (the live one with the fewest
-    # samples in flight) or round_robin (worker w on generator w % count); rollout/routing.py.
-    rollout_routing: str = "least_outstanding"
-    prompts_per_rollout: int = 16  # prompts per generate call
-    buffer_capacity: int = 4096  # episodes; beyond it the oldest are evicted (counted)
-    target_reward: float = 0.8  # reported: first step whose moving-average reward reaches it
-    # Multi-turn episodes: the environment and its limits (docs/environments.md).
-    env: EnvConfig = field(default_factory=EnvConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
-    filter: FilterConfig = field(default_factory=FilterConfig)
-    # What scores each completion (rewards, reference KL, teacher): docs/scoring.md.
-    scorers: list[ScorerConfig] = field(default_factory=default_scorers)
-    scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    # A run whose episodes all drop stops; the console says drops as they go on (controller/progress_watch.py).
-    stall: StallConfig = field(default_factory=StallConfig)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"mode={self.mode!r}: must be one of {', '.join(MODES)}")
-        for key in ("steps", "prompts_per_step", "rollout_workers", "prompts_per_rollout", "buffer_capacity"):
-            check_range(key, getattr(self, key), AT_LEAST_1)
-        check_range(
-            "group_size", self.group_size, Range(2),
-            note="group-relative advantages need at least two completions per prompt",
-        )
-        check_range("max_policy_age", self.max_policy_age, AT_LEAST_0)
-        check_choice("rollout_routing", self.rollout_routing, ROUTINGS)
-        check_range("target_reward", self.target_reward, Range())
-        if self.prompts_per_rollout > self.prompts_per_step:
-            # A rollout larger than a batch could never be admitted at max_policy_age=0.
-            raise ConfigError(
-                f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
-                f"prompts_per_step={self.prompts_per_step}"
-            )
-        if self.loss.objective != "grpo":
-            raise ConfigError(
-                f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
-                "supervised fine-tuning on demonstrations is python -m apps.sft"
-            )
-        if self.loss.clipped and self.importance.corrects:
-            raise ConfigError(
-                f"loss.clip_low/clip_high are set and importance corrects too (importance.mode="
-                f"{self.importance.mode}, importance.cap={self.importance.cap}): the clipped ratio is the "
-                "off-policy correction; set importance.cap=null (mode truncate)"
-            )
+    def check_sections(self) -> None:
+        """What spans sections: GPUs for the trainer and generators, a trainer on several hosts and its
+        weight channel, a held-out file and its task."""
         self.placement.check_gpus(self.trainer.procs, self.generator.count)
         trainer_hosts = self.placement.trainer_hosts
         if len(trainer_hosts) > 1 and self.weights.transport == "shm" and self.weights.cross_host == "gloo":
@@ -165,31 +133,10 @@ class GRPOConfig(RunConfig):
                 f"placement.trainer_hosts={trainer_hosts}: weights.cross_host=gloo sends each version from the "
                 "trainer's one host; a trainer on several hosts needs weights.cross_host=torchstore"
             )
-        check_scorers(self.scorers)
         if self.eval.dataset is not None and self.task.name != "dataset":
             raise ConfigError(
                 f"eval.dataset={self.eval.dataset}: held-out files are for task.name=dataset; "
                 f"task.name={self.task.name} sets aside held-out prompts of its own"
-            )
-        if self.task.name == "seeds" and self.env.name is None:
-            raise ConfigError(
-                "task.name=seeds hands out seeds, not prompts: name the environment that deals episodes "
-                "from them, e.g. env.name=textarena:GuessTheNumber-v0"
-            )
-        if self.env.procs and not self.multi_turn:
-            raise ConfigError(
-                f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
-                "name one with env.name=module:callable"
-            )
-        if self.generator.calls_at_once is None:  # a multi-turn call is a turn of a few episodes
-            self.generator.calls_at_once = 0 if self.multi_turn else 1
-        if self.loss.max_tokens is None:  # constant aggregation: the generation budget
-            self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
-        self.resolve_trainer(self.steps)
-        if self.buffer_capacity < self.batch_size:
-            raise ConfigError(
-                f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
-                f"({self.batch_size} = prompts_per_step * group_size)"
             )
 
     def check_paths(self) -> None:
@@ -203,13 +150,6 @@ class GRPOConfig(RunConfig):
             raise ConfigError(f"task.dataset not found: {self.task.dataset}")
         if self.eval.dataset is not None and not Path(self.eval.dataset).exists():
             raise ConfigError(f"eval.dataset not found: {self.eval.dataset}")
-        for index, scorer in enumerate(self.scorers):
-            if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
-                raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
-            if scorer.fn is not None:
-                load_callable(scorer.fn, f"scorers[{index}].fn")
-        if self.env.name is not None:
-            check_environment_name(self.env)
         if self.task.name == "dataset":
             load_callable(self.task.reward_fn, "task.reward_fn")
         if self.task.name == "reasoning_gym":
@@ -234,8 +174,6 @@ class GRPOConfig(RunConfig):
 
     def _text_input(self) -> str | None:
         """What feeds the model text, as the start of a sentence naming its key; None: digits (or unknown)."""
-        if self.env.name is not None and self.env.name.startswith(TEXTARENA):
-            return f"env.name={self.env.name}: the game speaks text"
         if self.task.name == "reasoning_gym":
             return "task.name=reasoning_gym: its questions are text"
         if self.task.name == "dataset" and self.task.dataset and self.task.dataset.endswith(".jsonl"):
@@ -290,6 +228,150 @@ class GRPOConfig(RunConfig):
                 f"trainer.expert_parallel={ep} must divide the model's num_experts={num_experts} "
                 "(each rank holds an equal share of every layer's experts)"
             )
+
+@dataclass
+class GRPOConfig(RunConfig):
+    mode: Literal["async", "sync"] = key(
+        "async",
+        help="`async`: generation and training overlap. `sync`: generate a batch, train, sync weights, repeat",
+    )
+    steps: int = key(400, help="optimizer steps", accepts=">= 1", resumable=True)
+    max_policy_age: int = key(
+        1,
+        help=(
+            "samples whose oldest token is more than this many versions behind the trainer are dropped "
+            "(counted)"
+        ),
+        accepts=">= 0",
+    )
+    admission_control: bool = key(
+        True,
+        help=(
+            "admit generation only when it can be trained within `max_policy_age` "
+            "([staleness.md](staleness.md))"
+        ),
+    )
+    group_size: int = key(
+        8,
+        help="completions per prompt (GRPO group); group-relative advantages need at least two",
+        accepts=">= 2",
+    )
+    prompts_per_step: int = key(16, help="batch = `prompts_per_step * group_size` episodes", accepts=">= 1")
+    rollout_workers: int = key(
+        2,
+        help="generate calls kept in flight (async mode), spread over the generators",
+        accepts=">= 1",
+    )
+    rollout_routing: Literal["least_outstanding", "round_robin"] = key(
+        "least_outstanding",
+        help=(
+            "which generator each call goes to: the live one that would finish it first (its samples in "
+            "flight plus the call's, at the pace it has kept so far: samples returned per second with a "
+            "call in flight), chosen per call among those whose weights are recent enough for admission "
+            "control to admit the call at all (one whose relay lags too far behind a slow link is passed "
+            "over, not waited for), so a slow generator gets a call only when the others are that much "
+            "deeper in work; or worker w on generator w % count (a lost generator's workers move to a "
+            "live one). Admission control judges each call by the version of the generator it goes to. "
+            "Sync mode spreads a batch's calls round-robin"
+        ),
+    )
+    prompts_per_rollout: int = key(16, help="prompts per generate call", accepts="1 to `prompts_per_step`")
+    buffer_capacity: int = key(
+        4096,
+        help="replay buffer size in episodes; the oldest beyond it are evicted (counted as `dropped_other`)",
+        accepts=">= one batch",
+    )
+    target_reward: float = key(
+        0.8,
+        help="reported: first step whose 10-step moving-average reward reaches it",
+        accepts="a finite number",
+        resumable=True,
+    )
+    # Multi-turn episodes: the environment and its limits (docs/environments.md).
+    env: EnvConfig = field(default_factory=EnvConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    scorers: list[ScorerConfig] = key(
+        [ScorerConfig(), ScorerConfig(kind="reference_kl", coef=0.02, runs_on="trainer")],
+        help=(
+            "the task's own reward, and a KL penalty to the initial policy, computed in the trainer "
+            "([scoring.md](scoring.md#reference-kl)), that keeps every seed exploring "
+            "([benchmarks.md](benchmarks.md#learning-reliability-benchmarkslearning_reliabilitypy)); "
+            "`grpo_gpu` and `grpo_long` take the reward alone; `scorers=[{kind:reward}]` drops the "
+            "penalty"
+        ),
+        accepts="a list of scorer entries",
+    )
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    # A run whose episodes all drop stops; the console says drops as they go on (controller/progress_watch.py).
+    stall: StallConfig = field(default_factory=StallConfig)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "")
+        for name in ("steps", "prompts_per_step", "rollout_workers", "prompts_per_rollout", "buffer_capacity"):
+            check_range(name, getattr(self, name), AT_LEAST_1)
+        check_range(
+            "group_size", self.group_size, Range(2),
+            note="group-relative advantages need at least two completions per prompt",
+        )
+        check_range("max_policy_age", self.max_policy_age, AT_LEAST_0)
+        check_range("target_reward", self.target_reward, Range())
+        if self.prompts_per_rollout > self.prompts_per_step:
+            # A rollout larger than a batch could never be admitted at max_policy_age=0.
+            raise ConfigError(
+                f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
+                f"prompts_per_step={self.prompts_per_step}"
+            )
+        if self.loss.objective != "grpo":
+            raise ConfigError(
+                f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
+                "supervised fine-tuning on demonstrations is python -m apps.sft"
+            )
+        if self.loss.clipped and self.importance.corrects:
+            raise ConfigError(
+                f"loss.clip_low/clip_high are set and importance corrects too (importance.mode="
+                f"{self.importance.mode}, importance.cap={self.importance.cap}): the clipped ratio is the "
+                "off-policy correction; set importance.cap=null (mode truncate)"
+            )
+        self.check_sections()
+        check_scorers(self.scorers)
+        if self.task.name == "seeds" and self.env.name is None:
+            raise ConfigError(
+                "task.name=seeds hands out seeds, not prompts: name the environment that deals episodes "
+                "from them, e.g. env.name=textarena:GuessTheNumber-v0"
+            )
+        if self.env.procs and not self.multi_turn:
+            raise ConfigError(
+                f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
+                "name one with env.name=module:callable"
+            )
+        if self.generator.calls_at_once is None:  # a multi-turn call is a turn of a few episodes
+            self.generator.calls_at_once = 0 if self.multi_turn else 1
+        if self.loss.max_tokens is None:  # constant aggregation: the generation budget
+            self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
+        self.resolve_trainer(self.steps)
+        if self.buffer_capacity < self.batch_size:
+            raise ConfigError(
+                f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
+                f"({self.batch_size} = prompts_per_step * group_size)"
+            )
+
+    def check_paths(self) -> None:
+        """RunConfig's, and the scorers' checkpoints and functions, and the environment's name."""
+        super().check_paths()
+        for index, scorer in enumerate(self.scorers):
+            if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
+                raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
+            if scorer.fn is not None:
+                load_callable(scorer.fn, f"scorers[{index}].fn")
+        if self.env.name is not None:
+            check_environment_name(self.env)
+
+    def _text_input(self) -> str | None:
+        if self.env.name is not None and self.env.name.startswith(TEXTARENA):
+            return f"env.name={self.env.name}: the game speaks text"
+        return super()._text_input()
 
     @property
     def multi_turn(self) -> bool:

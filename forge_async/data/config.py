@@ -3,15 +3,28 @@
 import math
 from dataclasses import dataclass
 
+from forge_async.config.keys import key
 from forge_async.config.checks import POSITIVE, check_range
 
 
 @dataclass
 class FilterConfig:
-    zero_variance_groups: bool = False  # drop groups whose rewards are all equal
-    # At most this many batches' worth of episodes dropped per training batch; beyond it, such
-    # groups are trained on. null = no cap (a batch waits for groups with signal however long).
-    max_oversampling: float | None = 4.0
+    zero_variance_groups: bool = key(
+        False,
+        help=(
+            "dynamic sampling: drop groups whose rewards are all equal (zero advantage everywhere) as "
+            "they reach the buffer, counted as `zero_variance`, and fill every batch with groups that "
+            "carry signal ([tasks.md](tasks.md#dynamic-sampling))"
+        ),
+    )
+    max_oversampling: float | None = key(
+        4.0,
+        help=(
+            "with the filter on: at most this many batches' worth of episodes dropped per training batch; "
+            "groups beyond it are trained on (`kept_zero_variance`, one warning); null = no cap"
+        ),
+        accepts="> 0, or null",
+    )
 
     def __post_init__(self) -> None:
         check_range("filter.max_oversampling", self.max_oversampling, POSITIVE, nullable=True, note="null = no cap")

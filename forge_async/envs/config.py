@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.errors import ConfigError
@@ -12,30 +13,102 @@ from forge_async.errors import ConfigError
 class OpenEnvConfig:
     """env.name=openenv: episodes on an OpenEnv environment server (envs/openenv/)."""
 
-    url: str | None = None  # a server you run (http://host:port); or:
-    app: str | None = None  # "module:app": the run serves it itself on 127.0.0.1 (uvicorn), stopped after
-    workers: int = 1  # uvicorn worker processes serving app= (a pure-Python server is GIL-bound)
-    startup_timeout_s: float = 60.0  # longest the server's /health may take to answer at start
-    # Sessions the run holds on the server at once; null: learned from the server at start
-    # (envs/openenv/capacity.py). Episodes wait for a free session.
-    max_sessions: int | None = None
-    session_wait_s: float = 600.0  # longest an episode waits for a free session (then openenv_session_wait)
-    # A session the server refuses all the same (at capacity) is asked for again, backing off,
-    # for this long; then its episode is dropped (openenv_refused). Within env.timeout_s.
-    refused_retry_s: float = 10.0
-    # Merged into reset()'s arguments; a string value "{seed}", "{text}", "{answer}" or
-    # "{meta.KEY}" takes that field of the task's prompt (envs/openenv/reset_arguments.py).
-    reset_kwargs: dict[str, Any] = field(default_factory=dict)
-    # The action field the model's turn text is sent in; null: the one required string or number
-    # field of the action schema the server publishes (envs/openenv/schema.py).
-    action_field: str | None = None
-    token_ids_field: str | None = None  # also send the turn's token ids in this action field; null: not
-    # The observation field the model sees (text or token ids); null: the observation rendered to
-    # text (envs/openenv/rendering.py).
-    observation_field: str | None = None
-    render: str | None = None  # "module:function": observation (a dict) -> the text the model sees
-    action: str | None = None  # "module:function": (turn text, action schema) -> the action (a dict)
-    tool_parser: str = "hermes"  # a server whose actions are MCP tool calls: the vLLM parser reading them
+    url: str | None = key(
+        None,
+        help="`env.name=openenv`: a server you run; exactly one of `url` and `app`",
+        accepts="`http(s)://host:port`",
+    )
+    app: str | None = key(
+        None,
+        help="`env.name=openenv`: the run serves it on 127.0.0.1 (uvicorn) and stops it at the end",
+        accepts="`module:app`",
+    )
+    workers: int = key(1, help="uvicorn worker processes for `app`", accepts=">= 1")
+    startup_timeout_s: float = key(
+        60.0,
+        help="the server's `/health` must answer within this at start, and the probe of its sessions finish",
+        accepts="> 0",
+    )
+    max_sessions: int | None = key(
+        None,
+        help=(
+            "sessions the run holds on the server at once; null: probed at start (a refused session "
+            "carries the server's number; an `app` with `workers` N holds N times it) "
+            "([environments.md](environments.md#openenv-sessions))"
+        ),
+        accepts=">= 1, or null",
+    )
+    session_wait_s: float = key(
+        600.0,
+        help=(
+            "longest an episode waits for a free session; past it, dropped before it starts "
+            "(`openenv_session_wait`)"
+        ),
+        accepts="> 0",
+    )
+    refused_retry_s: float = key(
+        10.0,
+        help=(
+            "a session refused all the same is asked for again, backing off, this long; then "
+            "`openenv_refused`"
+        ),
+        accepts=">= 0, below `env.timeout_s`",
+    )
+    reset_kwargs: dict[str, Any] = key(
+        {},
+        help=(
+            "merged into `reset`'s arguments; a string `\"{seed}\"`, `\"{text}\"`, `\"{answer}\"`, "
+            "`\"{meta.KEY}\"` takes that field of the prompt "
+            "([environments.md](environments.md#openenv-reset-arguments))"
+        ),
+        accepts="a mapping",
+    )
+    action_field: str | None = key(
+        None,
+        help=(
+            "the action field the turn's text goes to, converted to its type (an integer: the last number "
+            "in the text); null: the one required text, number, boolean or choice field of the action "
+            "schema the server publishes ([environments.md](environments.md#openenv-actions))"
+        ),
+        accepts="a field name, or null",
+    )
+    token_ids_field: str | None = key(
+        None,
+        help="also send the turn's token ids in this action field",
+        accepts="a field name, or null",
+    )
+    observation_field: str | None = key(
+        None,
+        help=(
+            "the observation field shown to the model as it is (text or token ids); null: the observation "
+            "rendered to text (its content fields; a message list's new messages; a tool's result)"
+        ),
+        accepts="a field name, or null",
+    )
+    render: str | None = key(
+        None,
+        help=(
+            "the observation (a dict) -> the text the model sees, instead of the default rendering; not "
+            "with `observation_field`"
+        ),
+        accepts="`module:function`, or null",
+    )
+    action: str | None = key(
+        None,
+        help=(
+            "(the turn's text, the server's action schema) -> the action (a dict), or None: no action "
+            "(the episode ends, unrewarded); not with `action_field`"
+        ),
+        accepts="`module:function`, or null",
+    )
+    tool_parser: str = key(
+        "hermes",
+        help=(
+            "a server whose actions are MCP tool calls (`CallToolAction`): the parser that reads a turn's "
+            "tool call"
+        ),
+        accepts="a vLLM tool parser name",
+    )
 
     def check(self) -> None:
         if (self.url is None) == (self.app is None):
@@ -72,36 +145,79 @@ def _check_custom(key: str, function: str | None, field_key: str, field_name: st
 class TextArenaConfig:
     """env.textarena: how env.name=textarena:GAME plays its game (envs/textarena.py)."""
 
-    # The game's constructor arguments, over those its id registers, e.g. {max_number: 9, max_turns: 4}
-    # for GuessTheNumber-v0.
-    game_kwargs: dict[str, Any] = field(default_factory=dict)
-    # Put a turn with no square bracket in one, "7" -> "[7]", as TextArena's own default variants
-    # do; false: the turn's text is the action as it is.
-    bracket_actions: bool = False
-    # Allow games that call a hosted model (TwentyQuestions-v0, GuessWho-v0: a game master over
-    # OpenRouter, with its API key); false: offline games only.
-    online: bool = False
+    game_kwargs: dict[str, Any] = key(
+        {},
+        help=(
+            "with `env.name=textarena:GAME`: over the arguments the game id registers, e.g. `{min_number: "
+            "1, max_number: 9, max_turns: 4}` for `GuessTheNumber-v0`"
+        ),
+        accepts="the game's constructor arguments",
+    )
+    bracket_actions: bool = key(
+        False,
+        help=(
+            "with `env.name=textarena:GAME`: a turn with no `[` or `]` is sent as `[turn]`, as "
+            "TextArena's own default variants do; false: the turn's text as it is"
+        ),
+    )
+    online: bool = key(
+        False,
+        help=(
+            "with `env.name=textarena:GAME`: also games that call a hosted model (`TwentyQuestions-v0`, "
+            "`GuessWho-v0`, with their API key); false: offline games only, the others refused at start"
+        ),
+    )
 
 
 @dataclass
 class EnvConfig:
-    # "module:callable" returning a new Environment per episode, "openenv" (an OpenEnv server;
-    # env.openenv.*), textarena:GAME (a single-player TextArena game; env.textarena.*) or
-    # "agent:module:function" (an async agent program driving each episode through an OpenAI
-    # client; env.agent.*); null: the task's own (task.name=tool_lookup has one), or none
-    # (single-turn episodes).
-    name: str | None = None
-    max_turns: int = 4  # model turns per episode; an episode that reaches it ends there
-    # Tokens after the prompt (model turns + observations); null: as many as the context holds.
-    max_episode_tokens: int | None = None
-    # Longest an async reset/step may take; past it the episode is dropped (env_timeout).
-    timeout_s: float = 30.0
-    # Longest a model turn waits for the other episodes of its rollout worker to ask for
-    # theirs, so that they go to the generator as one call (rollout/turn_batcher.py).
-    turn_batch_wait_s: float = 0.02
-    # 0: environments run in the controller; n: on n procs of their own (EnvironmentHost
-    # actors, roles environment0..n-1), episodes spread over them.
-    procs: int = 0
+    name: str | None = key(
+        None,
+        help=(
+            "makes one Environment per episode (imported at start); `openenv`: an OpenEnv server "
+            "(`env.openenv.*`); `textarena:GAME` plays a single-player TextArena game "
+            "([environments.md](environments.md#textarena-games)); `agent:...` runs an agent program per "
+            "episode "
+            "([environments.md](environments.md#agent-programs-through-an-openai-compatible-endpoint)); "
+            "null: the task's own (`tool_lookup`), or single-turn"
+        ),
+        accepts="`module:callable`, `openenv`, `textarena:GAME`, `agent:module:function`, or null",
+    )
+    max_turns: int = key(
+        4,
+        help="model turns per episode; an episode that reaches it ends (`episodes/ended_max_turns`)",
+        accepts=">= 1",
+    )
+    max_episode_tokens: int | None = key(
+        None,
+        help=(
+            "tokens after the prompt, model turns and observations; null: the context "
+            "(`episodes/ended_max_episode_tokens`)"
+        ),
+        accepts=">= 1, or null",
+    )
+    timeout_s: float = key(
+        30.0,
+        help="an async `reset`/`step` slower than this drops its episode (`env_timeout`)",
+        accepts="> 0",
+    )
+    turn_batch_wait_s: float = key(
+        0.02,
+        help=(
+            "longest a model turn waits for the other episodes of its rollout worker to ask for theirs, "
+            "all going to the generator as one call "
+            "([environments.md](environments.md#how-turns-reach-the-generator))"
+        ),
+        accepts=">= 0",
+    )
+    procs: int = key(
+        0,
+        help=(
+            "0: environments run in the controller; n: on n procs of their own (EnvironmentHost actors, "
+            "roles environment0..n-1), episodes spread over them"
+        ),
+        accepts=">= 0",
+    )
     openenv: OpenEnvConfig = field(default_factory=OpenEnvConfig)  # env.name=openenv's server
     agent: AgentConfig = field(default_factory=AgentConfig)
     textarena: TextArenaConfig = field(default_factory=TextArenaConfig)

@@ -2,20 +2,42 @@
 
 from dataclasses import dataclass
 
+from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, Range, check_range
 
 
 @dataclass
 class EvalConfig:
-    every_steps: int = 25  # evaluate at the start, every this many steps, and at the end; 0 = off
-    # Held-out prompts per evaluation: built-in tasks set aside a fixed split never sampled for
-    # training; datasets take the first rows of eval.dataset, or else a fixed split of task.dataset.
-    prompts: int = 64
-    samples_per_prompt: int = 1  # k of pass@k and mean@k
-    # null: 0 (greedy) with one sample per prompt, else sampling.temperature
-    temperature: float | None = None
-    pass_reward: float = 1.0  # a sample passes (pass@k) when its reward reaches this
-    dataset: str | None = None  # held-out prompts for task.name=dataset (same columns as task.dataset)
+    every_steps: int = key(
+        25,
+        help="evaluate at the start, every this many steps and after the last step; 0 = off",
+        accepts=">= 0",
+    )
+    prompts: int = key(
+        64,
+        help=(
+            "held-out prompts: built-in tasks set aside a fixed split never trained on (at most half "
+            "their distinct prompts); datasets: the first rows of `eval.dataset`, or a fixed split of "
+            "`task.dataset`"
+        ),
+        accepts=">= 1",
+    )
+    samples_per_prompt: int = key(1, help="k of `eval/pass@k` and mean@k", accepts=">= 1")
+    temperature: float | None = key(
+        None,
+        help="null: greedy for k = 1, else `sampling.temperature`",
+        accepts=">= 0, or null",
+    )
+    pass_reward: float = key(
+        1.0,
+        help="a sample passes when its reward reaches this",
+        accepts="a finite number",
+    )
+    dataset: str | None = key(
+        None,
+        help="`task.name=dataset` only: held-out prompts, same columns as `task.dataset`",
+        accepts="a file or save_to_disk directory",
+    )
 
     def __post_init__(self) -> None:
         check_range("eval.every_steps", self.every_steps, AT_LEAST_0, note="0 = off")

@@ -1,8 +1,11 @@
 """The generator's and sampling's config sections (light: read before vLLM is imported)."""
 
 from dataclasses import dataclass
+from typing import Literal
 
-from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_choice, check_range
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
+from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_range
 from forge_async.errors import ConfigError
 from forge_async.generation.versioned_engine import SWAP_MODES
 from forge_async.models.shape import ModelShape
@@ -12,39 +15,111 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 @dataclass
 class GeneratorConfig:
-    count: int = 1  # generator actors (one proc each)
-    max_restarts: int = 3  # generator procs respawned after a crash, over the run; then it stops
-    max_model_len: int | None = None  # default: the checkpoint's max_position_embeddings
-    dtype: str | None = None  # float32 | bfloat16; null = trainer.dtype (composed alone: the checkpoint's)
-    seed: int = 0
-    swap_mode: str = "inflight"  # inflight | drain | abort_resume (see generation/versioned_engine.py)
-    # Generate calls run at once, their requests in one engine batch; 0: no limit. 1 (one call
-    # after another, first come first served) suits single-turn rollouts, where a call is a
-    # rollout's samples: the first call's come back first. Multi-turn episodes send a call per
-    # turn of a few episodes: 0, so that they share the engine's steps. null: the run sets it
-    # so (GRPOConfig); a generator composed alone takes 1.
-    calls_at_once: int | None = None
-    # vLLM CPU OpenMP thread binding, e.g. "0" (core 0), "0-3", "auto", "nobind".
-    cpu_threads_bind: str = "auto"
-    # Share of its GPU's memory vLLM may take (weights, activations, KV cache). kv_cache_gib,
-    # when set, sizes the KV cache instead. (vLLM's CPU build reads it as a share of RAM.)
-    gpu_memory_utilization: float = 0.5
-    # KV cache size in GiB; null = vLLM's default (on CPU it reserves several GiB per engine).
-    kv_cache_gib: float | None = None
-    # vLLM without CUDA graphs nor torch.compile; null = the platform's default (true on CPU,
-    # false on GPU). See generator_platform.py.
-    enforce_eager: bool | None = None
-    # vLLM's torch.compile of the model; null = the platform's default (off on CPU, on on GPU).
-    compile: bool | None = None
-    # CPU only: plain = linear weights kept as loaded (a swap copies them in place), packed =
-    # vLLM's oneDNN-packed weights (faster decode for larger models; a swap repacks every
-    # layer). See generation/engine_weights.py.
-    cpu_weights: str = "plain"
+    count: int = key(1, help="generator actors, one proc and one vLLM engine each", accepts=">= 1")
+    max_restarts: int = key(
+        3,
+        help=(
+            "crashed generator procs respawned over the run; past it the run stops cleanly "
+            "([checkpoints.md](checkpoints.md))"
+        ),
+        accepts=">= 0",
+        resumable=True,
+    )
+    max_model_len: int | None = key(
+        None,
+        help="context length; null = the checkpoint's `max_position_embeddings`",
+        accepts=">= 1, or null",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] | None = key(
+        None,
+        help=(
+            "engine dtype; null = `trainer.dtype` (a generator composed alone: the checkpoint's dtype). "
+            "Logprob parity with the trainer: < 1e-6 in fp32, ~3e-3 in bf16 "
+            "([benchmarks.md](benchmarks.md#bf16-logprob-parity))"
+        ),
+    )
+    seed: int = key(0, help="engine seed", accepts="in [0, 2^32 - 1]")
+    swap_mode: Literal[SWAP_MODES] = key(
+        "inflight",
+        help=(
+            "`inflight`: apply new weights between engine steps with requests running (they keep their "
+            "KV); `drain`: finish running requests first; `abort_resume`: abort running requests and "
+            "re-submit them with their generated prefix under the new weights "
+            "([staleness.md](staleness.md#in-flight-weight-swaps))"
+        ),
+    )
+    calls_at_once: int | None = key(
+        None,
+        help=(
+            "generate calls the generator runs at once, their requests in one engine batch; 0: no limit; "
+            "null: 0 for a multi-turn run (a call is a turn of a few episodes), 1 for a single-turn one "
+            "(a call is a rollout's samples: the first call's reach the trainer first) "
+            "([environments.md](environments.md#how-turns-reach-the-generator))"
+        ),
+        accepts=">= 0, or null",
+    )
+    cpu_threads_bind: str = key(
+        "0",
+        help="vLLM's OpenMP binding on CPU",
+        accepts="cores (`\"0\"`, `\"0-3\"`), `auto`, `nobind`",
+    )
+    gpu_memory_utilization: float = key(
+        0.5,
+        help=(
+            "share of its GPU's memory vLLM may take: weights, activations, CUDA graphs and, unless "
+            "`generator.kv_cache_gib` sizes it, the KV cache (what is left of the share). Two engines, or "
+            "an engine and the trainer, on one GPU must fit together (`placement.share_gpus`). vLLM's CPU "
+            "build reads it as a share of RAM when `kv_cache_gib` is null"
+        ),
+        accepts="in (0, 1]",
+    )
+    kv_cache_gib: float | None = key(
+        0.0625,
+        help=(
+            "KV cache size; null = vLLM's default (on CPU it reserves several GiB per engine, seconds to "
+            "allocate). 64 MiB holds 65,536 tokens of the tiny model (1 KiB each in float32); one of `2 x "
+            "layers x kv_heads x head_dim x dtype bytes` per token for others. A cache too small for one "
+            "sequence of `generator.max_model_len` is an error naming both keys"
+        ),
+        accepts="> 0, or null",
+    )
+    enforce_eager: bool | None = key(
+        None,
+        help=(
+            "vLLM's `enforce_eager`: no CUDA graphs and no torch.compile (vLLM turns compile off under "
+            "it). null = false on GPU; true on CPU, unless `generator.compile=true`"
+        ),
+        accepts="true, false, or null",
+        resumable=True,
+    )
+    compile: bool | None = key(
+        None,
+        help=(
+            "vLLM's torch.compile of the model (`compilation_config.mode`: `VLLM_COMPILE` when on, `NONE` "
+            "when off). null = on on GPU (off if `enforce_eager=true`), off on CPU"
+        ),
+        accepts="true, false, or null; not true with `enforce_eager=true`",
+        resumable=True,
+    )
+    cpu_weights: Literal["plain", "packed"] = key(
+        "plain",
+        help=(
+            "CPU engines only (ignored on GPU). `plain`: the linear layers keep their weights as loaded "
+            "(vLLM's torch-linear path) and a weight swap copies the new tensors in place with vLLM's "
+            "`model.load_weights`; `packed`: vLLM's oneDNN-packed layout, rebuilt by its layer-wise "
+            "`reload_weights` at every swap. Swap: 1.8 against 10.6 ms on the tiny model, 3.3 against 21 "
+            "ms at 3.4M parameters, 12 against 64 ms at 26M; decode is as fast either way up to a few "
+            "million parameters and 1.3-1.6x faster packed at 26M: for a larger model on CPU with long "
+            "completions, `packed` "
+            "([benchmarks.md](benchmarks.md#generation-pause-per-weight-swap-benchmarksswap_pausepy)). If "
+            "vLLM's CPU kernels for the dtype pack the layers anyway, the generator logs a warning and "
+            "reloads layer by layer"
+        ),
+    )
 
     def __post_init__(self) -> None:
+        check_choices(self, "generator")
         check_range("generator.count", self.count, AT_LEAST_1)
-        if self.dtype is not None:
-            check_choice("generator.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         check_range("generator.max_restarts", self.max_restarts, AT_LEAST_0)
         check_range(
             "generator.max_model_len", self.max_model_len, AT_LEAST_1,
@@ -52,9 +127,7 @@ class GeneratorConfig:
         )
         # vLLM seeds numpy with it, which takes 32-bit unsigned seeds only.
         check_range("generator.seed", self.seed, Range(0, 2**32 - 1))
-        check_choice("generator.swap_mode", self.swap_mode, SWAP_MODES)
         check_range("generator.calls_at_once", self.calls_at_once, AT_LEAST_0, nullable=True, note="0 = no limit")
-        check_choice("generator.cpu_weights", self.cpu_weights, ("plain", "packed"))
         check_range("generator.gpu_memory_utilization", self.gpu_memory_utilization, FRACTION)
         check_range(
             "generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default"
@@ -85,10 +158,25 @@ class GeneratorConfig:
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int = 16
-    min_tokens: int = 0  # EOS is not sampled before this many tokens (long completions)
+    temperature: float = key(1.0, help="sampling temperature; 0 = greedy", accepts=">= 0")
+    top_p: float = key(
+        1.0,
+        help="nucleus sampling: sample from the smallest set of tokens whose probability reaches it",
+        accepts="in (0, 1]",
+    )
+    max_tokens: int = key(
+        3,
+        help="completion length limit (default: answer digit + EOS + one spare)",
+        accepts=">= 1, leaving room for the prompt in the context",
+    )
+    min_tokens: int = key(
+        0,
+        help=(
+            "EOS is not sampled before this many tokens (vLLM's `min_tokens`); `configs/grpo_long.yaml` "
+            "sets 256"
+        ),
+        accepts="in [0, `max_tokens`]",
+    )
 
     def __post_init__(self) -> None:
         check_range("sampling.temperature", self.temperature, AT_LEAST_0, note="0 = greedy")

@@ -1,36 +1,70 @@
 """The loss's config section (light: read before torch is imported). Formulas: docs/loss.md."""
 
 from dataclasses import dataclass
+from typing import Literal
 
-from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
+from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_range
 from forge_async.errors import ConfigError
 
-AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
 # grpo: the policy-gradient loss on sampled, scored episodes (losses/grpo.py; apps.grpo, apps.distill);
 # sft: the negative log-likelihood of demonstrations (losses/sft.py; apps.sft sets it).
-OBJECTIVES = ("grpo", "sft")
 
 
 @dataclass
 class LossConfig:
-    objective: str = "grpo"
-    # token_mean: over every response token of the batch (DAPO); sequence_mean: over each
-    # sequence's tokens, then over sequences (GRPO); constant: sum / (sequences * max_tokens) (Dr.GRPO).
-    aggregation: str = "token_mean"
-    scale_by_std: bool = True  # advantages (r - mean) / std of the group; false: r - mean (Dr.GRPO)
-    # PPO-style clip of the ratio pi_theta / pi_behaviour to [1 - clip_low, 1 + clip_high]
-    # (clip-higher: clip_high > clip_low); null = off. Replaces importance.* (set importance.cap=null).
-    clip_low: float | None = None
-    clip_high: float | None = None
-    # constant aggregation's tokens per sequence; null = sampling.max_tokens (x env.max_turns, multi-turn)
-    max_tokens: int | None = None
-    # Entropy bonus: minus this times the aggregated entropy of the response tokens' next-token
-    # distributions (0 = off). Keeps a little exploration where every sample of a group agrees.
-    entropy_coef: float = 0.0
+    objective: Literal["grpo", "sft"] = key(
+        "grpo",
+        help=(
+            "`grpo`: the policy-gradient loss below (apps.grpo and apps.distill accept nothing else). "
+            "`sft`: the mean negative log-likelihood of demonstration tokens, what `python -m apps.sft` "
+            "trains with (its `configs/sft.yaml` sets it, and it accepts nothing else; [sft.md](sft.md)); "
+            "of the keys below it reads `aggregation` and `entropy_coef`, and refuses "
+            "`clip_low`/`clip_high`"
+        ),
+    )
+    aggregation: Literal["token_mean", "sequence_mean", "constant"] = key(
+        "token_mean",
+        help=(
+            "how token terms are averaged: over the batch's response tokens (DAPO), per sequence then "
+            "over sequences (GRPO), or over a constant `sequences x loss.max_tokens` (Dr.GRPO)"
+        ),
+    )
+    scale_by_std: bool = key(
+        True,
+        help="advantages `(r - mean) / std` of the group; false: `r - mean` (Dr.GRPO)",
+    )
+    clip_low: float | None = key(
+        None,
+        help=(
+            "PPO clip of the ratio to the behaviour policy, to `[1 - clip_low, 1 + clip_high]` (clip-higher: "
+            "`clip_high > clip_low`); null = off. Set with `clip_high`; needs `importance.cap=null` (mode `truncate`)"
+        ),
+        accepts="in (0, 1), or null",
+    )
+    clip_high: float | None = key(
+        None, help="the upper clip of the ratio (see `loss.clip_low`); set with `clip_low`", accepts="> 0, or null"
+    )
+    max_tokens: int | None = key(
+        None,
+        help=(
+            "tokens per sequence of the `constant` aggregation; null = `sampling.max_tokens` (multi-turn: "
+            "times `env.max_turns`)"
+        ),
+        accepts=">= 1, or null",
+    )
+    entropy_coef: float = key(
+        0.0,
+        help=(
+            "entropy bonus: minus this times the aggregated entropy of the response tokens' next-token "
+            "distributions; 0 = off"
+        ),
+        accepts=">= 0",
+    )
 
     def __post_init__(self) -> None:
-        check_choice("loss.objective", self.objective, OBJECTIVES)
-        check_choice("loss.aggregation", self.aggregation, AGGREGATIONS)
+        check_choices(self, "loss")
         check_range("loss.clip_low", self.clip_low, Range(0, 1, low_open=True, high_open=True), nullable=True)
         check_range("loss.clip_high", self.clip_high, POSITIVE, nullable=True)
         if (self.clip_low is None) != (self.clip_high is None):
@@ -49,28 +83,40 @@ class LossConfig:
         return self.clip_low is not None
 
 
-IMPORTANCE_LEVELS = ("token", "sequence")
-IMPORTANCE_MODES = ("truncate", "mask")
 
 
 @dataclass
 class ImportanceConfig:
-    """Off-policy correction of the policy-gradient loss (formulas: docs/loss.md).
+    """Off-policy correction of the policy-gradient loss, by the ratio r = pi_theta / pi_behaviour
+    (formulas: docs/loss.md)."""
 
-    The ratio r = pi_theta / pi_behaviour is per token (`level=token`) or per sequence
-    (`level=sequence`: exp of the sum of the sequence's token log-ratios, shared by its
-    tokens). `mode=truncate`: weight min(r, cap) (cap null: weight 1, no correction).
-    `mode=mask`: weight 1 where mask_low <= r <= mask_high, else 0 (left out, counted)."""
-
-    level: str = "token"
-    mode: str = "truncate"
-    cap: float | None = 1.0  # truncate's cap c; 1.0 only ever down-weights; null = no correction
-    mask_low: float = 0.5
-    mask_high: float = 2.0
+    level: Literal["token", "sequence"] = key(
+        "token",
+        help=(
+            "the ratio pi_theta / pi_behaviour per token, or per sequence (exp of the sum of its token "
+            "log-ratios)"
+        ),
+    )
+    mode: Literal["truncate", "mask"] = key(
+        "truncate",
+        help=(
+            "`truncate`: weight min(ratio, cap); `mask`: weight 1 inside `[mask_low, mask_high]`, 0 "
+            "outside (left out of the loss, `is/masked_frac`)"
+        ),
+    )
+    cap: float | None = key(
+        1.0,
+        help=(
+            "truncation cap; 1.0 only ever down-weights; null = no correction "
+            "([staleness.md](staleness.md)). Was `trainer.is_cap`: runs saved with it resume with it here"
+        ),
+        accepts="> 0, or null",
+    )
+    mask_low: float = key(0.5, help="mode `mask`: the lowest ratio kept", accepts="in [0, 1]")
+    mask_high: float = key(2.0, help="mode `mask`: the highest ratio kept", accepts=">= 1")
 
     def __post_init__(self) -> None:
-        check_choice("importance.level", self.level, IMPORTANCE_LEVELS)
-        check_choice("importance.mode", self.mode, IMPORTANCE_MODES)
+        check_choices(self, "importance")
         check_range("importance.cap", self.cap, POSITIVE, nullable=True, note="null = no correction")
         check_range("importance.mask_low", self.mask_low, Range(0, 1))
         check_range("importance.mask_high", self.mask_high, Range(1))

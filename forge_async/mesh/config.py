@@ -2,8 +2,9 @@
 which GPUs of its node each proc sees (CUDA_VISIBLE_DEVICES, set in the proc's bootstrap), and
 how the procs of a node share its cores as they start."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from forge_async.config.keys import key
 from forge_async.config.checks import Range, check_range
 from forge_async.errors import ConfigError
 from forge_async.mesh.roles import Kind, Role
@@ -11,21 +12,58 @@ from forge_async.mesh.roles import Kind, Role
 
 @dataclass
 class PlacementConfig:
-    # The trainer runs trainer.procs procs on each of these nodes (FSDP world = procs x nodes).
-    trainer_hosts: list[int] = field(default_factory=lambda: [0])
-    # generator.count generators are spread round-robin over these nodes.
-    generator_hosts: list[int] = field(default_factory=lambda: [0])
-    # GPU indices on each trainer node, one per trainer proc (rank LOCAL_RANK takes the
-    # LOCAL_RANK-th); null = leave CUDA_VISIBLE_DEVICES as the node has it.
-    trainer_gpus: list[int] | None = None
-    # GPU indices on each generator node, one per generator there, in the order they land.
-    generator_gpus: list[int] | None = None
-    # Allow the trainer and generators of a node on the same GPUs, and generators on one
-    # GPU (round-robin); their memory must fit together (generator.gpu_memory_utilization).
-    share_gpus: bool = False
-    # Niceness of every proc's start-up imports but the generators' (mesh/procs.py): vLLM's
-    # import is the critical path of start-up, and the others wait for it anyway.
-    import_nice: int = 5
+    trainer_hosts: list[int] = key(
+        [0],
+        help="node ranks running the trainer (`trainer.procs` procs on each)",
+        accepts="consecutive node ranks of the run",
+        resumable=True,
+    )
+    generator_hosts: list[int] = key(
+        [0],
+        help="node ranks the generators are spread over, round-robin",
+        accepts="node ranks of the run, each once",
+        resumable=True,
+    )
+    trainer_gpus: list[int] | None = key(
+        None,
+        help=(
+            "`CUDA_VISIBLE_DEVICES` of the trainer's procs on each trainer node; rank `LOCAL_RANK` takes "
+            "the `LOCAL_RANK`-th. null = left as the node has it"
+        ),
+        accepts="GPU indices, one per trainer proc (`trainer.procs` of them), each once; or null",
+        resumable=True,
+    )
+    generator_gpus: list[int] | None = key(
+        None,
+        help=(
+            "one GPU (`CUDA_VISIBLE_DEVICES`) per generator, in the order the generators land on their "
+            "node. null = left as the node has it (every generator then uses the node's GPU 0)"
+        ),
+        accepts="GPU indices, at least one per generator on a node (unless `share_gpus`), each once; or null",
+        resumable=True,
+    )
+    share_gpus: bool = key(
+        False,
+        help=(
+            "allow the trainer and generators of one node on the same GPU(s), and several generators on "
+            "one GPU (round-robin); their memory must fit together (`generator.gpu_memory_utilization`)"
+        ),
+        resumable=True,
+    )
+    import_nice: int = key(
+        5,
+        help=(
+            "niceness at which every proc but the generators runs its start-up imports (`os.nice` in its "
+            "bootstrap's thread; Linux keeps a niceness per thread, so the actor's own threads keep the "
+            "usual priority). On shared cores the generator's import of vLLM is the critical path of "
+            "start-up and the others wait for it anyway: on the 2-core box the first step came 0.65-1.25 "
+            "s sooner, steady-state steps/s unchanged "
+            "([benchmarks.md](benchmarks.md#start-up-and-teardown-benchmarksstartuppy)). 0 = all procs "
+            "alike"
+        ),
+        accepts="0-19",
+        resumable=True,
+    )
 
     def __post_init__(self) -> None:
         check_range("placement.import_nice", self.import_nice, Range(0, 19), note="0 = all procs alike")
@@ -35,16 +73,16 @@ class PlacementConfig:
         trainer = self.trainer_hosts
         if trainer and sorted(trainer) != list(range(min(trainer), min(trainer) + len(trainer))):
             raise ConfigError(f"placement.trainer_hosts={trainer}: must be consecutive node ranks")
-        for key in ("trainer_hosts", "generator_hosts"):
-            ranks = getattr(self, key)
+        for name in ("trainer_hosts", "generator_hosts"):
+            ranks = getattr(self, name)
             if not ranks:
-                raise ConfigError(f"placement.{key} is empty: name at least one node rank")
+                raise ConfigError(f"placement.{name} is empty: name at least one node rank")
             if len(set(ranks)) != len(ranks):
-                raise ConfigError(f"placement.{key}={ranks}: a node rank appears twice")
+                raise ConfigError(f"placement.{name}={ranks}: a node rank appears twice")
             for rank in ranks:
                 if not 0 <= rank < nnodes:
                     raise ConfigError(
-                        f"placement.{key}={ranks}: node rank {rank} does not exist "
+                        f"placement.{name}={ranks}: node rank {rank} does not exist "
                         f"(this run has {nnodes} node{'s' if nnodes > 1 else ''}: 0..{nnodes - 1})"
                     )
 
@@ -67,8 +105,8 @@ class PlacementConfig:
     def check_gpus(self, trainer_procs: int, generator_count: int) -> None:
         """Fail naming the key if a GPU list is malformed, does not match the procs it serves,
         or gives a trainer's GPU to a generator on the same node (unless share_gpus)."""
-        for key in ("trainer_gpus", "generator_gpus"):
-            _check_gpu_list(f"placement.{key}", getattr(self, key))
+        for name in ("trainer_gpus", "generator_gpus"):
+            _check_gpu_list(f"placement.{name}", getattr(self, name))
         trainer, generator = self.trainer_gpus, self.generator_gpus
         if trainer is not None and len(trainer) != trainer_procs:
             raise ConfigError(

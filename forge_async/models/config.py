@@ -1,8 +1,11 @@
 """The model's config section (light: read before torch is imported)."""
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
+from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_range
 from forge_async.errors import ConfigError
 from forge_async.models.shape import MAX_EXPERTS, MODEL_FAMILIES
 
@@ -18,32 +21,63 @@ TINY_CONTEXT = {
 
 @dataclass
 class TinyModelConfig:
-    """Shape of the tiny model. head_dim must be one vLLM's CPU attention supports (32, 64, ...).
+    """model.tiny: the model a run creates when model.path is null (models/tiny.py)."""
 
-    family: "qwen3" (Qwen3ForCausalLM), "llama" (LlamaForCausalLM, Llama 3.1 RoPE scaling) or
-    "qwen3_moe" (Qwen3MoeForCausalLM: every layer's MLP is `num_experts` experts of `moe_ffn_dim`,
-    `top_k` per token; ffn_dim is then unused).
-    tokenizer: "digits" (14 tokens: the digit tasks) or "bytes" (any text, one token per UTF-8
-    byte, with chat role markers); the vocabulary follows it.
-    max_seq_len: the context; null (None) = the tokenizer's (TINY_CONTEXT), set in __post_init__.
-    """
-
-    family: str = "qwen3"
-    dim: int = 64
-    n_layers: int = 2
-    n_heads: int = 2
-    head_dim: int = 32
-    ffn_dim: int = 256
-    max_seq_len: int | None = None
-    seed: int = 0
-    tokenizer: str = "digits"
-    num_experts: int = 8
-    top_k: int = 2
-    moe_ffn_dim: int = 64
+    family: Literal[MODEL_FAMILIES] = key(
+        "qwen3",
+        help=(
+            "architecture of the tiny model: `Qwen3ForCausalLM`, `LlamaForCausalLM` with Llama 3.1 RoPE "
+            "scaling (`rope_type: llama3`, shrunk to the tiny context), or `Qwen3MoeForCausalLM` (every "
+            "layer's MLP a Mixture of Experts, [moe.md](moe.md))"
+        ),
+    )
+    dim: int = key(64, help="model width: the hidden size of every layer", accepts=">= 1")
+    n_layers: int = key(2, help="transformer blocks", accepts=">= 1")
+    n_heads: int = key(2, help="attention heads per block", accepts=">= 1")
+    head_dim: int = key(
+        32,
+        help="per-head dimension",
+        accepts=(
+            "even (RoPE), >= 2; on CPU also a size vLLM's CPU attention supports (32, 64, 80, 96, ...; "
+            "vLLM checks it when the generator starts)"
+        ),
+    )
+    ffn_dim: int = key(256, help="the MLP's hidden size (dense families)", accepts=">= 1")
+    max_seq_len: int | None = key(
+        None,
+        help=(
+            "the tiny model's context (`max_position_embeddings`; `generator.max_model_len` follows it "
+            "unless set); null: the tokenizer's, 64 for `digits`, 512 for `bytes` (with the default "
+            "`sampling.max_tokens` of 3, a prompt may hold 506 bytes of message text besides its markers)"
+        ),
+        accepts=">= 1, or null",
+    )
+    seed: int = key(0, help="init seed of the tiny model")
+    tokenizer: Literal[TINY_TOKENIZERS] = key(
+        "digits",
+        help=(
+            "the tiny model's tokenizer, its vocabulary the model's (`forge_async/models/tokenizer.py`). "
+            "`digits`: 14 tokens, digits 0-9, `<pad>` `<bos>` `<eos>` `<sep>`: the digit tasks, nothing "
+            "else encodes. `bytes`: any text, one token per UTF-8 byte (id = byte value) + `<pad>` "
+            "`<bos>` `<eos>` and the role markers `<|system|>` `<|user|>` `<|assistant|>` `<|tool|>` (263 "
+            "tokens), with a chat template `<bos><|system|>...<|user|>...<|assistant|>`: text prompts "
+            "(datasets, reasoning-gym) on the CPU default ([tasks.md](tasks.md#text-tokenizer))"
+        ),
+    )
+    num_experts: int = key(
+        8,
+        help="`qwen3_moe` only: experts per layer (`ffn_dim` is then unused)",
+        accepts="1-255",
+    )
+    top_k: int = key(
+        2,
+        help="`qwen3_moe` only: experts per token, their weights renormalised (`norm_topk_prob`)",
+        accepts="1 to `num_experts`",
+    )
+    moe_ffn_dim: int = key(64, help="`qwen3_moe` only: each expert's hidden size", accepts=">= 1")
 
     def __post_init__(self) -> None:
-        check_choice("model.tiny.family", self.family, MODEL_FAMILIES)
-        check_choice("model.tiny.tokenizer", self.tokenizer, TINY_TOKENIZERS)
+        check_choices(self, "model.tiny")
         if self.max_seq_len is None:
             self.max_seq_len = TINY_CONTEXT[self.tokenizer]
         for name in ("dim", "n_layers", "n_heads", "head_dim", "ffn_dim", "max_seq_len", "moe_ffn_dim"):
@@ -63,14 +97,31 @@ MAX_LORA_RANK = 512  # the largest adapter rank vLLM serves
 
 @dataclass
 class LoraConfig:
-    """Low-rank adapters on the `targets` layers: W x + (alpha / rank) B A x, base weights frozen.
+    """Low-rank adapters on the `targets` layers: W x + (alpha / rank) B A x, base weights frozen."""
 
-    rank: null = LoRA off (full fine-tuning); otherwise the adapters' rank, >= 1.
-    """
-
-    rank: int | None = None
-    alpha: float = 16.0
-    targets: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    rank: int | None = key(
+        None,
+        help=(
+            "null: LoRA off (every weight trains). A number: LoRA adapters of that rank on "
+            "`model.lora.targets`, base weights frozen, only adapters trained and synced "
+            "([lora.md](lora.md)). 0 or negative is an error, not \"off\""
+        ),
+        accepts="1-512, or null",
+    )
+    alpha: float = key(
+        16.0,
+        help="the adapter product is scaled by `alpha / rank` (PEFT's `lora_alpha`)",
+        accepts="> 0",
+    )
+    targets: list[Literal[LORA_TARGETS]] = key(
+        list(LORA_TARGETS),
+        help=(
+            "the linear layers (Hugging Face module names) that get adapters, in every block; `k_proj` "
+            "and `v_proj` only together (TorchTitan builds both from one module config). A "
+            "Mixture-of-Experts model has no dense MLP: the attention projections only "
+            "([moe.md](moe.md#lora))"
+        ),
+    )
 
     def __post_init__(self) -> None:
         check_range(
@@ -80,8 +131,7 @@ class LoraConfig:
         check_range("model.lora.alpha", self.alpha, POSITIVE)
         if not self.targets:
             raise ConfigError(f"model.lora.targets is empty: name some of {', '.join(LORA_TARGETS)}")
-        for target in self.targets:
-            check_choice("model.lora.targets", target, LORA_TARGETS)
+        check_choices(self, "model.lora")
         if ("k_proj" in self.targets) != ("v_proj" in self.targets):
             # TorchTitan builds both from one module config, which LoRA converts as a whole.
             raise ConfigError(f"model.lora.targets={self.targets}: k_proj and v_proj are adapted together; name both or neither")
@@ -96,22 +146,23 @@ class LoraConfig:
         return self.alpha / self.rank
 
 
-ROUTING_REPLAY = ("off", "rollout")
 
 
 @dataclass
 class MoeConfig:
-    """Mixture-of-Experts training (docs/moe.md).
+    """Mixture-of-Experts training (docs/moe.md)."""
 
-    routing_replay: "off" (the trainer's routers choose their own experts) or "rollout" (each
-    token goes to the experts the generator routed it to; their weights are still the trainer's
-    gate scores). Either way the generator records the routes and the mismatch is logged.
-    """
-
-    routing_replay: str = "off"
+    routing_replay: Literal["off", "rollout"] = key(
+        "off",
+        help=(
+            "Mixture-of-Experts models: `rollout` routes each token in the trainer to the experts the "
+            "generator routed it to, weighted by the trainer's own gate ([moe.md](moe.md)); `rollout` on "
+            "a dense model is an error"
+        ),
+    )
 
     def __post_init__(self) -> None:
-        check_choice("moe.routing_replay", self.routing_replay, ROUTING_REPLAY)
+        check_choices(self, "moe")
 
     @property
     def replay(self) -> bool:
@@ -120,7 +171,14 @@ class MoeConfig:
 
 @dataclass
 class ModelConfig:
-    # A local Hugging Face checkpoint directory; null = create the tiny model in the run dir.
-    path: str | None = None
+    path: str | None = key(
+        None,
+        help=(
+            "local Hugging Face checkpoint, `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM` or "
+            "`LlamaForCausalLM` (see [Supported models](#supported-models)); null: create the tiny model "
+            "below in the run dir"
+        ),
+        accepts="a directory, or null",
+    )
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)

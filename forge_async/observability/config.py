@@ -1,23 +1,35 @@
 """The observability config sections: logging.* (metric sinks besides metrics.jsonl) and trace.*."""
 
 from dataclasses import dataclass
+from typing import Literal
 
-from forge_async.errors import ConfigError
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
 
-WANDB_MODES = ("offline", "online")
 
 
 @dataclass
 class LoggingConfig:
-    tensorboard: bool = False  # event files in RUN_DIR/tensorboard
-    wandb: str | None = None  # offline | online; null = off. Files in RUN_DIR/wandb
-    wandb_project: str = "forge_async"
+    tensorboard: bool = key(False, help="TensorBoard event files in `RUN_DIR/tensorboard`", resumable=True)
+    wandb: Literal["offline", "online"] | None = key(
+        None,
+        help="Weights & Biases, files in `RUN_DIR/wandb`; null = off",
+        resumable=True,
+    )
+    wandb_project: str = key("forge_async", help="W&B project name", accepts="a name", resumable=True)
 
     def __post_init__(self) -> None:
-        if self.wandb is not None and self.wandb not in WANDB_MODES:
-            raise ConfigError(f"logging.wandb={self.wandb!r}: one of {', '.join(WANDB_MODES)}, or null")
+        check_choices(self, "logging")
 
 
 @dataclass
 class TraceConfig:
-    enabled: bool = True  # spans of every actor -> RUN_DIR/trace.json (cheap enough to stay on)
+    enabled: bool = key(
+        True,
+        help=(
+            "every actor's spans -> `RUN_DIR/trace.json` (Perfetto / chrome://tracing); `python -m "
+            "forge_async.observability.step_budget RUN_DIR` prints the per-step budget "
+            "([metrics.md](metrics.md#timeline-tracejson))"
+        ),
+        resumable=True,
+    )

@@ -11,56 +11,83 @@
 """
 
 from dataclasses import dataclass
+from typing import Literal
 
-from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_choice, check_range
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
+from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_range
 from forge_async.errors import ConfigError
 
-SCORER_KINDS = ("reward", "reference_kl", "teacher")
 MODEL_KINDS = ("reference_kl", "teacher")  # scorers that run a model
-RUNS_ON = ("proc", "trainer")
-ON_ERROR = ("fail", "drop")
-TOKEN_BASELINES = ("group", "none")
 
 
 @dataclass
 class ScorerConfig:
-    kind: str = "reward"  # reward | reference_kl | teacher
-    # The scorer's name in metrics (reward/<name>) and errors; null: the function's name, or the kind.
-    name: str | None = None
-    # reward: "module:function" (sync or async; see docs/scoring.md); null = the task's own reward.
-    fn: str | None = None
-    batched: bool = False  # reward: fn takes lists (prompts, completions) and returns a list of rewards
-    weight: float = 1.0  # reward: reward = sum of weight * score over reward scorers
-    # reference_kl: beta of the k3 KL penalty in the loss; teacher: scale of the per-token advantage
-    # log pi_teacher - log pi_student.
-    coef: float = 1.0
-    # reference_kl / teacher: a Hugging Face checkpoint directory (same tokenizer as the policy);
-    # null = the run's initial policy (reference_kl only).
-    path: str | None = None
-    # reference_kl: proc = on a proc of its own, beside the trainer; trainer = a frozen copy inside the
-    # trainer (sharded like the policy), one forward more per step, no proc to spawn or feed.
-    runs_on: str = "proc"
-    threads: int = 1  # torch threads of a model scorer's proc (CPU)
-    gpu: int | None = None  # the GPU of node 0 a model scorer runs on; null = CUDA_VISIBLE_DEVICES as set
+    kind: Literal["reward", "reference_kl", "teacher"] = key(
+        "reward",
+        help=(
+            "`reward`: a reward function (`fn`, weighted); `reference_kl`: a KL penalty to a reference "
+            "model; `teacher`: a distillation teacher's per-token advantage ([scoring.md](scoring.md))"
+        ),
+    )
+    name: str | None = key(
+        None,
+        help="The scorer's name in metrics (reward/<name>) and errors; null: the function's name, or the kind.",
+    )
+    fn: str | None = key(
+        None,
+        help="reward: \"module:function\" (sync or async; see docs/scoring.md); null = the task's own reward.",
+    )
+    batched: bool = key(
+        False,
+        help="reward: fn takes lists (prompts, completions) and returns a list of rewards",
+    )
+    weight: float = key(1.0, help="reward: reward = sum of weight * score over reward scorers")
+    coef: float = key(
+        1.0,
+        help=(
+            "reference_kl: beta of the k3 KL penalty in the loss; teacher: scale of the per-token "
+            "advantage log pi_teacher - log pi_student."
+        ),
+    )
+    path: str | None = key(
+        None,
+        help=(
+            "reference_kl / teacher: a Hugging Face checkpoint directory (same tokenizer as the policy); "
+            "null = the run's initial policy (reference_kl only)."
+        ),
+    )
+    runs_on: Literal["proc", "trainer"] = key(
+        "proc",
+        help=(
+            "reference_kl: proc = on a proc of its own, beside the trainer; trainer = a frozen copy "
+            "inside the trainer (sharded like the policy), one forward more per step, no proc to spawn or "
+            "feed."
+        ),
+    )
+    threads: int = key(1, help="torch threads of a model scorer's proc (CPU)")
+    gpu: int | None = key(
+        None,
+        help="the GPU of node 0 a model scorer runs on; null = CUDA_VISIBLE_DEVICES as set",
+    )
 
     def check(self, index: int) -> None:
-        key = f"scorers[{index}]"
-        check_choice(f"{key}.kind", self.kind, SCORER_KINDS)
-        check_range(f"{key}.threads", self.threads, AT_LEAST_1)
-        check_choice(f"{key}.runs_on", self.runs_on, RUNS_ON)
+        prefix = f"scorers[{index}]"
+        check_choices(self, prefix)
+        check_range(f"{prefix}.threads", self.threads, AT_LEAST_1)
         if self.runs_on == "trainer" and self.kind != "reference_kl":
-            raise ConfigError(f"{key}.runs_on=trainer: only a reference_kl scorer runs in the trainer")
-        check_range(f"{key}.gpu", self.gpu, Range(0), nullable=True)
+            raise ConfigError(f"{prefix}.runs_on=trainer: only a reference_kl scorer runs in the trainer")
+        check_range(f"{prefix}.gpu", self.gpu, Range(0), nullable=True)
         if self.kind == "reward":
-            check_range(f"{key}.weight", self.weight, Range())
+            check_range(f"{prefix}.weight", self.weight, Range())
             if self.path is not None:
-                raise ConfigError(f"{key}.path: a reward scorer takes no checkpoint (fn names its function)")
+                raise ConfigError(f"{prefix}.path: a reward scorer takes no checkpoint (fn names its function)")
             return
-        check_range(f"{key}.coef", self.coef, POSITIVE)
+        check_range(f"{prefix}.coef", self.coef, POSITIVE)
         if self.fn is not None:
-            raise ConfigError(f"{key}.fn: a {self.kind} scorer takes no fn (it runs a model)")
+            raise ConfigError(f"{prefix}.fn: a {self.kind} scorer takes no fn (it runs a model)")
         if self.kind == "teacher" and self.path is None:
-            raise ConfigError(f"{key}.path: a teacher scorer needs the teacher's checkpoint directory")
+            raise ConfigError(f"{prefix}.path: a teacher scorer needs the teacher's checkpoint directory")
 
     @property
     def label(self) -> str:
@@ -79,19 +106,24 @@ class ScorerConfig:
 
 @dataclass
 class ScoringConfig:
-    # A scorer that raises: fail = stop the run with one error naming the scorer, the prompt and
-    # the completion; drop = drop that completion, counted under the reason scorer_error.
-    on_error: str = "fail"
-    # true: advantages include the group-relative advantage of the reward; false: rewards are only
-    # measured and reported (on-policy distillation trains on the teacher's per-token signal alone).
-    outcome_advantage: bool = True
-    # Per-token rewards (the teacher's): group = less the group's mean at the same position (a
-    # baseline, docs/scoring.md); none = as given.
-    token_baseline: str = "group"
+    on_error: Literal["fail", "drop"] = key(
+        "fail",
+        help=(
+            "a scorer that raises: stop naming scorer, prompt and completion (after saving), or drop the "
+            "completion, counted as `scorer_error`"
+        ),
+    )
+    outcome_advantage: bool = key(True, help="false: rewards are reported, not trained on (pure distillation)")
+    token_baseline: Literal["group", "none"] = key(
+        "group",
+        help=(
+            "per-token rewards (the teacher's) less the group's mean at the same position, or as given "
+            "([scoring.md](scoring.md#on-policy-distillation-python--m-appsdistill))"
+        ),
+    )
 
     def __post_init__(self) -> None:
-        check_choice("scoring.on_error", self.on_error, ON_ERROR)
-        check_choice("scoring.token_baseline", self.token_baseline, TOKEN_BASELINES)
+        check_choices(self, "scoring")
 
 
 def default_scorers() -> list[ScorerConfig]:

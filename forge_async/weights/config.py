@@ -5,12 +5,13 @@ import os
 import tempfile
 import uuid
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
-from forge_async.config.checks import POSITIVE, check_choice, check_range
+from forge_async.config.choices import check_choices
+from forge_async.config.keys import key
+from forge_async.config.checks import POSITIVE, check_range
 
-TRANSPORTS = ("shm", "torchstore")
-CROSS_HOST = ("gloo", "torchstore")
 
 
 def default_root() -> Path:
@@ -21,25 +22,48 @@ def default_root() -> Path:
 
 @dataclass
 class WeightsConfig:
-    # shm: same-host shared-memory files (memory speed; generators pick up new
-    #      versions by themselves between engine steps).
-    # torchstore: per-tensor puts/gets over Monarch RPC (works across hosts; a
-    #      generator loads a version when told to, under generator.swap_mode).
-    transport: str = "shm"
-    # Directory of the shared-memory channel; null = a fresh one under /dev/shm per run.
-    channel_dir: str | None = None
-    # How a version reaches the relay of each generator host other than the trainer's
-    # (transport=shm): gloo (a weight sender on the trainer's host sends the trainer's
-    # channel to each relay over a gloo pair, off the trainer's path; the trainer on one
-    # host) or torchstore (the trainer puts its shards into the store, each relay gets them).
-    cross_host: str = "gloo"
-    # A gloo send or receive that makes no progress for this long fails: that host keeps
-    # the version it has, the failure is reported, and the next version reconnects.
-    link_timeout_s: float = 30.0
+    transport: Literal["shm", "torchstore"] = key(
+        "shm",
+        help=(
+            "`shm`: shared-memory files on this host, generators pick new versions up by themselves; "
+            "`torchstore`: per-tensor RPC through torchstore, generators load when told"
+        ),
+        resumable=True,
+    )
+    channel_dir: str | None = key(
+        None,
+        help=(
+            "the run's scratch directory on each host (shared-memory weight channel, LoRA adapter files, "
+            "vLLM's temporary files); null: a fresh `forge_async-<id>` under `/dev/shm`, removed at the "
+            "end, or by the next run if the controller was killed "
+            "([checkpoints.md](checkpoints.md#nothing-left-behind))"
+        ),
+        accepts="a directory, or null",
+    )
+    cross_host: Literal["gloo", "torchstore"] = key(
+        "gloo",
+        help=(
+            "how a version reaches the weight relay of each generator node other than the trainer's: "
+            "`gloo`, a weight sender on the trainer's node sends the trainer's channel over a gloo pair "
+            "per relay, off the trainer's path, skipping to the newest version (the trainer on one node); "
+            "`torchstore`, the trainer's ranks put their shards and each relay fetches them (needed for a "
+            "trainer on several nodes) ([launch.md](launch.md#how-weights-cross-nodes))"
+        ),
+        resumable=True,
+    )
+    link_timeout_s: float = key(
+        30.0,
+        help=(
+            "a gloo send or receive of a version that makes no progress for this long fails: that node "
+            "keeps its version, a warning names it, and the newest version is sent again over a fresh "
+            "pair"
+        ),
+        accepts="> 0",
+        resumable=True,
+    )
 
     def __post_init__(self) -> None:
-        check_choice("weights.transport", self.transport, TRANSPORTS)
-        check_choice("weights.cross_host", self.cross_host, CROSS_HOST)
+        check_choices(self, "weights")
         check_range("weights.link_timeout_s", self.link_timeout_s, POSITIVE)
 
     def resolved(self) -> "WeightsConfig":
