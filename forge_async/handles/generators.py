@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.handles.procs_file import ProcsFile, located
+from forge_async.mesh.located import Where
 from forge_async.mesh.supervision import T, is_proc_failure, stop_quietly, supervised, within
 from forge_async.mesh import roles
 from forge_async.handles.spawner import RoleSpawner
@@ -220,7 +221,7 @@ class GeneratorPool:
         return {f"generator {i}": self._actors[i].trace_spans.call_one() for i in answering}
 
     def nodes(self) -> list[int]:
-        return [self.procs_file.where[str(roles.generator(i))]["node"] for i in range(self.count)]
+        return [self.procs_file.where[str(roles.generator(i))].node for i in range(self.count)]
 
     # Failures
 
@@ -235,8 +236,8 @@ class GeneratorPool:
     async def _replace(self, index: int, err: Exception) -> None:
         role = roles.generator(index)
         where = self.procs_file.where[str(role)]
-        if not self.procs_file.hosts.reachable(where["node"]):  # the host is gone: no respawn to count
-            self._lose(index, f"node {where['node']} does not answer")
+        if not self.procs_file.hosts.reachable(where.node):  # the host is gone: no respawn to count
+            self._lose(index, f"node {where.node} does not answer")
         if self.restarts >= self.max_restarts:
             raise GeneratorFailed(
                 f"generator {index} ({located(where)}) failed and "
@@ -285,12 +286,12 @@ class GeneratorPool:
         )
 
     def _kill_hung_here(self) -> None:
-        here = self.procs_file.where["controller"]["host"]
+        here = self.procs_file.where["controller"].host
         for index in self._unanswering:
             where = self.procs_file.where.get(str(roles.generator(index)))
-            if isinstance(where, dict) and where["host"] == here:
+            if isinstance(where, Where) and where.host == here:
                 try:
-                    os.kill(where["pid"], signal.SIGKILL)
+                    os.kill(where.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
 

@@ -5,19 +5,17 @@ can find each proc of a running run.
 """
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
-from forge_async.mesh.located import here
+from forge_async.mesh.located import Where, here
 from forge_async.mesh.hosts import Hosts
 from forge_async.mesh.roles import Role
 from forge_async.observability.outputs import replace_text
 
-Where = dict  # {"node": int, "addr": str, "host": str, "pid": int}: mesh/located.py
-
-
 def located(where: Where) -> str:
     """A proc, as error messages name it."""
-    return f"pid {where['pid']} on node {where['node']}: {where['host']}, {where['addr']}"
+    return f"pid {where.pid} on node {where.node}: {where.host}, {where.addr}"
 
 
 class ProcsFile:
@@ -29,9 +27,9 @@ class ProcsFile:
     def record(self, role: Role, where: Where | list[Where]) -> None:
         """`role` runs at `where` (one entry per proc for a mesh of several)."""
         self.where[str(role)] = where
-        replace_text(self.path, json.dumps(self.where, indent=2))
+        replace_text(self.path, json.dumps(self.where, indent=2, default=asdict))
 
     def reachable(self, role: Role) -> bool:
         """Whether every node `role` runs on still answers (a dead node's procs died with it)."""
         where = self.where.get(str(role), [])
-        return all(self.hosts.reachable(w["node"]) for w in (where if isinstance(where, list) else [where]))
+        return all(self.hosts.reachable(w.node) for w in (where if isinstance(where, list) else [where]))

@@ -50,7 +50,7 @@ class RunHandles:
     def placement(self) -> dict:
         """Where each mesh runs, as its actors report it: node ranks."""
         return {
-            "trainer": sorted({rank["node"] for rank in self.trainer.where}),
+            "trainer": sorted({rank.node for rank in self.trainer.where}),
             "generators": self.generators.nodes(),
         }
 

@@ -2,20 +2,31 @@
 
 import os
 import socket
+from dataclasses import dataclass
 
 from monarch.actor import Actor, endpoint
 
 from forge_async.mesh.hosts import free_port, node_address, node_rank
 
 
-def here() -> dict:
-    """This process's node rank and address (as the launcher numbered them), host name and pid."""
-    return {"node": node_rank(), "addr": node_address(), "host": socket.gethostname(), "pid": os.getpid()}
+@dataclass(frozen=True)
+class Where:
+    """Where a proc runs: its node rank and address (as the launcher numbered them), host name and pid."""
+
+    node: int
+    addr: str
+    host: str
+    pid: int
+
+
+def here() -> Where:
+    """Where this process runs."""
+    return Where(node_rank(), node_address(), socket.gethostname(), os.getpid())
 
 
 class LocatedActor(Actor):
     @endpoint
-    async def where(self) -> dict:
+    async def where(self) -> Where:
         """Where this actor's proc runs: `here()`."""
         return here()
 
