@@ -77,7 +77,7 @@ def spawn_trainer(
     moe: MoeConfig | None = None, **overrides,
 ):
     """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
-    config = TrainerConfig(procs=procs, **overrides)
+    config = TrainerConfig(procs=procs, lr_schedule="constant", **overrides)  # no run for a decay to span
     weights = weights or WeightsConfig("torchstore")
     return asyncio.run(meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, PAD_ID, lora=lora, moe=moe), weights))
 

@@ -140,7 +140,7 @@ def test_a_checkpoint_moves_between_one_plain_rank_and_two_fsdp_ranks(tiny_check
 def kl_steps(checkpoint, procs: int, reference_path: str | None, episodes: list[Episode], steps: int = 2):
     """`steps` train steps on `episodes` with a KL penalty (coef 0.5); the rank-0 metrics of
     each and the final weights."""
-    config = TrainerConfig(procs=procs, eps=1e-3, micro_batch_tokens=16)
+    config = TrainerConfig(procs=procs, eps=1e-3, micro_batch_tokens=16, lr_schedule="constant")
     spec = LearnerSpec(str(checkpoint.path), config, PAD_ID, kl_coef=0.5, reference_path=reference_path)
     mesh, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:

@@ -46,7 +46,8 @@ async def compose(steps: int, trainer_procs: int, workdir: Path, log_dir: Path) 
     weights = WeightsConfig(transport="torchstore")
 
     await store.start_store()
-    learner = LearnerSpec(str(checkpoint.path), TrainerConfig(procs=trainer_procs), tokenizer.pad_token_id)
+    trainer_config = TrainerConfig(procs=trainer_procs, lr_schedule="constant")  # a decay would need lr_total_steps
+    learner = LearnerSpec(str(checkpoint.path), trainer_config, tokenizer.pad_token_id)
     trainer_procs_mesh, trainer = await meshes.spawn_trainer(learner, weights, log_dir=log_dir)
     generator_procs, generator, timing = await meshes.spawn_generator(
         checkpoint, GeneratorConfig(kv_cache_gib=0.25), weights, log_dir=log_dir  # a tiny model needs little KV
