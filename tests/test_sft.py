@@ -19,7 +19,7 @@ import apps.grpo.main  # noqa: F401  (registers the grpo config schema)
 from forge_async.cli.app import CONFIG_DIR, load_config
 from forge_async.cli.subprocess_run import run_app
 from apps.sft.config import SFTConfig
-from apps.sft.main import hydra_main  # noqa: F401  (registers the sft config schema)
+from apps.sft.main import run_roles  # importing it registers the sft config schema
 from conftest import PAD_ID
 from forge_async.learning.config import TrainerConfig
 from forge_async.learning.spec import LearnerSpec
@@ -109,7 +109,7 @@ def test_the_trainer_sft_step_reports_the_demonstrations_nll_on_two_ranks_in_mic
     episodes = demonstrations_of(tokenizer, pairs)
     expected = hand_nll(load_frozen_model(tiny_checkpoint), episodes, with_prompt=False)
     spec = LearnerSpec(
-        str(tiny_checkpoint.path), TrainerConfig(procs=2, micro_batch_tokens=16), PAD_ID, LossConfig(objective="sft")
+        str(tiny_checkpoint.path), TrainerConfig(procs=2, micro_batch_tokens=16, lr_schedule="constant"), PAD_ID, LossConfig(objective="sft")
     )
     procs, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:
@@ -196,7 +196,7 @@ def sft_config(*overrides: str) -> SFTConfig:
 def test_each_objective_belongs_to_its_app():
     config = sft_config()
     assert config.loss.objective == "sft" and config.task.name == "max_digit"
-    assert config.run_config().loss.objective == "sft"  # what the trainer is spawned with
+    assert run_roles(config).loss.objective == "sft"  # what the trainer is spawned with
     with pytest.raises(ConfigError, match="loss.objective=grpo: apps.sft trains on demonstrations"):
         sft_config("loss.objective=grpo")
     with pytest.raises(ConfigError, match="task.name=tool_lookup: .* no single completion to imitate"):

@@ -61,12 +61,9 @@ class Checkpointer:
         saved = await handles.trainer.save_state(str(staging / TRAINER_DIR))
         if isinstance(saved, SaveFailed):
             raise OSError(saved.why)
-        state = {
-            "step": step,
-            "loop": loop_state,
-            "buffer": await handles.buffer.state_dict(),
-            "generator_rng": await handles.generators.rng_states(),
-        }
+        state = {"step": step, "loop": loop_state, "generator_rng": await handles.generators.rng_states()}
+        if handles.buffer is not None:
+            state["buffer"] = await handles.buffer.state_dict()
         serialized = io.BytesIO()  # torch.save's own writer reports a full disk as a RuntimeError
         torch.save(state, serialized)
         (staging / CONTROLLER_FILE).write_bytes(serialized.getbuffer())
@@ -105,7 +102,8 @@ class Checkpointer:
         """Load the checkpoint at `path` into the actors; returns the loop's state."""
         await handles.trainer.load_state(str(path / TRAINER_DIR))
         state = torch.load(path / CONTROLLER_FILE, weights_only=False)
-        await handles.buffer.load_state_dict(state["buffer"])
+        if handles.buffer is not None:
+            await handles.buffer.load_state_dict(state["buffer"])
         # Generator i gets generator i's sampler state back (a sync run then resumes exactly).
         for i, rng in enumerate(state["generator_rng"][: handles.generators.count]):
             if rng is not None:  # None: that generator had failed when the checkpoint was taken

@@ -1,4 +1,4 @@
-"""What every training loop over a run's handles shares (controller/grpo_loop.py: GRPO; apps/sft: SFT).
+"""What every training loop over a run's handles shares (controller/grpo_loop.py: GRPO; controller/sft_loop.py: SFT).
 
 A run restores its checkpoint if it resumes, brings the generators to the restored
 version, runs its steps (the subclass's `_steps`), evaluates the final policy, and

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
-from forge_async.controller.config import GRPOConfig, RunConfig
+from forge_async.controller.config import RunConfig
 from forge_async.controller.record import RunRecord
 from forge_async.controller.sft_loop import SFTLoop, SFTMetricsLog
 from forge_async.controller.sft_summary import write_summary
@@ -26,6 +26,7 @@ from forge_async.handles.run import RunHandles
 from forge_async.mesh.procs import RunProcs
 from forge_async.observability.console import since_launch
 from forge_async.observability.sinks import build_sinks
+from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Task
 from forge_async.weights.delivery import WeightDelivery
@@ -34,8 +35,7 @@ from forge_async.weights.route import plan_route
 
 async def train(config: RunConfig, run_dir: Path, procs: RunProcs) -> dict:
     """Checkpoint, tokenizer, task and demonstrations; then the run's handles, the loop, the tidy-up."""
-    view = procs.config  # config.run_config(), its weight channel chosen
-    checkpoint = await prepare_checkpoint(view, run_dir, procs)
+    checkpoint = await prepare_checkpoint(config, run_dir, procs)
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt: a demonstration may take max_tokens
@@ -47,12 +47,11 @@ async def train(config: RunConfig, run_dir: Path, procs: RunProcs) -> dict:
     print(f"{since_launch()} model {checkpoint.path} | task {task.name} | supervised fine-tuning", flush=True)
 
     async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
-        return await train_on(config, view, run_dir, handles, task, demonstrations, eval_prompts)
+        return await train_on(config, run_dir, handles, task, demonstrations, eval_prompts)
 
 
 async def train_on(
     config: RunConfig,
-    view: GRPOConfig,
     run_dir: Path,
     handles: RunHandles,
     task: Task,
@@ -64,11 +63,13 @@ async def train_on(
     resumed_at = None if resume_from is None else step_of(resume_from)
     sinks = build_sinks(config.logging, run_dir, asdict(config), resumed_at)
     metrics = SFTMetricsLog(run_dir, config.steps, sinks, resume_after_step=resumed_at)
-    delivery = WeightDelivery(handles.generators, plan_route(view, handles.generators, handles.relays))
+    delivery = WeightDelivery(handles.generators, plan_route(config, handles.generators, handles.relays))
     record = RunRecord()
     evaluations = None
     if config.eval.enabled:
-        evaluator = build_evaluator(config.eval, eval_prompts, view.scorers, view.scoring, task, config.sampling, None)
+        evaluator = build_evaluator(  # the task's reward scores evaluations
+            config.eval, eval_prompts, [ScorerConfig(kind="reward")], ScoringConfig(), task, config.sampling, None
+        )
         evaluations = EvaluationSchedule(
             evaluator, config.eval.every_steps, handles.generators, delivery, record, metrics
         )

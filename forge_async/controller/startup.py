@@ -9,9 +9,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from forge_async.cluster.torchrun import leave_torchrun_job
-from forge_async.controller.config import GRPOConfig
+from forge_async.controller.config import RunConfig
 from forge_async.mesh.hosts import Hosts
 from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults
+from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.console import since_launch
 from forge_async.observability.spans import TRACER
 from forge_async.process.heap_trim import start_heap_trimmer
@@ -19,9 +20,9 @@ from forge_async.weights import scratch
 
 
 @asynccontextmanager
-async def spawned_procs(config: GRPOConfig, run_dir: Path, replay_buffer: bool = True) -> AsyncIterator[RunProcs]:
-    """The run's procs, spawned first thing (every app's start), a replay buffer's among them if
-    the run has one; those no actor took are stopped when the block ends."""
+async def spawned_procs(config: RunConfig, run_dir: Path, roles: RunRoles) -> AsyncIterator[RunProcs]:
+    """The run's procs, spawned first thing (every app's start): its trainer's, generators' and
+    `roles`'; those no actor took are stopped when the block ends."""
     print(f"run dir: {run_dir}", flush=True)
     config.check_paths()
     if leave_torchrun_job():
@@ -34,9 +35,9 @@ async def spawned_procs(config: GRPOConfig, run_dir: Path, replay_buffer: bool =
     TRACER.enabled = config.trace.enabled
     scratch_dir = claim_scratch(Path(config.weights.channel_dir))
     await hosts.start()
-    procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs", replay_buffer)
+    procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs", roles)
     procs.spawn_all()
-    print(f"{since_launch()} spawning {spawned_meshes(config, replay_buffer)} ...", flush=True)
+    print(f"{since_launch()} spawning {spawned_meshes(config, roles)} ...", flush=True)
     try:
         yield procs
     finally:
@@ -54,14 +55,13 @@ def claim_scratch(directory: Path) -> Path:
     return scratch.claim(directory)
 
 
-def spawned_meshes(config: GRPOConfig, replay_buffer: bool) -> str:
+def spawned_meshes(config: RunConfig, roles: RunRoles) -> str:
     """The meshes spawn_all starts, as the start-up line names them."""
     meshes = [f"trainer x{config.trainer.procs}", f"generators x{config.generator.count}"]
-    if replay_buffer:
+    if roles.replay_buffer is not None:
         meshes.append("replay buffer")
-    model_scorers = sum(s.runs_a_model for s in config.scorers)
-    if model_scorers:
-        meshes.append(f"model scorers x{model_scorers}")
-    if config.env.procs:
-        meshes.append(f"environments x{config.env.procs}")
+    if roles.model_scorers:
+        meshes.append(f"model scorers x{len(roles.model_scorers)}")
+    if roles.environment_procs:
+        meshes.append(f"environments x{roles.environment_procs}")
     return ", ".join(meshes)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from forge_async.controller.config import GRPOConfig
+from forge_async.controller.config import RunConfig
 from forge_async.controller.interrupt import stop_on_signals
 from forge_async.controller.loop import TrainingLoop
 from forge_async.errors import TrainerFailed
@@ -32,7 +32,7 @@ from forge_async.observability.spans import trace_events
 from forge_async.process import disk_full
 
 
-async def prepare_checkpoint(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> Checkpoint:
+async def prepare_checkpoint(config: RunConfig, run_dir: Path, procs: RunProcs) -> Checkpoint:
     """The initial policy: model.path, or the tiny model written into the run dir, its weights
     by a trainer proc (TorchTitan is loaded there, not here: models/tiny.py)."""
     if config.model.path is not None:

@@ -24,25 +24,23 @@ from forge_async.weights.route import relay_nodes, uses_torchstore
 
 @asynccontextmanager
 async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_dir: Path) -> AsyncIterator[RunHandles]:
-    """Trainer, generators, the replay buffer (if the run has one: `procs.replay_buffer`), weight
-    relays and model scorers spawned all at once, and the store started if weights travel through it; procs.json says where each runs. Everything
-    is stopped when the block ends, however it ends.
+    """Trainer, generators, weight relays, and the replay buffer and model scorers the run has
+    (`procs.roles`), spawned all at once, and the store started if weights travel through it;
+    procs.json says where each runs. Everything is stopped when the block ends, however it ends.
 
     Bad input a proc finds as it starts (a GPU its node lacks) is raised as the UserError
     it is: one line, not a remote traceback. Environment hosts start later, from the task
     (`handles.environments.start`)."""
-    config = procs.config
+    config, roles = procs.config, procs.roles
     spawner = RoleSpawner(procs, checkpoint, pad_id)
     procs_file = ProcsFile(run_dir, procs.hosts)
     handles = RunHandles(
         trainer=TrainerHandle(spawner, procs_file),
         generators=GeneratorPool(spawner, procs_file, config.generator.count, config.generator.max_restarts),
-        buffer=BufferHandle(spawner, procs_file) if procs.replay_buffer else None,
-        scorers={
-            i: ScorerModelHandle(spawner, procs_file, i) for i, s in enumerate(config.scorers) if s.runs_a_model
-        },
+        buffer=BufferHandle(spawner, procs_file) if roles.replay_buffer is not None else None,
+        scorers={i: ScorerModelHandle(spawner, procs_file, i) for i in roles.model_scorers},
         relays=WeightRelays(spawner, procs_file, relay_nodes(config)),
-        environments=EnvironmentHosts(spawner, procs_file, config.env.procs),
+        environments=EnvironmentHosts(spawner, procs_file, roles.environment_procs),
         procs_file=procs_file,
         uses_torchstore=uses_torchstore(config),
         engine_start_s=[],

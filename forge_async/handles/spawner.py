@@ -8,12 +8,13 @@ bring it back after a failure.
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from forge_async.controller.config import GRPOConfig
+from forge_async.controller.config import RunConfig
 from forge_async.errors import UserError
 from forge_async.handles import meshes
 from forge_async.learning.spec import LearnerSpec
 from forge_async.mesh import roles
 from forge_async.mesh.procs import RunProcs
+from forge_async.mesh.run_roles import RunRoles
 from forge_async.models.hf_checkpoint import Checkpoint
 
 
@@ -24,8 +25,12 @@ class RoleSpawner:
     pad_id: int
 
     @property
-    def config(self) -> GRPOConfig:
+    def config(self) -> RunConfig:
         return self.procs.config
+
+    @property
+    def roles(self) -> RunRoles:
+        return self.procs.roles
 
     async def trainer(self):
         """(procs, Trainer) with torch.distributed up and the initial weights loaded."""
@@ -35,10 +40,10 @@ class RoleSpawner:
 
     def learner_spec(self) -> LearnerSpec:
         """What the trainer's learner is built from, as the config says."""
-        c = self.config
-        reference = None if c.trainer_reference is None else str(self.scorer_checkpoint(c.trainer_reference).path)
+        c, r = self.config, self.roles
+        reference = None if r.trainer_reference is None else str(self.scorer_checkpoint(r.trainer_reference).path)
         return LearnerSpec(
-            str(self.checkpoint.path), c.trainer, self.pad_id, c.loss, c.importance, c.kl_coef, reference,
+            str(self.checkpoint.path), c.trainer, self.pad_id, r.loss, r.importance, r.kl_coef, reference,
             c.model.lora, c.moe,
         )
 
@@ -51,11 +56,10 @@ class RoleSpawner:
         )
 
     async def replay_buffer(self):
-        c = self.config
+        b = self.roles.replay_buffer
         return await meshes.spawn_replay_buffer(
-            c.max_policy_age, c.buffer_capacity, procs=self.procs.take(roles.REPLAY_BUFFER),
-            drop_zero_variance=c.filter.zero_variance_groups,
-            max_zero_variance_drops=c.filter.max_drops(c.batch_size),
+            b.max_policy_age, b.capacity, procs=self.procs.take(roles.REPLAY_BUFFER),
+            drop_zero_variance=b.drop_zero_variance, max_zero_variance_drops=b.max_zero_variance_drops,
         )
 
     async def weight_relay(self, node: int):
@@ -74,7 +78,7 @@ class RoleSpawner:
         """(procs, LogprobModel) for model scorer `index`: its checkpoint, or the initial policy's."""
         role = roles.scorer(index)
         return await meshes.spawn_logprob_model(
-            self.scorer_checkpoint(index), self.pad_id, str(role), self.config.scorers[index].threads,
+            self.scorer_checkpoint(index), self.pad_id, str(role), self.roles.scorers[index].threads,
             procs=self.procs.take(role),
         )
 
@@ -84,7 +88,7 @@ class RoleSpawner:
 
     def scorer_checkpoint(self, index: int) -> Checkpoint:
         """Scorer `index`'s checkpoint, checked to share the policy's vocabulary."""
-        path = self.config.scorers[index].path
+        path = self.roles.scorers[index].path
         if path is None:
             return self.checkpoint
         checkpoint = Checkpoint.open(path)

@@ -21,13 +21,14 @@ import monarch.actor
 from monarch.actor import HostMesh, MeshFailure, ProcMesh, this_host
 
 from forge_async.generation.platform import prepare_process
-from forge_async.controller.config import GRPOConfig
+from forge_async.controller.config import RunConfig
 from forge_async.observability.console import send_output_to_log
 from forge_async.errors import ConfigError
 from forge_async.process.heap_trim import start_heap_trimmer
 from forge_async.mesh.hosts import Hosts
 from forge_async.process.imports import frozen, import_frozen
 from forge_async.mesh.roles import REPLAY_BUFFER, TRAINER, Kind, Role, environment, generator, scorer
+from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.spans import TRACER
 
 # What each kind of role's actor imports.
@@ -145,12 +146,12 @@ def shut_down_monarch(timeout_s: float = 60.0) -> None:
 class RunProcs:
     """Each role's proc mesh: the first ones spawned together by `spawn_all`, new ones on demand."""
 
-    def __init__(self, config: GRPOConfig, hosts: Hosts, log_dir: Path | None, replay_buffer: bool = True):
-        """`replay_buffer`: whether the run has one (apps.sft has none)."""
+    def __init__(self, config: RunConfig, hosts: Hosts, log_dir: Path | None, roles: RunRoles | None = None):
+        """`roles`: what the run has beside its trainer and generators (default: a GRPOConfig's)."""
         self.config = config
+        self.roles = roles if roles is not None else RunRoles.of_grpo(config)
         self.hosts = hosts
         self.log_dir = log_dir
-        self.replay_buffer = replay_buffer
         self._early: dict[Role, ProcMesh] = {}
 
     def host(self, role: Role) -> HostMesh | None:
@@ -187,7 +188,7 @@ class RunProcs:
             steps.append(partial(import_at_niceness, nice))
         gpus, key = self.config.placement.visible_gpus(role), f"placement.{role.kind.value}_gpus"
         if role.kind is Kind.SCORER:
-            gpu, key = self.config.scorers[role.index].gpu, f"scorers[{role.index}].gpu"
+            gpu, key = self.roles.scorers[role.index].gpu, f"scorers[{role.index}].gpu"
             gpus = None if gpu is None else str(gpu)
         if gpus is not None:
             steps.append(partial(use_gpus, gpus, key))
@@ -200,11 +201,10 @@ class RunProcs:
     def spawn_all(self) -> None:
         """Trainer, generators, replay buffer, model scorers and environment procs, all at once (weight relays are
         spawned when needed)."""
-        c = self.config
         early = [
-            TRAINER, *([REPLAY_BUFFER] if self.replay_buffer else []), *(generator(i) for i in range(c.generator.count)),
-            *(scorer(i) for i, s in enumerate(c.scorers) if s.runs_a_model),
-            *(environment(i) for i in range(c.env.procs)),
+            TRAINER, *([REPLAY_BUFFER] if self.roles.replay_buffer else []),
+            *(generator(i) for i in range(self.config.generator.count)), *map(scorer, self.roles.model_scorers),
+            *(environment(i) for i in range(self.roles.environment_procs)),
         ]
         self._early = {role: self.spawn(role) for role in early}
 
