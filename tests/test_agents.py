@@ -27,7 +27,8 @@ from forge_async.models.tokenizer import EOS, VOCAB, build_byte_tokenizer, build
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.tool_lookup import ToolLookupEnv, ToolLookupTask
-from test_environments import assert_finished_dropping
+from tests.support.app_runs import assert_finished_dropping
+from tests.support.scripted import ScriptedText
 
 DIGITS = build_digit_tokenizer()
 BYTES = build_byte_tokenizer()
@@ -43,20 +44,6 @@ class LookupModel:
         digit = prompt_ids[1] if len(prompt_ids) == 3 else prompt_ids[-2]  # <bos> key <sep> / ... value <sep>
         version = len(prompt_ids)  # a different version for each turn, to see them kept
         return Completion(prompt_ids, [digit, EOS_ID], [-0.25, -0.5], [version, version], str(digit), "stop")
-
-
-class ScriptedText:
-    """Stands in for the generator with the byte tokenizer: turn k says `turns[k]`, then EOS."""
-
-    def __init__(self, turns: list[str]):
-        self.turns = turns
-        self.calls = 0
-
-    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
-        text = self.turns[self.calls]
-        self.calls += 1
-        ids = BYTES.encode(text, add_special_tokens=False) + [BYTES.eos_token_id]
-        return Completion(prompt_ids, ids, [-0.1] * len(ids), [0] * len(ids), text, "stop")
 
 
 def runner_of(new_environment, tokenizer=DIGITS, episode_timeout_s: float = 30.0) -> EnvRunner:

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import apps.grpo.main  # noqa: F401  (registers the config schema)
-from forge_async.cli.app import CONFIG_DIR, load_config
+from forge_async.cli.app import CONFIG_DIR
 from forge_async.cli.subprocess_run import REPO, run_app
 from forge_async.mesh import roles
 from forge_async.checkpoint.resume import resumed_config
@@ -19,17 +19,12 @@ from forge_async.generation.config import GeneratorConfig
 from forge_async.controller.config import GRPOConfig
 from forge_async.config.callables import CallableError
 from forge_async.errors import ConfigError
+from tests.support.app_config import app_config
 
 
 def compose_default():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
         return compose(config_name="grpo")
-
-
-def app_config(*overrides: str, config_name: str = "grpo") -> GRPOConfig:
-    """configs/CONFIG_NAME.yaml with `overrides`, composed and checked as `python -m apps.grpo` does."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
-        return load_config(compose(config_name=config_name, overrides=list(overrides)))
 
 
 BAD_VALUES = {

@@ -10,8 +10,7 @@ import statistics
 import pytest
 
 from forge_async.cli.subprocess_run import run_app, run_app_acting_at
-from test_grpo_app import assert_accounting
-from test_survival import kill_role
+from tests.support.app_runs import assert_accounting, kill_role
 
 WINDOW = 8
 BREVITY = '{kind:reward,fn:"docs.examples.custom_scorer:brevity",weight:0.0}'  # reported, not trained on

@@ -2,7 +2,6 @@
 tool_lookup learning in a run whose environment sometimes fails."""
 
 import asyncio
-import json
 import statistics
 
 import numpy as np
@@ -18,31 +17,13 @@ from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.losses.config import ImportanceConfig
 from forge_async.losses.grpo import importance_weights, policy_gradient_loss, response_logprobs
-from forge_async.models.tokenizer import BOS, EOS, SEP, VOCAB, build_digit_tokenizer
+from forge_async.models.tokenizer import BOS, SEP, VOCAB
 from forge_async.models.titan import build_titan_model
-from test_grpo_app import assert_accounting
-from test_survival import kill_role
+from tests.support.app_runs import assert_accounting, assert_finished_dropping, kill_role
+from tests.support.digits import EOS_ID, PAD_ID, TOKENIZER
+from tests.support.scripted import ScriptedModel
 
-TOKENIZER = build_digit_tokenizer()
-BOS_ID, EOS_ID, SEP_ID = VOCAB.index(BOS), VOCAB.index(EOS), VOCAB.index(SEP)
-PAD_ID = VOCAB.index("<pad>")
-
-
-class ScriptedModel:
-    """Stands in for the generator in runner tests (the runner is what is tested here): turn k
-    says `turns[k]` (then EOS), sampled by policy version `versions[k]`."""
-
-    def __init__(self, turns: list[str], versions: list[int]):
-        self.turns, self.versions, self.prompts, self.budgets = turns, versions, [], []
-
-    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
-        k = len(self.prompts)
-        self.prompts.append(prompt_ids)
-        self.budgets.append(sampling.max_tokens)
-        ids = ([int(c) for c in self.turns[k]] + [EOS_ID])[: sampling.max_tokens]
-        finish = "stop" if ids[-1] == EOS_ID else "length"
-        text = "".join(str(i) for i in ids if i < 10)
-        return Completion(prompt_ids, ids, [-0.5] * len(ids), [self.versions[k]] * len(ids), text, finish)
+BOS_ID, SEP_ID = VOCAB.index(BOS), VOCAB.index(SEP)
 
 
 class Echo:
@@ -187,19 +168,6 @@ def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     versions = [e["eval/version"] for e in run.evaluations]
     assert versions[0] == 0 and versions[-1] == steps and versions == sorted(set(versions)), versions
     assert sum(e["eval/dropped"] for e in run.evaluations) > 0
-
-
-def assert_finished_dropping(run, *reasons: str) -> dict[str, int]:
-    """`run` finished, its accounting adds up, and each of `reasons` dropped episodes: printed the
-    first time, counted in summary.json. Returns the summary's drops by reason."""
-    assert run.returncode == 0, run.output
-    for reason in reasons:
-        assert f"episode dropped ({reason}): " in run.output, reason
-    summary = json.loads((run.run_dir / "summary.json").read_text())
-    assert_accounting(summary)
-    dropped = summary["dropped_by_reason"]
-    assert all(dropped.get(reason, 0) > 0 for reason in reasons), dropped
-    return dropped
 
 
 def test_the_documented_custom_environment_plays_as_described():

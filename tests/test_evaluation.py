@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 import pytest
 from safetensors.torch import load_file
 
-from conftest import spawn_generator
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.tasks.config import TaskConfig
@@ -21,7 +20,9 @@ from forge_async.handles import meshes
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel
-from test_tasks import EOS, ROOM, TOKENIZER, dataset_task, write_rows
+from tests.support.digits import EOS_ID, ROOM, TOKENIZER
+from tests.support.meshes import spawn_generator
+from tests.support.prompt_files import dataset_task, write_rows
 
 
 def digit_task(name: str = "max_digit", num_digits: int = 3):
@@ -81,9 +82,9 @@ def test_pass_at_k_mean_at_k_and_length_by_hand():
     answers = [int(p.answer) for p in prompts]
     wrong = [(a + 1) % 10 for a in answers]
     samples = [
-        [[answers[0], EOS], [wrong[0], EOS]],
-        [[answers[1]], [wrong[1], EOS, EOS]],
-        [[answers[2], EOS], [answers[2], EOS]],
+        [[answers[0], EOS_ID], [wrong[0], EOS_ID]],
+        [[answers[1]], [wrong[1], EOS_ID, EOS_ID]],
+        [[answers[2], EOS_ID], [answers[2], EOS_ID]],
     ]
     calls, held = [], []
 
@@ -118,7 +119,7 @@ def test_an_evaluation_that_saw_two_versions_is_an_error():
     task = digit_task()
     episodes, _ = asyncio.run(
         build_evaluator(EvalConfig(), [], [ScorerConfig()], ScoringConfig(), task, SamplingConfig(), None)
-        .scoring.score(task.hold_out(1), [[completion([1, EOS], 3), completion([2, EOS], 4)]], 0)
+        .scoring.score(task.hold_out(1), [[completion([1, EOS_ID], 3), completion([2, EOS_ID], 4)]], 0)
     )
     with pytest.raises(RuntimeError, match=r"pinned at version 3 has tokens of versions \[3, 4\]"):
         check_pinned(episodes, 3)

@@ -8,46 +8,17 @@ import asyncio
 import pytest
 import torch
 
-from conftest import PAD_ID, fixed_sequences, spawn_trainer
 from forge_async.learning.config import TrainerConfig
 from forge_async.learning.spec import LearnerSpec
-from forge_async.data.episode import Completion, Episode
+from forge_async.data.episode import Episode
 from forge_async.handles import meshes
 from forge_async.losses.grpo import sequence_logprobs
 from forge_async.models.titan import load_frozen_model
 from forge_async.weights.config import WeightsConfig
 from forge_async.weights.shared_memory import SharedMemoryChannel
-
-
-def batch() -> list[Episode]:
-    """Fixed episodes with varied lengths and advantages (no generator needed)."""
-    episodes = []
-    for i, seq in enumerate(fixed_sequences() * 2):
-        prompt, response = seq[:5], seq[5:]
-        completion = Completion(
-            prompt_ids=prompt,
-            token_ids=response,
-            logprobs=[-2.0] * len(response),
-            versions=[0] * len(response),
-            text="",
-            finish_reason="stop",
-        )
-        episodes.append(Episode(completion, reward=0.0, advantage=(i % 3) - 1.0))
-    return episodes
-
-
-def step(checkpoint, procs: int, **overrides):
-    # Adam's first step is lr * g / (|g| + eps): with the default eps it turns float
-    # rounding in near-zero gradients into lr-sized differences. A larger eps keeps
-    # the update a smooth function of the gradient, so equal gradients show as
-    # equal weights.
-    mesh, trainer = spawn_trainer(checkpoint, procs=procs, eps=1e-3, **overrides)
-    try:
-        metrics = trainer.train_step.call(batch()).get()
-        weights = trainer.full_state_dict.call().get()
-        return [m for _, m in metrics.items()], [w for _, w in weights.items()]
-    finally:
-        asyncio.run(meshes.stop_all(mesh))
+from tests.support.digits import PAD_ID, fixed_sequences
+from tests.support.fsdp_steps import assert_same_step, batch, step
+from tests.support.meshes import spawn_trainer
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +26,6 @@ def one_rank_step(tiny_checkpoint, weight_store):
     """The reference: one rank, the whole batch in one forward."""
     (metrics,), (weights,) = step(tiny_checkpoint, procs=1)
     return metrics, weights
-
-
-def assert_same_step(reference, metrics: list[dict], weights: list[dict], tolerance: float) -> None:
-    ref_metrics, ref_weights = reference
-    for rank_metrics in metrics:
-        assert abs(rank_metrics["train/loss"] - ref_metrics["train/loss"]) < tolerance
-        assert abs(rank_metrics["train/grad_norm"] - ref_metrics["train/grad_norm"]) < 10 * tolerance
-        assert abs(rank_metrics["train/entropy"] - ref_metrics["train/entropy"]) < 10 * tolerance
-    for rank_weights in weights:
-        assert rank_weights.keys() == ref_weights.keys()
-        worst = max((rank_weights[k] - ref_weights[k]).abs().max().item() for k in ref_weights)
-        assert worst < tolerance
 
 
 def test_two_ranks_match_one_rank(tiny_checkpoint, one_rank_step):

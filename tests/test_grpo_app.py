@@ -13,6 +13,8 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from forge_async.cli.subprocess_run import run_app
+from tests.support.app_runs import assert_accounting
+from tests.support.parity import assert_vllm_matches_transformers
 
 METRIC_KEYS = {
     "step", "reward/mean", "reward/smoothed", "policy/age_mean", "policy/age_max", "samples/trained",
@@ -20,12 +22,6 @@ METRIC_KEYS = {
     "train/entropy", "train/loss", "is/mismatch_kl", "completion/length_mean", "weights/sync_ms",
     "weights/bytes", "time/wall_s",
 }
-
-
-def assert_accounting(summary: dict) -> None:
-    parts = ("trained", "dropped_stale", "dropped_other", "left_in_buffer", "in_flight", "lost_in_failed_step")
-    assert summary["generated"] == sum(summary[p] for p in parts), summary
-    assert summary["accounting_ok"] is True
 
 
 def test_short_async_run_writes_the_run_directory_contract(tmp_path):
@@ -123,42 +119,6 @@ def wandb_records(run_dir) -> bytes:
     (offline_run,) = (run_dir / "wandb").glob("offline-run-*")
     (records,) = offline_run.glob("*.wandb")
     return records.read_bytes()
-
-
-VLLM_SCORE = """
-import json, sys
-from forge_async.generation.config import GeneratorConfig
-from forge_async.generation.platform import prepare_process
-from vllm import LLM, SamplingParams
-from vllm.lora.request import LoRARequest
-if __name__ == "__main__":
-    platform = prepare_process(GeneratorConfig())  # as a generator proc does
-    adapter = sys.argv[2] if len(sys.argv) > 2 else None  # a PEFT adapter directory, served on the model
-    lora = {"enable_lora": True, "max_lora_rank": 8} if adapter else {}
-    llm = LLM(model=sys.argv[1], dtype="float32", kv_cache_memory_bytes=2**27, **platform.llm_kwargs(), **lora)
-    out = llm.generate([{"prompt_token_ids": [11, 3, 1, 4, 13, 4, 12]}],
-                       SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False,
-                       lora_request=LoRARequest("adapter", 1, adapter) if adapter else None)[0]
-    seq = [11, 3, 1, 4, 13, 4, 12]
-    print("LOGPROBS", json.dumps([out.prompt_logprobs[t][seq[t]].logprob for t in range(1, len(seq))]))
-"""
-
-
-def assert_vllm_matches_transformers(model_dir, model, adapter_dir=None) -> None:
-    """vLLM serving `model_dir` (+ the PEFT adapter in `adapter_dir`, rank <= 8) gives the
-    logprobs transformers' `model` gives for a fixed sequence."""
-    adapter = [str(adapter_dir)] if adapter_dir else []
-    proc = subprocess.run(
-        [sys.executable, "-c", VLLM_SCORE, str(model_dir), *adapter], capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("LOGPROBS"))
-    vllm_logprobs = json.loads(line.split(" ", 1)[1])
-    tokens = torch.tensor([[11, 3, 1, 4, 13, 4, 12]])
-    with torch.no_grad():
-        reference = torch.log_softmax(model(tokens).logits[0, :-1], dim=-1)
-    expected = reference.gather(-1, tokens[0, 1:, None])[:, 0].tolist()
-    assert max(abs(a - b) for a, b in zip(vllm_logprobs, expected)) < 1e-4
 
 
 @pytest.mark.parametrize("max_age", [0, 2])

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from forge_async.cli.subprocess_run import run_app
 from pretrain import pretrain
-from test_grpo_app import assert_vllm_matches_transformers
+from tests.support.parity import assert_vllm_matches_transformers
 
 STEPS = 50
 LORA_STEPS = 20

@@ -10,7 +10,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from conftest import fixed_sequences, spawn_generator, spawn_trainer
 from forge_async.learning.results import PolicySaved
 from forge_async.handles import meshes
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -18,8 +17,10 @@ from forge_async.models.config import LoraConfig
 from forge_async.models.peft import CONFIG_FILE, WEIGHTS_FILE, peft_key, target_modules
 from forge_async.weights import store
 from forge_async.weights.config import WeightsConfig
-from test_fsdp import assert_same_step, batch, step
-from test_weight_sync import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
+from tests.support.digits import fixed_sequences
+from tests.support.fsdp_steps import assert_same_step, batch, step
+from tests.support.meshes import spawn_generator, spawn_trainer
+from tests.support.parity import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
 
 LORA = LoraConfig(rank=4, alpha=16.0)
 # Adapters start at B = 0 and move by ~lr per step: a LoRA-sized lr makes one step visible.

@@ -9,8 +9,6 @@ import pytest
 import torch
 import transformers
 
-from conftest import fixed_sequences, spawn_trainer
-
 from forge_async.generation.config import GeneratorConfig
 from forge_async.learning.config import TrainerConfig
 from forge_async.controller.config import GRPOConfig
@@ -23,18 +21,11 @@ from forge_async.models.routes import RouteMismatch, moe_layers, moe_step_metric
 from forge_async.models.shape import UNKNOWN_ROUTE, ModelShape, UnsupportedModelError
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.weights import store
+from tests.support.digits import fixed_sequences
+from tests.support.meshes import spawn_trainer
+from tests.support.moe_routes import experts_taken
 
 TOKENS = torch.tensor([[11, 3, 1, 4, 13, 4, 12, 5], [11, 9, 9, 2, 13, 9, 12, 0]])
-
-
-def experts_taken(model) -> list[torch.Tensor]:
-    """A forward's expert ids per MoE layer ([B, L, K], sorted), as the experts received them."""
-    taken = []
-    for layer in moe_layers(model):
-        layer.routed_experts.register_forward_hook(
-            lambda module, args, out: taken.append(args[2].sort(-1).values.clone())
-        )
-    return taken
 
 
 @pytest.fixture(scope="module")

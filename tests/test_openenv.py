@@ -29,9 +29,10 @@ from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.tasks.tool_lookup import ToolLookupTask
-from test_environments import EOS_ID, TOKENIZER, ScriptedModel
-from test_grpo_app import assert_accounting
 from tests.openenv_servers.counted_sessions import LOG_VARIABLE
+from tests.support.app_runs import assert_accounting
+from tests.support.digits import EOS_ID, TOKENIZER
+from tests.support.scripted import ScriptedModel
 
 APP = "forge_async.envs.servers.tool_lookup_openenv:app"
 COUNTED = "tests.openenv_servers.counted_sessions"
@@ -405,7 +406,6 @@ def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_uns
     assert "not started (dropped before reaching a generator" in run.output
 
 
-
 class FailsAt:
     """An environment whose `reset` or first `step` raises."""
 
@@ -438,6 +438,7 @@ def test_a_drop_before_the_first_model_turn_is_counted_apart_from_generated():
     restored = EpisodeBuffer(max_policy_age=1, capacity=8)
     restored.load_state_dict(buffer.state_dict())
     assert restored.stats() == stats
+
 
 @pytest.mark.skipif(
     not os.environ.get("FORGE_OPENENV_REPO"),

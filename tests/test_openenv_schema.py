@@ -30,7 +30,7 @@ from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
 from forge_async.tasks.task import Prompt, prompt_token_ids
-from test_agents import ScriptedText
+from tests.support.scripted import ScriptedText
 
 BYTES = build_byte_tokenizer()
 NUMBER_BOARD = "tests.openenv_servers.number_board:app"

@@ -21,7 +21,7 @@ from forge_async.tasks.config import ReasoningGymConfig, ReasoningGymDataset, Ta
 from forge_async.tasks.reasoning_gym import ReasoningGymTask, check_config
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import TaskError
-from test_config_errors import app_config
+from tests.support.app_config import app_config
 
 TOKENIZER = build_byte_tokenizer()
 ROOM = 400

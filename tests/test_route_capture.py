@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from test_moe import experts_taken
-from test_versioned_engine import params, perturbed, run_to_end, start_llm
-
 from forge_async.errors import ConfigError
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.shape import UNKNOWN_ROUTE
 from forge_async.models.titan import build_titan_model, state_dict_adapter
+from tests.support.moe_routes import experts_taken
+from tests.support.vllm_engine import params, perturbed, run_to_end, start_llm
 
 BLOCK = 32  # KV block size (vLLM's CPU attention: a multiple of 32): the prompt fills one block,
 PROMPT = [11] + [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3] * 2 + [13]  # the cache can serve

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 
-from conftest import PAD_ID
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.buffer import EpisodeBuffer
@@ -22,6 +21,7 @@ from forge_async.losses.grpo import policy_gradient_loss, reference_kl, token_sc
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.scorer import ScorerError
 from forge_async.scoring.tier import build_tier, position_centered
+from tests.support.digits import PAD_ID
 
 
 def starts_with_answer(prompt: Prompt, completion: Completion) -> float:

@@ -20,7 +20,6 @@ from forge_async.cli.app import CONFIG_DIR, load_config
 from forge_async.cli.subprocess_run import run_app
 from apps.sft.config import SFTConfig
 from apps.sft.main import run_roles  # importing it registers the sft config schema
-from conftest import PAD_ID
 from forge_async.learning.config import TrainerConfig
 from forge_async.learning.spec import LearnerSpec
 from forge_async.data.batch import pack_episodes
@@ -36,7 +35,8 @@ from forge_async.tasks.config import ReasoningGymConfig, ReasoningGymDataset, Ta
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import TaskError, prompt_token_ids
 from forge_async.weights.config import WeightsConfig
-from test_grpo_app import assert_vllm_matches_transformers
+from tests.support.digits import PAD_ID
+from tests.support.parity import assert_vllm_matches_transformers
 
 STEPS = 40
 # The CPU default (max_digit, the tiny model) on two FSDP2 ranks, each step in micro-batches.

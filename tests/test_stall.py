@@ -23,7 +23,7 @@ from forge_async.controller.config import StallConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
-from test_tasks import EOS, ROOM, TOKENIZER
+from tests.support.digits import EOS_ID, ROOM, TOKENIZER
 
 RESET_ERROR = "reset() raised ValueError: no such table"
 
@@ -132,7 +132,7 @@ def test_an_evaluation_whose_samples_were_all_dropped_says_so_instead_of_a_rewar
 
 
 def completion_of(digit: int) -> Completion:
-    return Completion([], [digit, EOS], [0.0, 0.0], [3, 3], str(digit), "stop")
+    return Completion([], [digit, EOS_ID], [0.0, 0.0], [3, 3], str(digit), "stop")
 
 
 class pinned_at:

@@ -21,21 +21,13 @@ from forge_async.cli.subprocess_run import AppRun, run_app, run_app_acting_at
 from forge_async.handles.trainer import failed_rank
 from forge_async.weights import scratch
 from forge_async.weights.config import default_root
-from test_grpo_app import assert_accounting
+from tests.support.app_runs import assert_accounting, kill_role
 
 SYNC = ("mode=sync", "steps=12", "checkpoint.every_steps=3")
 
 
 def interrupt(proc) -> None:
     os.killpg(proc.pid, signal.SIGINT)
-
-
-def kill_role(run_dir, role: str, rank: int | None = None):
-    def action(proc) -> None:
-        entry = AppRun(0, "", run_dir).procs[role]
-        os.kill((entry if rank is None else entry[rank])["pid"], signal.SIGKILL)
-
-    return action
 
 
 def scratch_left_by(run: AppRun) -> list[Path]:

@@ -1,13 +1,7 @@
 """Tasks: built-in digit rewards, prompt datasets checked at load, reward functions, advantages."""
 
-import csv
-import json
 import random
-from pathlib import Path
 
-import datasets
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from forge_async.data.episode import Completion
@@ -17,11 +11,8 @@ from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import TaskError
 from forge_async.errors import ConfigError
 from forge_async.losses.advantages import group_advantages
-from forge_async.models.tokenizer import build_digit_tokenizer
-
-TOKENIZER = build_digit_tokenizer()
-EOS = TOKENIZER.eos_token_id
-ROOM = 61  # prompt tokens the tiny model's 64-token context leaves after max_tokens=3
+from tests.support.digits import EOS_ID, ROOM, TOKENIZER
+from tests.support.prompt_files import dataset_task, write_rows
 
 
 def completion(token_ids: list[int]) -> Completion:
@@ -36,10 +27,10 @@ def test_max_digit_prompts_and_rewards():
     digits = [int(d) for d in prompt.text]
     assert prompt.answer == str(max(digits)) and len(digits) == 3
     right, wrong = int(prompt.answer), (int(prompt.answer) + 1) % 10
-    assert task.reward(prompt, completion([right, EOS])) == 1.0
+    assert task.reward(prompt, completion([right, EOS_ID])) == 1.0
     assert task.reward(prompt, completion([right, right])) == 0.5
-    assert task.reward(prompt, completion([wrong, EOS])) == 0.0
-    assert task.reward(prompt, completion([EOS])) == 0.0
+    assert task.reward(prompt, completion([wrong, EOS_ID])) == 0.0
+    assert task.reward(prompt, completion([EOS_ID])) == 0.0
 
 
 def test_copy_digits_answers_are_the_prompt_digits_and_rewards_are_positional():
@@ -48,10 +39,10 @@ def test_copy_digits_answers_are_the_prompt_digits_and_rewards_are_positional():
     digits = [int(d) for d in prompt.answer]
     assert prompt.answer == prompt.text and len(digits) == 4
     wrong_first = [(digits[0] + 1) % 10, *digits[1:]]
-    assert task.reward(prompt, completion([*digits, EOS])) == 1.0
-    assert task.reward(prompt, completion([*wrong_first, EOS])) == 0.75
+    assert task.reward(prompt, completion([*digits, EOS_ID])) == 1.0
+    assert task.reward(prompt, completion([*wrong_first, EOS_ID])) == 0.75
     assert task.reward(prompt, completion([*digits, digits[0]])) == 0.5  # no EOS after the answer
-    assert task.reward(prompt, completion([EOS])) == 0.0
+    assert task.reward(prompt, completion([EOS_ID])) == 0.0
 
 
 def test_min_digits_varies_the_prompt_length_and_the_copy_answer_with_it():
@@ -61,7 +52,7 @@ def test_min_digits_varies_the_prompt_length_and_the_copy_answer_with_it():
     assert {len(p.text) for p in prompts} == set(range(1, 9))  # answers 1-8 digits, + EOS: 2-9 tokens
     assert all(p.answer == p.text and p.token_ids == [11, *map(int, p.text), 13] for p in prompts)
     short = next(p for p in prompts if len(p.text) == 1)
-    assert task.reward(short, completion([int(short.text), EOS])) == 1.0
+    assert task.reward(short, completion([int(short.text), EOS_ID])) == 1.0
 
 
 def test_min_digits_null_or_num_digits_draws_the_prompts_a_fixed_count_drew():
@@ -100,26 +91,6 @@ def rows():
     return [{"prompt": "47", "answer": "7"}, {"prompt": "031", "answer": "3"}]
 
 
-def write_rows(path: Path, rows: list[dict]) -> Path:
-    """`rows` in the format `path`'s suffix names; no suffix: a save_to_disk directory."""
-    if path.suffix == ".jsonl":
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    elif path.suffix == ".csv":
-        with path.open("w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-    elif path.suffix == ".parquet":
-        pq.write_table(pa.Table.from_pylist(rows), path)
-    else:
-        datasets.Dataset.from_list(rows).save_to_disk(str(path))
-    return path
-
-
-def dataset_task(path: Path, **options):
-    return build_task(TaskConfig(name="dataset", dataset=str(path), **options), TOKENIZER, ROOM)
-
-
 @pytest.mark.parametrize("name", ["prompts.jsonl", "prompts.parquet", "prompts.csv", "saved_dataset"])
 def test_each_source_gives_chat_formatted_prompts(tmp_path, capfd, name):
     path = write_rows(tmp_path / name, rows())
@@ -128,8 +99,8 @@ def test_each_source_gives_chat_formatted_prompts(tmp_path, capfd, name):
     prompts = {p.text: p for p in task.prompts}
     assert prompts["47"].token_ids == [11, 4, 7, 13] and prompts["47"].answer == "7"
     assert prompts["031"].token_ids == [11, 0, 3, 1, 13]  # CSV text stays text: no "31" or 31.0
-    assert task.reward(prompts["47"], completion([7, EOS])) == 1.0
-    assert task.reward(prompts["47"], completion([4, EOS])) == 0.0
+    assert task.reward(prompts["47"], completion([7, EOS_ID])) == 1.0
+    assert task.reward(prompts["47"], completion([4, EOS_ID])) == 0.0
     assert task.skipped_rows == {"missing_column": 0, "empty_prompt": 0, "too_long": 0}
     out, err = capfd.readouterr()
     assert out == "dataset: kept 2 of 2 rows\n"
@@ -227,7 +198,7 @@ def broken_reward(answer: str, text: str) -> float:
 def test_reward_function_that_raises_names_it_and_the_sample(tmp_path):
     task = dataset_task(write_rows(tmp_path / "p.jsonl", rows()), reward_fn="test_tasks:broken_reward")
     with pytest.raises(TaskError, match=r"test_tasks:broken_reward raised KeyError.*'47'"):
-        task.reward(task.prompts[0], completion([7, EOS]))
+        task.reward(task.prompts[0], completion([7, EOS_ID]))
 
 
 def test_group_advantages_are_centred_and_scaled():

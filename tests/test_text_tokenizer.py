@@ -8,7 +8,6 @@ import pytest
 import transformers
 
 from forge_async.cli.subprocess_run import run_app
-from conftest import spawn_generator
 from forge_async.generation.config import SamplingConfig
 from forge_async.envs.templating import observation_ids
 from forge_async.errors import ConfigError
@@ -20,6 +19,7 @@ from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_token
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.digits import DigitTask
 from forge_async.tasks.task import TaskError, prompt_token_ids
+from tests.support.meshes import spawn_generator
 
 TEXTS = [
     "What is 4 + 3?",

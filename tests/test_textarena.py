@@ -19,8 +19,8 @@ from forge_async.errors import ConfigError
 from forge_async.models.tokenizer import build_byte_tokenizer
 from forge_async.tasks.seeds import TRAIN_SEEDS_FROM, SeedsTask, seed_prompt
 from forge_async.tasks.task import TaskError
-from test_config_errors import app_config
-from test_grpo_app import assert_accounting
+from tests.support.app_config import app_config
+from tests.support.app_runs import assert_accounting
 
 GAME = "GuessTheNumber-v0"  # 1 to 20, 10 guesses; "[n]" is a guess
 TOKENIZER = build_byte_tokenizer()

@@ -5,46 +5,21 @@ import math
 import pytest
 import torch
 
-from forge_async.generation.config import GeneratorConfig
-from forge_async.generation.platform import resolve_platform
 from forge_async.generation.adapter_slot import AdapterSlot
-from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.config import LoraConfig
 from forge_async.models.peft import zero_adapter
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.losses.grpo import token_logprobs
+from tests.support.vllm_engine import MAX_TOKENS, params, perturbed, run_to_end, start_llm
 
 PROMPT = [11, 3, 1, 4, 13]
 STEPS_BEFORE_SWAP = 4
-MAX_TOKENS = 10
 LORA = LoraConfig(rank=4)
 # abort_resume: swap after RESUME_AT of RESUME_MAX tokens; prompt + prefix fill a 32-token block,
 # which the prefix cache would serve again were it not reset
 RESUME_AT = 30
 RESUME_MAX = 40
-
-
-def start_llm(checkpoint, swap_mode: str = "inflight", cpu_weights: str = "plain", **options):
-    """The generator's engine, built in this test process the way a generator proc builds it.
-    Its environment is set only while it starts: procs spawned later inherit this process's
-    (vLLM pinning pytest's threads to a core, or dynamo off in a trainer)."""
-    platform = resolve_platform(GeneratorConfig(cpu_weights=cpu_weights), on_gpu=torch.cuda.is_available())
-    with pytest.MonkeyPatch.context() as env, plain_cpu_weights(platform.plain_weights):
-        env.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        for key, value in platform.env().items():
-            env.setenv(key, value)
-        from vllm import LLM
-
-        return LLM(
-            model=str(checkpoint.path),
-            dtype="float32",
-            max_model_len=checkpoint.shape.max_seq_len,
-            kv_cache_memory_bytes=2**28,
-            **platform.llm_kwargs(),
-            **VersionedEngine.llm_kwargs(swap_mode),
-            **options,
-        )
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +45,6 @@ def resume_llm(tiny_checkpoint):
     return start_llm(tiny_checkpoint, "abort_resume", block_size=32)
 
 
-def params(**options):
-    """Sampling for MAX_TOKENS tokens (EOS ignored unless `options` say otherwise)."""
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    options = {"max_tokens": MAX_TOKENS, "ignore_eos": True} | options
-    return SamplingParams(logprobs=0, output_kind=RequestOutputKind.DELTA, detokenize=False, **options)
-
-
 def titan_logprobs(checkpoint, hf_state_dict, sequence: list[int]) -> list[float]:
     model = build_titan_model(checkpoint.shape)
     model.load_state_dict(state_dict_adapter(checkpoint.shape).from_hf(hf_state_dict))
@@ -89,11 +55,6 @@ def titan_logprobs(checkpoint, hf_state_dict, sequence: list[int]) -> list[float
 
 def zeros_like(state_dict):
     return {name: torch.zeros_like(t) for name, t in state_dict.items()}
-
-
-def run_to_end(engine: VersionedEngine) -> None:
-    while engine.has_work:
-        engine.step()
 
 
 @pytest.mark.parametrize("grouped", [False, True], ids=["3 requests", "1 request of 3 samples"])
@@ -130,11 +91,6 @@ def test_inflight_swap_tags_each_token_with_the_weights_that_sampled_it(llm, tin
 def packed_llm(tiny_checkpoint):
     """An engine with vLLM's oneDNN-packed linear layers (generator.cpu_weights=packed)."""
     return start_llm(tiny_checkpoint, cpu_weights="packed")
-
-
-def perturbed(state_dict, seed: int):
-    generator = torch.Generator().manual_seed(seed)
-    return {name: t + 0.05 * torch.randn(t.shape, generator=generator) for name, t in state_dict.items()}
 
 
 @pytest.mark.parametrize("cpu_weights", ["plain", "packed"])

@@ -5,22 +5,17 @@ import math
 
 import pytest
 import torch
-import transformers
 
-from conftest import fixed_sequences, spawn_generator, spawn_trainer
 from forge_async.generation.config import SamplingConfig
-from forge_async.data.episode import Completion, Episode
+from forge_async.data.episode import Completion
 from forge_async.handles import meshes
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.weights import store
-
-TOLERANCE = 1e-4
-
-
-def max_diff(a: list[list[float]], b: list[list[float]]) -> float:
-    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
+from tests.support.digits import fixed_sequences
+from tests.support.meshes import spawn_generator, spawn_trainer
+from tests.support.parity import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
 
 
 @pytest.fixture(scope="module")
@@ -32,54 +27,6 @@ def trainer(tiny_checkpoint, weight_store):
 
 # bfloat16 on both sides: measured max |difference| 1.9e-3 - 3.4e-3 on the tiny models (docs/benchmarks.md).
 BF16_TOLERANCE = 1e-2
-
-
-def sampled_parity(generator, trainer) -> float:
-    """Max |generator logprob - trainer logprob| over freshly sampled tokens."""
-    groups = generator.generate.call_one(
-        [[11, 3, 1, 4, 13], [11, 9, 2, 6, 13]], SamplingConfig(max_tokens=6), n=4
-    ).get()
-    completions = [c for group in groups for c in group]
-    scored = trainer.sequence_logprobs.call_one(
-        [c.prompt_ids + c.token_ids for c in completions]
-    ).get()
-    return max_diff(
-        [c.logprobs for c in completions],
-        [s[len(c.prompt_ids) - 1 :] for c, s in zip(completions, scored)],
-    )
-
-
-def toy_episodes(generator) -> list[Episode]:
-    groups = generator.generate.call_one(
-        [[11, 5, 2, 8, 13]], SamplingConfig(max_tokens=4), n=8
-    ).get()
-    return [
-        Episode(c, reward=float(i % 2), advantage=1.0 if i % 2 else -1.0)
-        for i, c in enumerate(groups[0])
-    ]
-
-
-def assert_parity_across_one_step(generator, trainer, tolerance: float = TOLERANCE) -> list[list[float]]:
-    """The generator and the trainer agree at v0 and, after one step synced through the store,
-    at v1 (which differs from v0). Returns the generator's v0 logprobs of `fixed_sequences()`."""
-    sequences = fixed_sequences()
-    # v0: the generator and the trainer agree on sampled tokens and on fixed sequences.
-    assert generator.get_version.call_one().get() == 0
-    assert sampled_parity(generator, trainer) < tolerance
-    v0 = generator.score.call_one(sequences).get()
-    assert max_diff(v0, trainer.sequence_logprobs.call_one(sequences).get()) < tolerance
-
-    # One optimizer step -> v1 pushed -> generator loads v1: parity again, and v1 != v0.
-    metrics = trainer.train_step.call_one(toy_episodes(generator)).get()
-    assert metrics["version"] == 1
-    assert trainer.push_weights.call_one().get().version == 1
-    assert generator.load_version.call_one(1).get()["version"] == 1
-    assert generator.get_version.call_one().get() == 1
-    v1 = generator.score.call_one(sequences).get()
-    assert max_diff(v1, trainer.sequence_logprobs.call_one(sequences).get()) < tolerance
-    assert sampled_parity(generator, trainer) < tolerance
-    assert max_diff(v0, v1) > 1e-3
-    return v0
 
 
 def test_weight_round_trip(generator, trainer, tiny_checkpoint):
@@ -131,18 +78,6 @@ def test_parity_of_other_families_before_and_after_a_weight_sync(checkpoint_fixt
     finally:
         asyncio.run(meshes.stop_all(trainer_procs, generator_procs))
         asyncio.run(store.delete_versions_before(10**9))
-
-
-def fp32_logprobs(checkpoint, sequences: list[list[int]]) -> list[list[float]]:
-    """transformers' fp32 logprobs of each token after the first."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(checkpoint.path), dtype=torch.float32)
-    scores = []
-    with torch.no_grad():
-        for seq in sequences:
-            tokens = torch.tensor([seq])
-            log_probs = torch.log_softmax(model(tokens).logits[0, :-1], dim=-1)
-            scores.append(log_probs.gather(-1, tokens[0, 1:, None]).squeeze(-1).tolist())
-    return scores
 
 
 def test_bfloat16_parity_before_and_after_a_weight_sync(tiny_checkpoint, weight_store):
