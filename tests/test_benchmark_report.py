@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import report
-from benchmarks.results import BenchmarkResult, Table, read_result
+from benchmarks.harness import report
+from benchmarks.harness.results import BENCHMARKS, BenchmarkResult, Table, read_result
 
 
 def test_the_smoke_set_runs_each_benchmark_and_renders_the_report(tmp_path):
@@ -19,8 +19,9 @@ def test_the_smoke_set_runs_each_benchmark_and_renders_the_report(tmp_path):
     for name in report.SMOKE:
         result = read_result(tmp_path / "results" / f"{name}.0.json")
         assert result.benchmark == name and result.figures, name
-        assert f"(`benchmarks/{name}.py`)" in page and result.command in page
-        assert f".venv/bin/python -m benchmarks.{name} " in result.command and "--json" not in result.command
+        assert f"(`{report.path_of(name)}`)" in page and result.command in page
+        assert f".venv/bin/python -m {report.module_of(name)} " in result.command and "--json" not in result.command
+        assert result.box["commit"] and result.box["cores"], name
         for i, series in enumerate(result.series):
             png = tmp_path / "figures" / f"{name}_{i}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
@@ -63,17 +64,34 @@ def test_a_malformed_result_names_its_file_and_what_is_wrong(tmp_path):
         read_result(path)
 
 
-LIBRARIES = {"__init__", "report", "results", "proc_cpu", "trl_grpo"}  # modules of benchmarks/ that are not benchmarks
+KINDS = {"harness", "components", "pipeline", "learning", "cluster", "model"}
+NOT_BENCHMARKS = {"__init__", "trl_grpo"}  # trl_grpo: the TRL side that benchmarks.pipeline.vs_trl runs
+
+
+def benchmark_scripts() -> dict[str, Path]:
+    return {
+        path.stem: path for path in BENCHMARKS.glob("*/*.py")
+        if path.parent.name != "harness" and path.stem not in NOT_BENCHMARKS
+    }
+
+
+def test_benchmarks_sit_in_their_kind_and_import_each_other_only_through_the_harness():
+    assert {path.name for path in BENCHMARKS.iterdir() if path.is_dir() and path.name != "__pycache__"} <= KINDS | {"results"}
+    assert [path.name for path in BENCHMARKS.glob("*.py")] == ["__init__.py"]
+    for path in BENCHMARKS.glob("*/*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+                assert node.module.startswith("benchmarks.harness"), f"{path}: imports {node.module}"
 
 
 def test_the_full_set_runs_every_benchmark_and_each_writes_the_result_shape():
-    """Every script of benchmarks/ is in --full, and each takes --json and builds a BenchmarkResult
+    """Every benchmark is in --full, and each takes --json and builds a BenchmarkResult
     (read from the source: running them all is the report's job, hours long)."""
-    scripts = {p.stem for p in Path(report.__file__).parent.glob("*.py")} - LIBRARIES
-    assert {report.script_of(name) for name in report.FULL} == scripts
-    for name in scripts:
+    scripts = benchmark_scripts()
+    assert {report.script_of(name) for name in report.FULL} == scripts.keys()
+    for name, path in scripts.items():
         calls = {
-            node.func.id for node in ast.walk(ast.parse((Path(report.__file__).parent / f"{name}.py").read_text()))
+            node.func.id for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         }
         assert {"add_json_argument", "BenchmarkResult"} <= calls, name

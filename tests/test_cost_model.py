@@ -1,4 +1,4 @@
-"""benchmarks/cost_model.py: the cost model behaves as derived (pure arithmetic, no runs)."""
+"""benchmarks/model/cost_model.py: the cost model behaves as derived (pure arithmetic, no runs)."""
 
 import itertools
 import json
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.cost_model import (
+from benchmarks.model.cost_model import (
     Inputs,
     aligned,
     batch_s,

@@ -1,5 +1,5 @@
 """The Learner (forge_async/learning/learner.py) trains with nothing but torch and TorchTitan: no Monarch,
-vLLM or torchstore. benchmarks/gpu_trainer.py depends on it to measure the trainer on a GPU
+vLLM or torchstore. benchmarks/components/gpu_trainer.py depends on it to measure the trainer on a GPU
 machine that has torch and not the rest of the stack; this runs that benchmark at toy sizes
 on CPU with those packages made unimportable."""
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.results import read_result
+from benchmarks.harness.results import read_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,8 +17,8 @@ RUN_WITHOUT_THEM = f"""
 import runpy, sys
 for name in {BLOCKED!r}:
     sys.modules[name] = None  # `import name` now raises ImportError
-sys.argv = ["gpu_trainer"] + sys.argv[1:]
-runpy.run_module("benchmarks.gpu_trainer", run_name="__main__")
+sys.argv = ["benchmarks/components/gpu_trainer.py"] + sys.argv[1:]
+runpy.run_module("benchmarks.components.gpu_trainer", run_name="__main__")
 """
 
 

@@ -297,7 +297,7 @@ class GRPOConfig(RunConfig):
         help=(
             "the task's own reward, and a KL penalty to the initial policy, computed in the trainer "
             "([scoring.md](scoring.md#reference-kl)), that keeps every seed exploring "
-            "([benchmarks.md](benchmarks.md#learning-reliability-benchmarkslearning_reliabilitypy)); "
+            "([benchmarks.md](benchmarks.md#learning-reliability-benchmarkslearninglearning_reliabilitypy)); "
             "`grpo_gpu` and `grpo_long` take the reward alone; `scorers=[{kind:reward}]` drops the "
             "penalty"
         ),

@@ -111,7 +111,7 @@ class GeneratorConfig:
             "ms at 3.4M parameters, 12 against 64 ms at 26M; decode is as fast either way up to a few "
             "million parameters and 1.3-1.6x faster packed at 26M: for a larger model on CPU with long "
             "completions, `packed` "
-            "([benchmarks.md](benchmarks.md#generation-pause-per-weight-swap-benchmarksswap_pausepy)). If "
+            "([benchmarks.md](benchmarks.md#generation-pause-per-weight-swap-benchmarkscomponentsswap_pausepy)). If "
             "vLLM's CPU kernels for the dtype pack the layers anyway, the generator logs a warning and "
             "reloads layer by layer"
         ),

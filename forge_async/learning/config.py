@@ -19,7 +19,7 @@ class TrainerConfig:
         help=(
             "FSDP2 ranks (procs); gloo on CPU, nccl on GPU. One float32 rank trains the plain TorchTitan "
             "module: FSDP2 over one rank shards nothing and its hooks cost ~20% of a CPU step "
-            "([benchmarks.md](benchmarks.md#pipeline-how-busy-both-sides-are-benchmarkspipelinepy)); bf16 "
+            "([benchmarks.md](benchmarks.md#pipeline-how-busy-both-sides-are-benchmarkspipelinepipelinepy)); bf16 "
             "or more ranks go under FSDP2"
         ),
         accepts=">= 1",
@@ -45,7 +45,7 @@ class TrainerConfig:
             "token budget (rows x padded length) of one forward/backward. The step splits its batch into "
             "micro-batches of similar-length sequences (longest first) and accumulates gradients: the "
             "same update as one forward, with the peak memory of one micro-batch "
-            "([benchmarks.md](benchmarks.md#trainer-memory-benchmarkstrainer_memorypy)). A row of "
+            "([benchmarks.md](benchmarks.md#trainer-memory-benchmarkscomponentstrainer_memorypy)). A row of "
             "responses that share a prompt (`trainer.share_prompts`) longer than the budget is cut into "
             "rows that each keep the prompt; a single sequence longer than the budget is a micro-batch of "
             "its own. null = the whole batch at once"
@@ -62,7 +62,7 @@ class TrainerConfig:
             "prompt's row only while the prompt's linear-layer FLOPs it saves exceed the attention FLOPs "
             "the longer masked row adds (long responses behind a short prompt keep rows of their own). "
             "The CPU default's trainer step: ~40 -> ~19 ms "
-            "([benchmarks.md](benchmarks.md#pipeline-how-busy-both-sides-are-benchmarkspipelinepy)). "
+            "([benchmarks.md](benchmarks.md#pipeline-how-busy-both-sides-are-benchmarkspipelinepipelinepy)). "
             "false: one row per sequence, plain causal attention"
         ),
     )
@@ -72,7 +72,7 @@ class TrainerConfig:
             "recompute activations in the backward instead of keeping them (TorchTitan's `FullAC` / "
             "`SelectiveAC` per transformer block). On one H100: `selective` is slower than `full` in "
             "eager mode (its per-op dispatch mode costs CPU) and as fast compiled, and keeps more "
-            "([benchmarks.md](benchmarks.md#the-trainer-on-one-gpu-benchmarksgpu_trainerpy))"
+            "([benchmarks.md](benchmarks.md#the-trainer-on-one-gpu-benchmarkscomponentsgpu_trainerpy))"
         ),
     )
     lr_schedule: LrSchedule = key(
@@ -95,7 +95,7 @@ class TrainerConfig:
             "where the decay ends, as a fraction of `lr`. The CPU default keeps `lr` for 200 steps, then "
             "decays to lr/10 over the last 200 of its 400: with a constant lr, late runs forgot answers "
             "they had "
-            "([benchmarks.md](benchmarks.md#learning-reliability-benchmarkslearning_reliabilitypy))"
+            "([benchmarks.md](benchmarks.md#learning-reliability-benchmarkslearninglearning_reliabilitypy))"
         ),
         accepts="in [0, 1]",
     )
@@ -119,7 +119,7 @@ class TrainerConfig:
             "Qwen3-0.6B's shape: 1.5x the eager step, the first step ~30 s longer; batches of new shapes "
             "recompile over the first steps, then shapes are dynamic (on CPU, toy model: 6 graphs over 8 "
             "differently shaped batches) "
-            "([benchmarks.md](benchmarks.md#the-trainer-on-one-gpu-benchmarksgpu_trainerpy))"
+            "([benchmarks.md](benchmarks.md#the-trainer-on-one-gpu-benchmarkscomponentsgpu_trainerpy))"
         ),
     )
     expert_parallel: int = key(

@@ -5,7 +5,7 @@ The plain way, log_softmax over every response token of a micro-batch in fp32, m
 [tokens, vocabulary] fp32 tensors: with Qwen3's 151,936-token vocabulary, 12,000 response
 tokens take 7.3 GB each, and the forward (the fp32 copy, the log-softmax, the entropy's
 terms) and the backward (the gradient of each) hold several at once: most of a GPU
-trainer's peak memory (docs/benchmarks.md, the trainer on one GPU). Here the forward keeps
+trainer's peak memory (benchmarks/components/gpu_trainer.py). Here the forward keeps
 only each token's log-probability and entropy, and the backward recomputes each slice's
 softmax to form its gradient, written straight into the logits' gradient. The math is the
 plain way's; only the order of the work differs.

@@ -58,7 +58,7 @@ class PlacementConfig:
             "usual priority). On shared cores the generator's import of vLLM is the critical path of "
             "start-up and the others wait for it anyway: on the 2-core box the first step came 0.65-1.25 "
             "s sooner, steady-state steps/s unchanged "
-            "([benchmarks.md](benchmarks.md#start-up-and-teardown-benchmarksstartuppy)). 0 = all procs "
+            "([benchmarks.md](benchmarks.md#start-up-and-teardown-benchmarkspipelinestartuppy)). 0 = all procs "
             "alike"
         ),
         accepts="0-19",

@@ -1,7 +1,7 @@
 """The run's procs: where each role runs, and the first set spawned before anything heavy.
 
-A proc spends most of its start-up importing vLLM or TorchTitan (figures:
-docs/benchmarks.md, start-up). Spawned first thing, with those imports in the proc's bootstrap, the
+A proc spends most of its start-up importing vLLM or TorchTitan
+(benchmarks/pipeline/startup.py times the phases). Spawned first thing, with those imports in the proc's bootstrap, the
 procs import while the controller imports its own (torch, TorchTitan,
 transformers) and builds the tiny checkpoint; the actors spawned on them later
 find their modules loaded. This module therefore imports nothing heavy itself.
@@ -71,7 +71,7 @@ def import_at_niceness(nice: int) -> None:
 
     Linux keeps a niceness per thread: the threads Monarch runs the actor on were started
     before the bootstrap and keep theirs, so the proc's work after start-up is not affected.
-    The effect on the first step is measured in docs/benchmarks.md, start-up.
+    benchmarks/pipeline/startup.py measures the effect on the first step.
     """
     os.nice(nice)
 
@@ -80,9 +80,9 @@ def sleep_between_copies() -> None:
     """A `prepare` step for the weight sender and relays: OpenMP threads sleep as soon as a
     parallel region ends (OMP_WAIT_POLICY=PASSIVE, read when torch loads OpenMP) rather than spin
     for milliseconds. Their only parallel work is one copy of a version now and then, and on a
-    host with idle cores the spin after each costs more CPU than the copy (two processes
-    passing the tiny model's version over a gloo pair every 40 ms on a 2-core box: 6.5 ms of
-    the receiver's CPU a version, 1.5 ms without the spin). A user's own setting is kept."""
+    host with idle cores the spin after each costs more CPU than the copy (the sender's and
+    the relays' CPU a step: benchmarks/cluster/cross_host_pipeline.py). A user's own setting
+    is kept."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -1,9 +1,9 @@
 """Frequent calls answered on one long-lived port per handle, not a new port per call.
 
 Monarch's `call_one` and `call` open a reply port for every call, and the proc that
-answers keeps ~0.4 KB of native memory per port it has answered, for good
-(`benchmarks/soak.py`; docs/benchmarks.md, "Memory over a long run"). At tens of calls
-a second that is megabytes an hour in every role. The calls made every step (the
+answers keeps native memory for every port it has answered, for good
+(`benchmarks/components/reply_ports.py`: the growth per call; `benchmarks/pipeline/soak.py`:
+over a long run). At tens of calls a second that grows by the hour in every role. The calls made every step (the
 buffer's add and sample, a generator's generate, the trainer's step, and a relay's or
 generator's load from torchstore) therefore go
 out with `broadcast`, carrying the caller's one `ReplyPort` and a request id; the

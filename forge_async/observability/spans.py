@@ -2,10 +2,10 @@
 
 Each process keeps one Tracer: `with TRACER.span(FORWARD):` records the span's
 name (a constant of observability/span_names.py), lane, start and end (wall-clock
-ns, the one clock every process and node shares) in a bounded in-memory ring, at
-about a microsecond per span. The ring keeps the newest MAX_SPANS spans of the
-process in flat arrays, 20 bytes a span (4 MB when full; a span as a Python tuple
-would take ~150): over a long run it fills, and then stays that size (docs/metrics.md,
+ns, the one clock every process and node shares) in a bounded in-memory ring, for
+two clock reads and an append per span. The ring keeps the newest MAX_SPANS spans of
+the process in flat arrays, 20 bytes a span (a span as a Python tuple would take
+several times that): over a long run it fills, and then stays that size (docs/metrics.md,
 timeline). At the end of the run the controller collects every actor's spans (the `trace_spans` endpoint of ProcActor)
 and writes them as Chrome trace events: one track (process) per actor, one row
 (thread) per lane. Perfetto and chrome://tracing open the file; `python -m

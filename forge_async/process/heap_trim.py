@@ -3,7 +3,7 @@
 A long run frees and allocates the same sizes millions of times (tensors of each step,
 messages of each call); glibc keeps freed chunks in its heaps for reuse, and their
 pages stay resident even when nothing reuses them. In the trainer that free space grew
-by ~60 MB in five minutes of the default run (benchmarks.md, memory over a long run).
+step after step (benchmarks/pipeline/soak.py: each proc's resident set over a long run).
 `malloc_trim(0)` returns every whole free page inside the heaps; a daemon thread in each
 process calls it every TRIM_EVERY_S seconds (a few milliseconds each time, under glibc's
 own locks). Elsewhere than glibc (musl, macOS) there is nothing to do.

@@ -16,7 +16,7 @@ _DEFAULTS = {
     # OpenMP threads sleep when they run out of work instead of spinning for it. The generator,
     # the trainer and the controller share the host's cores; a spinning worker of vLLM's CPU
     # kernels takes CPU from the trainer between each of its many small parallel regions
-    # (docs/benchmarks.md, pipeline). Read when libgomp loads.
+    # (benchmarks/pipeline/pipeline.py: the cores each proc uses). Read when libgomp loads.
     "OMP_WAIT_POLICY": "PASSIVE",
     "VLLM_LOGGING_LEVEL": "WARNING",
     # How often Monarch looks for dead procs (its default, 10s, is how long a crash goes
@@ -26,9 +26,9 @@ _DEFAULTS = {
     # stopped (its default, 1m, is how long a dead node goes unnoticed).
     "HYPERACTOR_MESH_GET_PROC_STATE_MAX_IDLE": "15s",
     # Monarch 0.6 casts a call to a mesh through its tree of comm actors by default, and the
-    # callee's proc keeps ~1 KB of native memory per call so delivered, for good (a run's procs
-    # grew by GBs a day: docs/benchmarks.md, memory over a long run). Sent point to point to
-    # each actor (up to this many actors: every mesh of this project), a call leaves ~0.15 KB.
+    # callee's proc keeps native memory for every call so delivered, for good (a run's procs
+    # grew without bound: benchmarks/pipeline/soak.py). Sent point to point to each actor (up
+    # to this many actors: every mesh of this project), a call leaves a fraction of that.
     "HYPERACTOR_MESH_V1_CAST_POINT_TO_POINT_THRESHOLD": "1024",
     # torchstore sets this on import (large tensors in one message) and prints that it did.
     "HYPERACTOR_CODEC_MAX_FRAME_LENGTH": str(2**40),

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 class WeightPublisher:
     def __init__(self, weights: WeightsConfig, page_lock: bool = True):
         """`page_lock`: copy GPU tensors into shared memory registered with CUDA (see `_page_lock`);
-        False copies into pageable memory (benchmarks/gpu_trainer.py compares the two)."""
+        False copies into pageable memory (benchmarks/components/gpu_trainer.py compares the two)."""
         self.default_targets = (weights.transport,)
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.channel_dir else None
         self._page_locked: dict[int, torch.Tensor] = {}  # slot -> its mapping, registered with CUDA
@@ -71,8 +71,8 @@ class WeightPublisher:
 
     def _page_lock(self, slot: int, mapping: torch.Tensor) -> bool:
         """Register a slot's mapping with CUDA once (page-locked), so that GPU tensors are copied
-        into it by DMA: into pageable memory a GPU copy goes through a staging buffer (1.11 GiB
-        took 137-200 ms pageable, 40-53 ms page-locked on an H100 host: docs/benchmarks.md).
+        into it by DMA: into pageable memory a GPU copy goes through a staging buffer, several
+        times slower (benchmarks/components/gpu_trainer.py times the publish both ways).
         False, with a warning, where CUDA refuses (the copies then run as before)."""
         held = self._page_locked.get(slot)
         if held is not None and held.data_ptr() == mapping.data_ptr():

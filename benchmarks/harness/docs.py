@@ -1,0 +1,84 @@
+"""The figures of docs/benchmarks.md rendered from stored result files, never typed.
+
+    .venv/bin/python -m benchmarks.harness.docs            # rewrite every generated block
+    .venv/bin/python -m benchmarks.harness.docs --check    # exit 1 where a block differs from its file
+
+A generated block sits between two marker comments, the first naming its result file:
+
+    <!-- generated from benchmarks/results/cost_model.json by python -m benchmarks.harness.docs -->
+    ...
+    <!-- end of generated -->
+
+and holds what that file states: the command, the commit and box it ran on, its headline
+figures and its tables. A result is stored by the benchmark's own `--json
+benchmarks/results/NAME.json` (the shape of benchmarks/harness/results.py);
+tests/test_benchmark_docs.py checks that every block matches its file.
+"""
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from benchmarks.harness.markdown import format_value, markdown_table
+from benchmarks.harness.results import BenchmarkResult, read_result
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = REPO / "docs" / "benchmarks.md"
+BLOCK = re.compile(
+    r"(?P<start><!-- generated from (?P<file>\S+) by python -m benchmarks\.harness\.docs -->\n)"
+    r"(?P<body>.*?)(?P<end><!-- end of generated -->)",
+    re.DOTALL,
+)
+BOX_KEYS = ("cpu", "cores", "memory", "gpu")
+
+
+def render_result(result: BenchmarkResult) -> str:
+    """A result as Markdown: where it comes from, its figures, its tables."""
+    box = result.box
+    where = ", ".join(f"{key} {box[key]}" for key in BOX_KEYS if key in box)
+    parts = [
+        f"```bash\n{result.command}\n```",
+        f"Commit {box.get('commit', 'unknown')}; {where or 'box unknown'}.",
+    ]
+    if result.figures:
+        rows = [[figure.name, format_value(figure.value, figure.unit)] for figure in result.figures]
+        parts.append(markdown_table(["figure", "value"], rows))
+    for table in result.tables:
+        parts.append(f"**{table.title}**\n\n" + markdown_table(table.columns, table.rows))
+    return "\n\n".join(parts) + "\n"
+
+
+def render(doc: str, repo: Path = REPO) -> str:
+    """`doc` with every generated block rendered again from its result file."""
+    def block(match: re.Match) -> str:
+        result = read_result(repo / match["file"])
+        return match["start"] + render_result(result) + match["end"]
+
+    return BLOCK.sub(block, doc)
+
+
+def stale_blocks(doc: str, repo: Path = REPO) -> list[str]:
+    """The result files whose block in `doc` differs from what they render."""
+    fresh = {m["file"]: m["body"] for m in BLOCK.finditer(render(doc, repo))}
+    return [m["file"] for m in BLOCK.finditer(doc) if m["body"] != fresh[m["file"]]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
+    parser.add_argument("--doc", type=Path, default=DOC)
+    args = parser.parse_args(argv)
+    doc = args.doc.read_text()
+    if args.check:
+        stale = stale_blocks(doc)
+        for file in stale:
+            print(f"{args.doc}: the block of {file} differs from the file: python -m benchmarks.harness.docs")
+        return 1 if stale else 0
+    args.doc.write_text(render(doc))
+    print(f"{args.doc}: {len(BLOCK.findall(doc))} generated blocks rendered")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""Benchmark results as Markdown: a figure's value with its unit, a table."""
+
+
+def format_value(value: float, unit: str) -> str:
+    if unit == "fraction":
+        return f"{value:+.1%}"
+    number = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{number} {unit}".rstrip()
+
+
+def markdown_table(columns: list[str], rows: list[list]) -> str:
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
