@@ -71,8 +71,8 @@ class Learner:
         """The policy from `spec`'s checkpoint, sharded over torch.distributed's ranks, and its optimizer."""
         from forge_async.models.titan import build_titan_model, state_dict_adapter
 
-        self.checkpoint = checkpoint = Checkpoint.open(spec.checkpoint_path)
-        self.config = config = spec.config
+        self.checkpoint = Checkpoint.open(spec.checkpoint_path)
+        self.config = spec.config
         self.pad_id = spec.pad_id
         self.loss = spec.loss
         self.importance = spec.importance
@@ -83,14 +83,14 @@ class Learner:
         self.device_type = device_type()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.version = 0
-        shape = checkpoint.shape
+        config, shape = self.config, self.checkpoint.shape
         self.moe = shape.moe is not None
         self.adapter = state_dict_adapter(shape)
         model = build_titan_model(
             shape, seed=INIT_SEED if self.lora else None, lora=self.lora,
             expert_parallel=config.expert_parallel > 1,
         )
-        weights = self.adapter.from_hf(checkpoint.load_hf_state_dict())
+        weights = self.adapter.from_hf(self.checkpoint.load_hf_state_dict())
         self._load_base(model, weights)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = self._parallelize(model)
