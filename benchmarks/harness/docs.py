@@ -53,7 +53,7 @@ def render(doc: str, repo: Path = REPO) -> str:
     """`doc` with every generated block rendered again from its result file."""
     def block(match: re.Match) -> str:
         result = read_result(repo / match["file"])
-        return match["start"] + render_result(result) + match["end"]
+        return match["start"] + render_result(result) + "\n" + match["end"]  # a blank line ends the table
 
     return BLOCK.sub(block, doc)
 

@@ -1,0 +1,36 @@
+"""docs/benchmarks.md: its generated blocks state what their stored result files hold
+(benchmarks/harness/docs.py), so a figure there is never typed by hand."""
+
+from benchmarks.harness import docs
+from benchmarks.harness.results import BenchmarkResult, Table
+
+
+def test_every_generated_block_of_the_benchmarks_page_matches_its_result_file():
+    page = docs.DOC.read_text()
+    assert docs.BLOCK.search(page), "no generated block on the page"
+    assert docs.stale_blocks(page) == [], "python -m benchmarks.harness.docs"
+    for match in docs.BLOCK.finditer(page):
+        assert match["file"].startswith("benchmarks/results/"), match["file"]
+
+
+def test_a_block_renders_its_command_box_figures_and_tables_and_a_changed_file_makes_it_stale(tmp_path):
+    result = BenchmarkResult("x", "X", ".venv/bin/python -m benchmarks.components.x --n 3",
+                             box={"commit": "abc1234", "cores": "2 usable of 2", "gpu": "none"})
+    result.figure("speed", 12.5, "steps/s")
+    result.tables.append(Table("Runs", ["run", "steps/s"], [[1, 12.5]]))
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    result.write(tmp_path / "benchmarks" / "results" / "x.json")
+    marker = "<!-- generated from benchmarks/results/x.json by python -m benchmarks.harness.docs -->\n"
+    page = f"# X\n\n{marker}typed by hand\n<!-- end of generated -->\n\nprose\n"
+
+    rendered = docs.render(page, tmp_path)
+    assert docs.stale_blocks(page, tmp_path) == ["benchmarks/results/x.json"]
+    assert docs.stale_blocks(rendered, tmp_path) == []
+    assert rendered.startswith(f"# X\n\n{marker}```bash\n.venv/bin/python -m benchmarks.components.x --n 3\n```")
+    assert "Commit abc1234; cores 2 usable of 2, gpu none." in rendered
+    assert "| speed | 12.5 steps/s |" in rendered and "**Runs**" in rendered and "| 1 | 12.5 |" in rendered
+    assert "typed by hand" not in rendered and rendered.endswith("<!-- end of generated -->\n\nprose\n")
+
+    result.figures[0].value = 13.0
+    result.write(tmp_path / "benchmarks" / "results" / "x.json")
+    assert docs.stale_blocks(rendered, tmp_path) == ["benchmarks/results/x.json"]
