@@ -24,10 +24,10 @@ The worker:
   `__main__` in the child (a user's script without a main guard would run again), and
   `fork` copies a process that has threads and the Monarch runtime. Popen is fork+exec.
 - is one per process, shared under a lock, rather than one per thread: `asyncio.to_thread`'s
-  pool has up to 32 threads, and a worker holds sympy (~60 MB); a check takes about a
-  millisecond, so threads queueing for it cost little. A thread's deadline starts when it
+  pool has up to 32 threads, and a worker holds all of sympy in memory; a check is short,
+  so threads queueing for it cost little. A thread's deadline starts when it
   has the worker, so a pathological check ahead of it does not eat its time.
-- starts on first use (a quarter of a second: it imports math-verify), not on import.
+- starts on first use (it imports math-verify), not on import.
 - does not outlive the controller: it is killed at exit (atexit); when idle it exits as
   soon as the controller's end of its pipe closes, however the controller ended; and in a
   check it kills itself (SIGALRM, default action) a few seconds past the check's deadline,

@@ -32,7 +32,7 @@ class AgentEndpoint:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        # vLLM's request schema validates what agents send (imported once, on first use: ~4 s).
+        # vLLM's request schema validates what agents send (imported once, on first use: seconds).
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
         self._schema = ChatCompletionRequest

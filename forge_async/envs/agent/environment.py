@@ -58,8 +58,8 @@ class AgentEpisodes:
         return AgentEnvironment(self)
 
     async def prepare_process(self) -> None:
-        """This process's endpoint up before the first episode (its start, ~4 s, would otherwise
-        count against that episode's env.timeout_s)."""
+        """This process's endpoint up before the first episode (its start takes seconds and would
+        otherwise count against that episode's env.timeout_s)."""
         await shared_endpoint(self.config)
 
     @cached_property

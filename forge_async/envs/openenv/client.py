@@ -44,7 +44,7 @@ from forge_async.envs.runner import EpisodeDropped
 from forge_async.tasks.task import Prompt
 
 # openenv.core imports OpenEnv's optional Gradio web UI (off unless ENABLE_WEB_INTERFACE) with the
-# rest: ~2 s of CPU in every process that imports it, each server worker included (the repo's
+# rest: seconds of CPU in every process that imports it, each server worker included (the repo's
 # servers import this package first). Marked missing, it is left out: OpenEnv catches the
 # ModuleNotFoundError.
 sys.modules.setdefault("gradio", None)
