@@ -1,15 +1,17 @@
 """One command for the benchmark report: run a set of benchmarks, write one Markdown page.
 
-    .venv/bin/python -m benchmarks.harness.report                      # the quick set, a few minutes
-    .venv/bin/python -m benchmarks.harness.report --repeats 3          # ... three times: each figure's spread
+    .venv/bin/python -m benchmarks.harness.report              # the quick set, a few minutes
+    .venv/bin/python -m benchmarks.harness.report --repeats 3  # ... three times: each figure's spread
     .venv/bin/python -m benchmarks.harness.report --full --out /tmp/report
 
-Each benchmark runs as its own command (`python -m benchmarks.NAME ... --json FILE`) and writes
-its results in the shape of benchmarks/harness/results.py; this script reads those files, never printed
-text. DIR (default `benchmark-report/`) receives `report.md` (the box, the commit, and per
-benchmark its command, headline figures with their spread over the repeats, tables and plots),
-`report.json` (the same, for machines), `figures/*.png`, `results/*.json` and each run's output
-in `logs/`. A figure whose spread over the repeats exceeds 10% of its mean says so.
+Each benchmark runs as its own command (`python -m benchmarks.KIND.NAME ... --json FILE`) and
+writes its results in the shape of benchmarks/harness/results.py; this script reads those files,
+never printed text. DIR (default `benchmark-report/`) receives `report.md` (the box, the commit,
+and per benchmark its command, headline figures with their spread over the repeats, tables and
+plots), `report.json` (the same, for machines), `figures/*.png`, `results/*.json` and each run's
+output in `logs/`. A figure whose spread over the repeats exceeds 10% of its mean says so. The
+figures docs/benchmarks.md states come from single results kept in benchmarks/results/
+(benchmarks/harness/docs.py).
 """
 
 import argparse
