@@ -1,8 +1,12 @@
 """docs/benchmarks.md: its generated blocks state what their stored result files hold
 (benchmarks/harness/docs.py), so a figure there is never typed by hand."""
 
+import re
+
 from benchmarks.harness import docs
 from benchmarks.harness.results import BenchmarkResult, Table
+
+COMMAND = re.compile(r"python -m (benchmarks(?:\.[a-z_]+)+)")  # not a placeholder (KIND.NAME)
 
 
 def test_every_generated_block_of_the_benchmarks_page_matches_its_result_file():
@@ -34,3 +38,12 @@ def test_a_block_renders_its_command_box_figures_and_tables_and_a_changed_file_m
     result.figures[0].value = 13.0
     result.write(tmp_path / "benchmarks" / "results" / "x.json")
     assert docs.stale_blocks(rendered, tmp_path) == ["benchmarks/results/x.json"]
+
+
+def test_every_benchmark_command_in_the_docs_names_a_module_that_exists():
+    repo = docs.REPO
+    texts = [repo / "README.md", *(repo / "docs").rglob("*.md"), *(repo / "benchmarks").rglob("*.py")]
+    commands = {(path.relative_to(repo), m[1]) for path in texts for m in COMMAND.finditer(path.read_text())}
+    assert commands
+    missing = [(str(path), module) for path, module in commands if not (repo / (module.replace(".", "/") + ".py")).exists()]
+    assert missing == []
