@@ -37,10 +37,8 @@ def render_result(result: BenchmarkResult) -> str:
     """A result as Markdown: where it comes from, its figures, its tables."""
     box = result.box
     where = ", ".join(f"{key} {box[key]}" for key in BOX_KEYS if key in box)
-    parts = [
-        f"```bash\n{result.command}\n```",
-        f"Commit {box.get('commit', 'unknown')}; {where or 'box unknown'}.",
-    ]
+    origin = f"Commit {box['commit']}; {where}." if box else "Commit and box not recorded (a result written before they were)."
+    parts = [f"```bash\n{result.command}\n```", origin]
     if result.figures:
         rows = [[figure.name, format_value(figure.value, figure.unit)] for figure in result.figures]
         parts.append(markdown_table(["figure", "value"], rows))
