@@ -14,12 +14,13 @@ class TeacherConfig:
     path: str | None = key(
         None,
         help=(
-            "A Hugging Face checkpoint sharing the student's tokenizer (e.g. RUN_DIR/final_model of an "
-            "apps.grpo run); null = train one first: GRPO from a fresh tiny model into RUN_DIR/teacher/."
+            "a Hugging Face checkpoint sharing the student's tokenizer (e.g. RUN_DIR/final_model of an "
+            "apps.grpo run); null = train one first: GRPO from a fresh tiny model into RUN_DIR/teacher/"
         ),
+        accepts="a directory, or null",
     )
-    coef: float = key(1.0, help="per-token advantage = coef * (log pi_teacher - log pi_student)")
-    grpo_steps: int = key(250, help="with path null: the teacher's GRPO steps")
+    coef: float = key(1.0, help="per-token advantage = coef * (log pi_teacher - log pi_student)", accepts="> 0")
+    grpo_steps: int = key(250, help="with path null: the teacher's GRPO steps", accepts=">= 1")
     seed: int = key(0, help="with path null: the teacher's tiny-model seed (the student's is model.tiny.seed)")
 
     def __post_init__(self) -> None:

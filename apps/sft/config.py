@@ -18,8 +18,10 @@ from forge_async.tasks.config import MULTI_TURN_TASKS
 
 @dataclass
 class SFTConfig(RunConfig):
-    steps: int = key(100, help="optimizer steps", resumable=True)
-    prompts_per_step: int = key(32, help="the batch: demonstrations (prompt + answer) per optimizer step")
+    steps: int = key(100, help="optimizer steps", accepts=">= 1", resumable=True)
+    prompts_per_step: int = key(
+        32, help="the batch: demonstrations (prompt + answer) per optimizer step", accepts=">= 1"
+    )
     # seed: the demonstrations' draw. sampling.max_tokens: the completion budget (evaluations
     # generate up to it; a longer demonstration fails the run, or is skipped with
     # task.skip_bad_rows); the rest of sampling, evaluations'. generator: evaluations' generator(s).

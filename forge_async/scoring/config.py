@@ -31,44 +31,45 @@ class ScorerConfig:
         ),
     )
     name: str | None = key(
-        None,
-        help="The scorer's name in metrics (reward/<name>) and errors; null: the function's name, or the kind.",
+        None, help="the scorer's name in metrics (`reward/<name>`) and errors; null: the function's name, or the kind"
     )
     fn: str | None = key(
         None,
-        help="reward: \"module:function\" (sync or async; see docs/scoring.md); null = the task's own reward.",
+        help="`reward`: `module:function`, sync or async ([scoring.md](scoring.md)); null = the task's own reward",
+        accepts="`module:function`, or null",
     )
-    batched: bool = key(
-        False,
-        help="reward: fn takes lists (prompts, completions) and returns a list of rewards",
+    batched: bool = key(False, help="`reward`: `fn` takes lists (prompts, completions) and returns a list of rewards")
+    weight: float = key(
+        1.0, help="`reward`: the reward is the sum of weight * score over the reward scorers", accepts="a finite number"
     )
-    weight: float = key(1.0, help="reward: reward = sum of weight * score over reward scorers")
     coef: float = key(
         1.0,
         help=(
-            "reference_kl: beta of the k3 KL penalty in the loss; teacher: scale of the per-token "
-            "advantage log pi_teacher - log pi_student."
+            "`reference_kl`: beta of the k3 KL penalty in the loss; `teacher`: the scale of the per-token "
+            "advantage log pi_teacher - log pi_student"
         ),
+        accepts="> 0",
     )
     path: str | None = key(
         None,
         help=(
-            "reference_kl / teacher: a Hugging Face checkpoint directory (same tokenizer as the policy); "
-            "null = the run's initial policy (reference_kl only)."
+            "`reference_kl`, `teacher`: a Hugging Face checkpoint directory (the policy's tokenizer); "
+            "null = the run's initial policy (`reference_kl` only)"
         ),
+        accepts="a directory, or null",
     )
     runs_on: Literal["proc", "trainer"] = key(
         "proc",
         help=(
-            "reference_kl: proc = on a proc of its own, beside the trainer; trainer = a frozen copy "
-            "inside the trainer (sharded like the policy), one forward more per step, no proc to spawn or "
-            "feed."
+            "`reference_kl`: `proc`, on a proc of its own beside the trainer; `trainer`, a frozen copy "
+            "inside the trainer (sharded like the policy), one forward more per step, no proc to spawn or feed"
         ),
     )
-    threads: int = key(1, help="torch threads of a model scorer's proc (CPU)")
+    threads: int = key(1, help="torch threads of a model scorer's proc (CPU)", accepts=">= 1")
     gpu: int | None = key(
         None,
         help="the GPU of node 0 a model scorer runs on; null = CUDA_VISIBLE_DEVICES as set",
+        accepts=">= 0, or null",
     )
 
     def check(self, index: int) -> None:
