@@ -128,6 +128,7 @@ class ScoringConfig:
 
 
 def default_scorers() -> list[ScorerConfig]:
+    """The task's own reward, alone (a composed run's; apps.grpo's default adds a reference KL)."""
     return [ScorerConfig()]
 
 
