@@ -60,7 +60,7 @@ class GeneratorConfig:
     )
     cpu_threads_bind: str = key(
         "0",
-        help="vLLM's OpenMP binding on CPU",
+        help="vLLM's OpenMP threads on CPU; `\"0\"`: on core 0, the other cores left to the trainer",
         accepts="cores (`\"0\"`, `\"0-3\"`), `auto`, `nobind`",
     )
     gpu_memory_utilization: float = key(
