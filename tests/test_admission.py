@@ -5,8 +5,25 @@ import asyncio
 import pytest
 
 from forge_async.rollout.admission import AdmissionControl
+from forge_async.rollout.types import Choice
 
 B = 4  # samples per training batch
+
+
+class At:
+    """A router whose one generator samples with `version` (a number, or a function read at each check)."""
+
+    def __init__(self, version):
+        self.version = version
+
+    def choose(self) -> Choice:
+        return Choice(None, self.version() if callable(self.version) else self.version)
+
+
+async def admitted(gate: AdmissionControl, n: int, version=0, unit: int | None = None) -> int:
+    """The samples `gate` admits of `n`, from a generator at `version`."""
+    samples, _ = await gate.admit(n, At(version), unit)
+    return samples
 
 
 def run(coro):
@@ -17,11 +34,11 @@ def run(coro):
 def test_bound_is_max_age_plus_one_batches_when_the_trainer_waits(max_age, fits_while_idle):
     async def scenario():
         gate = AdmissionControl(batch_size=B, max_policy_age=max_age)
-        admitted = 0
+        calls = 0
         while gate.fits(B, generator_version=0):
-            assert await gate.admit(B, lambda: 0)
-            admitted += 1
-        return admitted
+            assert await admitted(gate, B)
+            calls += 1
+        return calls
 
     assert run(scenario()) == fits_while_idle
 
@@ -39,11 +56,35 @@ def test_a_running_step_counts_as_one_version_of_lag():
 def test_weights_recent_enough_for_a_call_regardless_of_the_queue():
     """What routing asks before passing a generator over: its lag alone, not the room left."""
     gate = AdmissionControl(batch_size=B, max_policy_age=1)
-    run(gate.admit(2 * B, lambda: 0))  # the queue is full for now
+    run(admitted(gate, 2 * B))  # the queue is full for now
     assert not gate.fits(B, generator_version=0) and gate.recent_enough(B, generator_version=0)
     run(gate.step_finished(version=2))  # weights at version 0 are now too old for any call
     assert not gate.recent_enough(1, generator_version=0) and gate.recent_enough(1, generator_version=1)
     assert not gate.recent_enough(B + 1, generator_version=1)  # a call past one batch lags one more
+
+
+def test_a_call_goes_to_the_choice_it_was_admitted_by():
+    """The router is asked anew at every check; the choice returned is the one that fitted."""
+
+    class Alternating:
+        def __init__(self):
+            self.choices = 0
+
+        def choose(self) -> Choice:
+            self.choices += 1
+            return Choice(self.choices, version=0 if self.choices % 2 else 1)  # odd: too old
+
+    async def scenario():
+        gate = AdmissionControl(batch_size=B, max_policy_age=0)
+        await gate.step_finished(version=1)
+        router = Alternating()
+        waiting = asyncio.create_task(gate.admit(B, router))
+        await asyncio.sleep(0.01)
+        assert not waiting.done() and router.choices == 1
+        await gate.weights_moved()
+        return await waiting
+
+    assert run(scenario()) == (B, Choice(2, 1))
 
 
 def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
@@ -56,7 +97,7 @@ def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
 
         async def producer():
             while True:
-                if not await gate.admit(B, lambda: generator_version):
+                if not await admitted(gate, B, lambda: generator_version):
                     return
                 queue.extend([generator_version] * B)  # samples tagged with their version
                 produced.append(B)
@@ -91,8 +132,8 @@ def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
 def test_close_releases_waiting_producers():
     async def scenario():
         gate = AdmissionControl(batch_size=B, max_policy_age=0)
-        assert await gate.admit(B, lambda: 0)
-        waiting = asyncio.create_task(gate.admit(B, lambda: 0))
+        assert await admitted(gate, B)
+        waiting = asyncio.create_task(admitted(gate, B))
         await asyncio.sleep(0.01)
         assert not waiting.done()
         await gate.close()
@@ -108,11 +149,11 @@ def test_with_a_unit_admits_the_groups_that_fit_beside_what_is_queued():
 
     async def scenario():
         gate = AdmissionControl(batch_size=batch, max_policy_age=0)
-        assert await gate.admit(batch, lambda: 0) == batch
+        assert await admitted(gate, batch) == batch
         await gate.generated(batch)
         await gate.dropped(batch - 3 * group)  # all but 3 groups dropped for zero variance
-        whole = asyncio.create_task(gate.admit(batch, lambda: 0))  # without a unit: waits
-        partial = await gate.admit(batch, lambda: 0, unit=group)
+        whole = asyncio.create_task(admitted(gate, batch))  # without a unit: waits
+        partial = await admitted(gate, batch, unit=group)
         await asyncio.sleep(0.01)
         assert not whole.done()
         await gate.close()

@@ -10,6 +10,7 @@ from forge_async.data.episode import Completion
 from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.models.tokenizer import build_digit_tokenizer
+from forge_async.rollout.multi_turn import WorkerEpisodes
 from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.tasks.task import Prompt
 
@@ -82,3 +83,23 @@ def test_a_slow_environment_holds_the_others_no_longer_than_the_wait():
     # one's steps, which go out on their own.
     assert sizes == [8, 7, 7, 1, 1], sizes
     assert all(c.turns == TURNS for c in completions)
+
+
+def test_a_worker_keeps_one_turn_batcher_per_generator():
+    """A rollout worker's multi-turn groups on one generator share a TurnBatcher, kept (rollout/multi_turn.py)."""
+
+    class Generator:
+        def __init__(self, index: int):
+            self.index, self.generate = index, Calls()
+
+    class Runner:
+        turn_batch_wait_s = MAX_WAIT_S
+
+    class Rollouts:
+        runner = Runner()
+
+    worker = WorkerEpisodes(Rollouts())
+    first, second = Generator(0), Generator(1)
+    batcher = worker.batcher(first)
+    assert worker.batcher(first) is batcher and worker.batcher(second) is not batcher
+    assert batcher.generate is first.generate

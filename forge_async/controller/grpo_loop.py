@@ -11,7 +11,7 @@ Stages, what each consumes and produces, and what it waits for:
 - admit (rollout/admission.py): a worker's next call of samples; waits until they can be trained
   within max_policy_age of the version its generator samples with; unblocked by a step
   (batch taken, new version), a version reaching that generator, or drops.
-- generate (handles/generators.py): prompts -> completions, each token tagged with its
+- generate (handles/generators/generator.py): prompts -> completions, each token tagged with its
   version; a lost call is made again on the respawned generator.
 - score (scoring/tier.py): completions -> episodes with rewards and advantages.
 - buffer.add / sample (handles/buffer.py): the replay buffer drops what is too old for the
@@ -35,7 +35,6 @@ control). `run` returns the RunRecord that summary.json is written from.
 
 import asyncio
 import time
-from functools import partial
 
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
@@ -43,7 +42,6 @@ from forge_async.controller.config import GRPOConfig
 from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
 from forge_async.evaluation.schedule import EvaluationSchedule
-from forge_async.handles.generators import GeneratorCalls
 from forge_async.handles.returning_nodes import taking_back_nodes
 from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
@@ -137,13 +135,12 @@ class GRPOLoop(TrainingLoop):
     async def _rollout_worker(self, index: int, stop: asyncio.Event) -> None:
         """Rollout worker `index`, its calls routed over the generators as `rollout_routing` says."""
         shape, group = self.rollouts.shape, self.config.group_size
-        routing = WorkerRouting(
+        router = WorkerRouting(
             self.handles.generators, index, self.config.rollout_routing, shape.samples_per_call(group),
-            self.delivery.generator_version, partial(self.admission.recent_enough, shape.least_admitted(group)),
-            self.rollouts.producer,
+            self.delivery, self.admission, shape.least_admitted(group),
         )
         await run_worker(
-            routing, shape, group, self.handles.buffer, self.admission, stop,
+            router, self.rollouts.for_worker(), shape, group, self.handles.buffer, self.admission, stop,
             lane=f"rollout worker {index}",
         )
 
@@ -208,9 +205,7 @@ class GRPOLoop(TrainingLoop):
     async def _produce_on(self, call: int, prompts: int):
         """Sync mode's call `call`, on generator call % count, or on a stand-in once that one is lost."""
         generators = self.handles.generators
-        return await generators.on_live(
-            call % generators.count, lambda generator: self.rollouts.produce(GeneratorCalls(generators, generator), prompts)
-        )
+        return await generators.on_live(call % generators.count, lambda generator: self.rollouts.produce(generator, prompts))
 
     # One step, for both loops
 
@@ -235,7 +230,7 @@ class GRPOLoop(TrainingLoop):
 
     def _figures(self, result: StepResult, buffer: BufferStats) -> PipelineFigures:
         generators = self.handles.generators
-        busy_s = sum(clock.busy_s for clock in generators.generating)
+        busy_s = generators.busy_s()
         return PipelineFigures(
             version=self.record.version,
             trained=self.record.trained,

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from forge_async.evaluation.evaluator import Evaluator
-from forge_async.handles.generators import GeneratorCalls, GeneratorLost, GeneratorPool
+from forge_async.handles.generators import GeneratorLost, GeneratorPool
 from forge_async.observability.metrics import MetricsLog, measured_nothing
 from forge_async.controller.record import RunRecord
 from forge_async.observability.span_names import EVALUATE
@@ -52,7 +52,7 @@ class EvaluationSchedule:
         self.record.evaluations += 1
         try:
             with TRACER.span(EVALUATE, LANE):
-                row = await self.evaluator.evaluate(GeneratorCalls(self.generators, index), self.delivery.pinned(index))
+                row = await self.evaluator.evaluate(self.generators[index].generate, self.delivery.pinned(index))
         except GeneratorLost:
             print(f"evaluation at step {self.record.step} abandoned: generator {index} is lost", flush=True)
             return

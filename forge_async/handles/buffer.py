@@ -5,30 +5,24 @@ buffer is lost, the episodes it held are counted (`buffer_lost`) in the new
 buffer's counters and the run's accounting still adds up.
 """
 
-import asyncio
-from collections.abc import Awaitable, Callable
-
 from forge_async.data.buffer import BufferStats, DropCounts, NotStarted
 from forge_async.data.episode import Episode
-from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.mesh.supervision import stop_quietly, supervised
+from forge_async.handles.handle import RoleHandle
+from forge_async.handles.procs_file import ProcsFile
+from forge_async.mesh.supervision import stop_quietly
 from forge_async.mesh.roles import REPLAY_BUFFER
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort
 
 
-class BufferHandle:
+class BufferHandle(RoleHandle):
     def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
-        self.spawner = spawner
-        self.procs_file = procs_file
-        self.procs = None  # until start()
+        super().__init__(spawner, procs_file, REPLAY_BUFFER)
         self._counters = {"added": 0, "sampled": 0, "dropped": {}, "not_started": {}, "kept_zero_variance": 0}
-        self._replacing = asyncio.Lock()
         self._replies = ReplyPort()  # add and sample, every step: answered on one port
 
-    async def start(self) -> None:
-        self.procs, self.actor = await self.spawner.replay_buffer()
-        self.procs_file.record(REPLAY_BUFFER, await self.actor.where.call_one())
+    async def _spawn(self) -> tuple:
+        return await self.spawner.replay_buffer()
 
     async def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> None:
         """Episodes into the buffer, with the samples lost on their way to it, by reason."""
@@ -69,21 +63,10 @@ class BufferHandle:
     async def trace_spans(self) -> list:
         return await self.actor.trace_spans.call_one()
 
-    async def stop(self) -> None:
-        if self.procs_file.reachable(REPLAY_BUFFER):
-            await stop_quietly(self.procs)
-
-    async def _call(self, call: Callable[[], Awaitable]):
-        actor = self.actor
-
-        async def failed(err: Exception) -> None:
-            nonlocal actor
-            async with self._replacing:  # once per failure, however many callers saw it
-                if self.actor is actor:
-                    await self._replace()
-            actor = self.actor
-
-        return await supervised(call, failed)
+    async def _failed(self, err: Exception, called) -> None:
+        async with self._respawning:  # once per failure, however many callers saw it
+            if self.actor is called:
+                await self._replace()
 
     async def _replace(self) -> None:
         c = self._counters
@@ -91,7 +74,7 @@ class BufferHandle:
         dropped = dict(c["dropped"])
         dropped["buffer_lost"] = dropped.get("buffer_lost", 0) + held
         print(
-            f"replay buffer ({located(self.procs_file.where[str(REPLAY_BUFFER)])}) failed; respawning it, "
+            f"replay buffer ({self.located()}) failed; respawning it, "
             f"{held} episodes it held are lost (counted as buffer_lost)",
             flush=True,
         )

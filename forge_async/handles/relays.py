@@ -19,13 +19,66 @@ import re
 from monarch.actor import Channel
 
 from forge_async.handles.generators import GeneratorFailed
-from forge_async.handles.procs_file import ProcsFile, located
-from forge_async.mesh.supervision import STOP_TIMEOUT_S, stop_quietly, supervised, within
+from forge_async.handles.handle import RoleHandle
+from forge_async.handles.procs_file import ProcsFile
+from forge_async.mesh.supervision import STOP_TIMEOUT_S, within
 from forge_async.mesh import roles
-from forge_async.mesh.roles import Role
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort, answered
 from forge_async.weights.outcomes import LinkFailed, LoadOutcome, Loaded, ReceiverLost, Sent
+
+
+class _ServingGenerators(RoleHandle):
+    """The weight sender or a weight relay: if its proc dies, the generators it serves would
+    never get another version (GeneratorFailed)."""
+
+    async def _failed(self, err: Exception, called) -> None:
+        raise GeneratorFailed(f"the {self.role.kind.value.replace('_', ' ')} ({self.located()}) failed: {err}") from None
+
+
+class WeightSender(_ServingGenerators):
+    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
+        super().__init__(spawner, procs_file, roles.WEIGHT_SENDER)
+
+    async def _spawn(self) -> tuple:
+        return await self.spawner.weight_sender()
+
+    async def rendezvous(self):
+        return await self.actor.rendezvous.call_one()
+
+    async def open_pair(self, node: int, attempt: int, reports) -> LinkFailed | None:
+        return await self._call(lambda: self.actor.open_pair.call_one(node, attempt, reports))
+
+    async def reported(self, report: asyncio.Future) -> Sent | LinkFailed:
+        """`report`, awaited while the sender's proc is watched (a dead sender reports nothing)."""
+        return await self._call(lambda: answered(report, alive=self.actor.where))
+
+
+class WeightRelay(_ServingGenerators):
+    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile, node: int):
+        super().__init__(spawner, procs_file, roles.weight_relay(node))
+        self.node = node
+        self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (mesh/reply_port.py)
+
+    async def _spawn(self) -> tuple:
+        return await self.spawner.weight_relay(self.node)
+
+    async def join(self, point, timeout_s: float) -> None:
+        await self.actor.join.call_one(point, timeout_s)
+
+    async def load_version(self, version: int) -> LoadOutcome:
+        """torchstore: `version` loaded into its node's channel."""
+        return await self._call(lambda: self._replies.call_one(self.actor.load_version, version, alive=self.actor.where))
+
+    async def open_pair(self, attempt: int) -> LinkFailed | None:
+        return await self._call(lambda: self.actor.open_pair.call_one(attempt))
+
+    async def remove_channel(self) -> None:
+        """Its node keeps its shared-memory channel until told to remove it."""
+        try:
+            await within(self.actor.remove_channel.call_one(), STOP_TIMEOUT_S)
+        except Exception:
+            pass
 
 
 class WeightRelays:
@@ -34,14 +87,11 @@ class WeightRelays:
         self.procs_file = procs_file
         self.nodes = nodes  # relay j serves node nodes[j]
         self.gloo = bool(nodes) and spawner.config.weights.cross_host == "gloo"
-        self._procs: list = [None] * len(nodes)
-        self._relays: list = [None] * len(nodes)
-        self._sender = None
-        self._sender_procs = None
+        self._relays = [WeightRelay(spawner, procs_file, node) for node in nodes]
+        self._sender = WeightSender(spawner, procs_file) if self.gloo else None
         self._point = None  # the sender's rendezvous, where relays join
         self._attempts = [0] * len(nodes)  # pairs opened for relay j
         self._paired = [False] * len(nodes)
-        self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (mesh/reply_port.py)
         self._reports = None  # gloo: the port the sender reports each version's arrival to
         self._reader: asyncio.Task | None = None
         self._arrived: list[Sent | LinkFailed | None] = [None] * len(nodes)  # the newest report of relay j's pair
@@ -49,9 +99,8 @@ class WeightRelays:
 
     async def start(self) -> None:
         if self.gloo:
-            self._sender_procs, self._sender = await self.spawner.weight_sender()
-            self.procs_file.record(roles.WEIGHT_SENDER, await self._sender.where.call_one())
-            self._point = await self._sender.rendezvous.call_one()
+            await self._sender.start()
+            self._point = await self._sender.rendezvous()
             self._reports, receiver = Channel.open()
             self._reader = asyncio.create_task(self._read_reports(receiver))
         await asyncio.gather(*(self.spawn(j) for j in range(len(self.nodes))))
@@ -59,12 +108,10 @@ class WeightRelays:
     async def spawn(self, index: int) -> None:
         """Relay `index` on its node, joined to the sender's rendezvous (gloo); again when its
         node comes back after it was lost (handles/returning_nodes.py)."""
-        node = self.nodes[index]
-        self._procs[index], relay = await self.spawner.weight_relay(node)
-        self._relays[index] = relay
-        self.procs_file.record(roles.weight_relay(node), await relay.where.call_one())
+        relay = self._relays[index]
+        await relay.start()
         if self.gloo:
-            await relay.join.call_one(self._point, self.spawner.config.weights.link_timeout_s)
+            await relay.join(self._point, self.spawner.config.weights.link_timeout_s)
             self._paired[index] = False  # a new relay: a new pair
 
     async def load_version(self, index: int, version: int) -> LoadOutcome:
@@ -74,18 +121,17 @@ class WeightRelays:
         try:
             return await self._load_version(index, version)
         except GeneratorFailed:
-            role = roles.weight_relay(self.nodes[index])
-            if self.procs_file.reachable(role):
+            relay = self._relays[index]
+            if self.procs_file.reachable(relay.role):
                 raise
-            return ReceiverLost(f"the weight relay ({located(self.procs_file.where[str(role)])}) is lost with its node")
+            return ReceiverLost(f"the weight relay ({relay.located()}) is lost with its node")
 
     async def _load_version(self, index: int, version: int) -> LoadOutcome:
         if not self.gloo:
-            relay = self._relays[index]
-            return await self._call(roles.weight_relay(self.nodes[index]), lambda: self._replies.call_one(relay.load_version, version, alive=relay.where))
+            return await self._relays[index].load_version(version)
         if not self._paired[index] and (failed := await self._open_pair(index)) is not None:
             return self._link_error(index, failed.why)
-        report = await self._call(roles.WEIGHT_SENDER, lambda: self._arrival(index, version))
+        report = await self._arrival(index, version)
         if isinstance(report, LinkFailed):  # the relay's end of the pair ends with it; a dead relay shows at the next open
             self._paired[index] = False
             return self._link_error(index, report.why)
@@ -100,7 +146,7 @@ class WeightRelays:
         future = asyncio.get_running_loop().create_future()
         self._waiting[index] = (version, future)
         try:
-            return await answered(future, alive=self._sender.where)
+            return await self._sender.reported(future)
         finally:
             self._waiting[index] = None
 
@@ -121,37 +167,24 @@ class WeightRelays:
         self._arrived[index] = None
         node, attempt = self.nodes[index], self._attempts[index]
         opened = await asyncio.gather(
-            self._call(roles.WEIGHT_SENDER, lambda: self._sender.open_pair.call_one(node, attempt, self._reports)),
-            self._call(roles.weight_relay(node), lambda: self._relays[index].open_pair.call_one(attempt)),
+            self._sender.open_pair(node, attempt, self._reports),
+            self._relays[index].open_pair(attempt),
         )
         failures = [o for o in opened if o is not None]
         self._paired[index] = not failures
         return failures[0] if failures else None
 
     def _link_error(self, index: int, error: str) -> LinkFailed:
-        where = located(self.procs_file.where[str(roles.weight_relay(self.nodes[index]))])
+        where = self._relays[index].located()
         return LinkFailed(f"a version to the weight relay ({where}) did not arrive: {gloo_reason(error)}")
-
-    async def _call(self, role: Role, call):
-        async def failed(err: Exception) -> None:
-            raise GeneratorFailed(f"the {role.kind.value.replace('_', ' ')} ({located(self.procs_file.where[str(role)])}) failed: {err}") from None
-
-        return await supervised(call, failed)
 
     async def stop(self) -> None:
         """Each reachable relay removes its node's channel, then every relay proc (and the sender's) stops."""
         if self._reader is not None:
             self._reader.cancel()
-        reachable = [j for j, node in enumerate(self.nodes) if self.procs_file.reachable(roles.weight_relay(node))]
-        await asyncio.gather(*(self._remove_channel(j) for j in reachable))
-        await asyncio.gather(*(stop_quietly(self._procs[j]) for j in reachable), stop_quietly(self._sender_procs))
-
-    async def _remove_channel(self, index: int) -> None:
-        """A relay's node keeps its shared-memory channel until told to remove it."""
-        try:
-            await within(self._relays[index].remove_channel.call_one(), STOP_TIMEOUT_S)
-        except Exception:
-            pass
+        reachable = [relay for relay in self._relays if self.procs_file.reachable(relay.role)]
+        await asyncio.gather(*(relay.remove_channel() for relay in reachable))
+        await asyncio.gather(*(relay.stop() for relay in reachable), *([self._sender.stop()] if self._sender else []))
 
 
 def _answers(report: Sent | LinkFailed, version: int) -> bool:

@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 from forge_async.data.episode import Episode
 from forge_async.errors import TrainerFailed
 from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult
+from forge_async.handles.handle import RoleHandle
 from forge_async.handles.procs_file import ProcsFile, Where, located
-from forge_async.mesh.supervision import failure_cause, stop_quietly, supervised
+from forge_async.mesh.supervision import T, failure_cause
 from forge_async.mesh.roles import TRAINER
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort
@@ -23,17 +24,21 @@ _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
 _TRAINER_PROC = re.compile(r"\btrainer-(\d+)<")
 
 
-class TrainerHandle:
+class TrainerHandle(RoleHandle):
     def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
-        self.spawner = spawner
-        self.procs_file = procs_file
-        self.procs = None  # until start()
+        super().__init__(spawner, procs_file, TRAINER)
         self._replies = ReplyPort()  # the step, every step: answered on one port
 
-    async def start(self) -> None:
-        self.procs, self.actor = await self.spawner.trainer()
-        self.where: list[Where] = list((await self.actor.where.call()).values())
-        self.procs_file.record(TRAINER, self.where)
+    async def _spawn(self) -> tuple:
+        return await self.spawner.trainer()
+
+    async def _where(self) -> list[Where]:
+        return list((await self.actor.where.call()).values())
+
+    @property
+    def where(self) -> list[Where]:
+        """Where each rank runs, by rank."""
+        return self.procs_file.where[str(TRAINER)]
 
     async def train_and_push(self, batch: list[Episode], targets: tuple[str, ...]) -> StepResult:
         """One optimizer step on `batch`, then the new weights published to `targets`."""
@@ -44,7 +49,7 @@ class TrainerHandle:
 
     async def state_bytes(self) -> int:
         """Bytes of the model and optimizer state over all ranks: about what a checkpoint's shards weigh."""
-        per_rank = await supervised(lambda: self.actor.state_bytes.call(), self._failed)
+        per_rank = await super()._call(lambda: self.actor.state_bytes.call())
         return sum(per_rank.values())
 
     async def save_state(self, directory: str) -> StateSaved | SaveFailed:
@@ -66,14 +71,11 @@ class TrainerHandle:
         spans = await self.actor.trace_spans.call()
         return {f"trainer rank {rank}": s for rank, s in enumerate(spans.values())}
 
-    async def stop(self) -> None:
-        if self.procs_file.reachable(TRAINER):
-            await stop_quietly(self.procs)
+    async def _call(self, call: Callable[[], Awaitable[dict[int, T]]]) -> T:
+        """`call()` on every rank: rank 0's result."""
+        return (await super()._call(call)).get(0)
 
-    async def _call(self, call: Callable[[], Awaitable]):
-        return (await supervised(call, self._failed)).get(0)
-
-    async def _failed(self, err: Exception) -> None:
+    async def _failed(self, err: Exception, called) -> None:
         raise TrainerFailed(self._name_failure(err)) from None
 
     def _name_failure(self, err: Exception) -> str:

@@ -18,6 +18,8 @@ net; with admission control on they should not happen.
 import asyncio
 import time
 
+from forge_async.rollout.types import Choice, Router
+
 
 class AdmissionControl:
     def __init__(self, batch_size: int, max_policy_age: int, enabled: bool = True):
@@ -54,28 +56,32 @@ class AdmissionControl:
             n -= unit
         return max(n, 0)
 
-    async def admit(self, n: int, generator_version, unit: int | None = None) -> int:
-        """Wait until n samples from a generator at `generator_version()` fit, count them, return n.
+    async def admit(self, n: int, router: Router, unit: int | None = None) -> tuple[int, Choice | None]:
+        """Wait until n samples fit, count them; returns n and the generator they go to.
 
-        With `unit` (a group's samples): wait until one unit fits, then admit as many units
-        as fit, up to n. Needed when groups may be dropped on arrival (filter.*): a full
-        request might never fit beside the few samples left queued. Returns 0, admitting
+        A call is judged by the version of the generator it will go to, and which one that is
+        can change while it waits (another finishes its work, one receives new weights): so
+        `router` chooses anew at every check, and the choice the call was admitted by is
+        returned. With `unit` (a group's samples): wait until one unit fits, then admit as many
+        units as fit, up to n. Needed when groups may be dropped on arrival (filter.*): a full
+        request might never fit beside the few samples left queued. Returns (0, None), admitting
         nothing, once the run is closing.
         """
         unit = unit or n
         start = time.perf_counter()
         async with self._changed:
-            if self.enabled:
-                await self._changed.wait_for(
-                    lambda: self.closed or self._largest_fit(n, unit, generator_version()) > 0
-                )
+            while not self.closed:
+                choice = router.choose()
+                admitted = self._largest_fit(n, unit, choice.version) if self.enabled else n
+                if admitted:
+                    break
+                await self._changed.wait()
             if self.closed:
-                return 0
-            admitted = self._largest_fit(n, unit, generator_version()) if self.enabled else n
+                return 0, None
             self.queued += admitted
             self.in_flight += admitted
         self.paused_s += time.perf_counter() - start
-        return admitted
+        return admitted, choice
 
     async def close(self) -> None:
         async with self._changed:

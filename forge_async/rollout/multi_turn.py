@@ -13,7 +13,6 @@ import asyncio
 import statistics
 import time
 from collections import Counter
-from functools import partial
 
 from forge_async.data.buffer import DropCounts, NotStarted
 from forge_async.data.episode import Completion, Episode
@@ -21,7 +20,7 @@ from forge_async.tasks.task import Prompt
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
 from forge_async.rollout.single_turn import Rollouts
 from forge_async.rollout.turn_batcher import TurnBatcher
-from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
+from forge_async.rollout.types import Dropped, Generator, Producer, WorkerShape
 
 
 class EpisodeRollouts(Rollouts):
@@ -36,14 +35,13 @@ class EpisodeRollouts(Rollouts):
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []
 
-    def producer(self, generate: Generate) -> Produce:
-        """What a rollout worker calls for each group admitted: one TurnBatcher for all of them,
-        so the turns of the worker's groups go out together."""
-        return partial(self._play_groups, TurnBatcher(generate, self.runner.turn_batch_wait_s))
+    def for_worker(self) -> Producer:
+        """What one rollout worker produces with: its groups' turns on one generator go out together."""
+        return WorkerEpisodes(self)
 
-    async def produce(self, generate: Generate, num_prompts: int) -> tuple[list[Episode], Dropped]:
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
         """`num_prompts` groups played at once, scored, with the samples dropped on the way by reason."""
-        return await self._play_groups(TurnBatcher(generate, self.runner.turn_batch_wait_s), num_prompts)
+        return await self._play_groups(TurnBatcher(generator.generate, self.runner.turn_batch_wait_s), num_prompts)
 
     async def _play_groups(self, generate_one: TurnBatcher, num_prompts: int) -> tuple[list[Episode], Dropped]:
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
@@ -99,6 +97,23 @@ class EpisodeRollouts(Rollouts):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.ended = Counter(state["ended"])
+
+
+class WorkerEpisodes:
+    """A rollout worker's groups, one admitted at a time: the turns of those on one generator go
+    out together (one TurnBatcher per generator, kept for the worker's life)."""
+
+    def __init__(self, rollouts: EpisodeRollouts):
+        self.rollouts = rollouts
+        self._batchers: dict[Generator, TurnBatcher] = {}
+
+    def batcher(self, generator: Generator) -> TurnBatcher:
+        if generator not in self._batchers:
+            self._batchers[generator] = TurnBatcher(generator.generate, self.rollouts.runner.turn_batch_wait_s)
+        return self._batchers[generator]
+
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
+        return await self.rollouts._play_groups(self.batcher(generator), num_prompts)
 
 
 def _buffered(dropped: Counter[str], drops: list[EpisodeDropped]) -> DropCounts:

@@ -4,18 +4,17 @@ Runs in the controller process, off the trainer's critical path: while the
 trainer steps, rollout workers (worker.py) keep their generators busy, have what
 comes back scored (forge_async/scoring/) and hand the episodes to the buffer.
 This class is also the prompt source and counters that multi-turn rollouts
-(episodes.py) build on.
+(multi_turn.py) build on.
 """
 
 import random
-from functools import partial
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.controller.progress_watch import ProgressWatch
 from forge_async.controller.config import StallConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt, Task
-from forge_async.rollout.types import Dropped, Generate, Produce, WorkerShape
+from forge_async.rollout.types import Dropped, Generator, Producer, WorkerShape
 from forge_async.scoring.tier import ScoringTier
 
 
@@ -45,14 +44,14 @@ class Rollouts:
         self.tokens = 0  # completion tokens produced
         self._next_group = 0
 
-    def producer(self, generate: Generate) -> Produce:
-        """What a rollout worker calls with the number of prompts admitted."""
-        return partial(self.produce, generate)
+    def for_worker(self) -> Producer:
+        """What one rollout worker produces with: single-turn calls need nothing of their own."""
+        return self
 
-    async def produce(self, generate: Generate, num_prompts: int) -> tuple[list[Episode], Dropped]:
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
         """One generate call, scored: its episodes, and the completions lost on the way, by reason."""
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
-        groups = await generate([p.token_ids for p in prompts], self.sampling, self.group_size)
+        groups = await generator.generate([p.token_ids for p in prompts], self.sampling, self.group_size)
         self.tokens += sum(len(c.token_ids) for group in groups for c in group)
         episodes, dropped = await self._scored(prompts, groups)
         self._watched(episodes, dropped)

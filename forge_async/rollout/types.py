@@ -1,7 +1,8 @@
-"""The seams of rollouts: what generating, producing and the worker's shape are."""
+"""The seams of rollouts: what a generator, a routing choice, a producer and the worker's shape are."""
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion, Episode
@@ -9,8 +10,35 @@ from forge_async.data.episode import Completion, Episode
 # (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
 Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list[Completion]]]]
 Dropped = dict[str, int]  # samples lost before the buffer, by reason
-# num_prompts -> their scored episodes and the samples lost on the way
-Produce = Callable[[int], Awaitable[tuple[list[Episode], Dropped]]]
+
+
+class Generator(Protocol):
+    """What rollouts ask of one generator (handles/generators/generator.py: GeneratorHandle)."""
+
+    index: int
+
+    async def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The generator a call is to go to, and the oldest version it samples with from now on."""
+
+    generator: Generator
+    version: int
+
+
+class Router(Protocol):
+    """Chooses the generator for a worker's next call (rollout/routing.py); admission judges the call by it."""
+
+    def choose(self) -> Choice: ...
+
+
+class Producer(Protocol):
+    """Plays a worker's admitted prompts on a generator: their scored episodes, and the samples lost
+    on the way by reason (rollout/single_turn.py, rollout/multi_turn.py)."""
+
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]: ...
 
 
 @dataclass(frozen=True)

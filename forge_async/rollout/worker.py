@@ -14,14 +14,14 @@ import asyncio
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.generators import GeneratorLost
-from forge_async.rollout.routing import WorkerRouting
-from forge_async.rollout.types import Produce, WorkerShape
+from forge_async.rollout.types import Choice, Producer, Router, WorkerShape
 from forge_async.observability.span_names import BUFFER_ADD, GENERATE_AND_SCORE, HELD_BACK
 from forge_async.observability.spans import TRACER
 
 
 async def run_worker(
-    routing: WorkerRouting,
+    router: Router,
+    producer: Producer,
     shape: WorkerShape,
     group_size: int,
     buffer: BufferHandle,
@@ -29,7 +29,8 @@ async def run_worker(
     stop: asyncio.Event,
     lane: str = "rollout worker",
 ) -> None:
-    """Produce into `buffer` until `stop` is set, then finish the calls in flight.
+    """Produce into `buffer` until `stop` is set, then finish the calls in flight: each call
+    admitted, on the generator `router` chooses, then played by `producer`.
 
     A call's error (no generator left, a scorer's) ends the worker."""
     size, unit = shape.samples_per_call(group_size), shape.least_admitted(group_size)
@@ -40,11 +41,10 @@ async def run_worker(
                 await _settle(pending)
                 continue
             with TRACER.span(HELD_BACK, lane):
-                admitted = await _admit(admission, size, routing.version, unit, pending)
+                admitted, choice = await _admit(admission, size, router, unit, pending)
             if not admitted:
                 break
-            produce = routing.produce_on(routing.take())
-            call = _call_into_buffer(produce, admitted, group_size, buffer, admission, lane)
+            call = _call_into_buffer(producer, choice, admitted, group_size, buffer, admission, lane)
             if shape.calls_in_flight == 1:
                 await call  # the request goes out now, not after a pass of the event loop
             else:
@@ -57,11 +57,17 @@ async def run_worker(
 
 
 async def _call_into_buffer(
-    produce: Produce, admitted: int, group_size: int, buffer: BufferHandle, admission: AdmissionControl, lane: str
+    producer: Producer,
+    choice: Choice,
+    admitted: int,
+    group_size: int,
+    buffer: BufferHandle,
+    admission: AdmissionControl,
+    lane: str,
 ) -> None:
     try:
         with TRACER.span(GENERATE_AND_SCORE, lane):
-            episodes, dropped = await produce(admitted // group_size)
+            episodes, dropped = await producer.produce(choice.generator, admitted // group_size)
     except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
         await admission.lost(admitted)
         return
@@ -74,12 +80,13 @@ async def _call_into_buffer(
 
 
 async def _admit(
-    admission: AdmissionControl, size: int, generator_version, unit: int | None, pending: set[asyncio.Task]
-) -> int:
-    """Admission for one call, raising meanwhile the error of any call in flight that fails."""
+    admission: AdmissionControl, size: int, router: Router, unit: int | None, pending: set[asyncio.Task]
+) -> tuple[int, Choice | None]:
+    """Admission for one call (its samples, and the generator it goes to), raising meanwhile the
+    error of any call in flight that fails."""
     if not pending:  # nothing to watch: admitted at once where there is room, without a pass of the loop
-        return await admission.admit(size, generator_version, unit)
-    admit = asyncio.ensure_future(admission.admit(size, generator_version, unit))
+        return await admission.admit(size, router, unit)
+    admit = asyncio.ensure_future(admission.admit(size, router, unit))
     try:
         while not admit.done():
             await _settle(pending, admit)

@@ -1,0 +1,164 @@
+"""A run's generators: spawned together, the live ones chosen from, stopped together.
+
+The controller's one view of them: the rollout workers route calls over `live` ones
+(`by_finish_time`, `stand_in`), weight delivery asks each by index (`version`,
+`hold_weights`, `load_version`), a node that comes back has its generators spawned
+again (`take_back`), and the run's figures read their paces and restarts.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from forge_async.handles.generators.failures import GeneratorLost
+from forge_async.handles.generators.generator import GeneratorHandle
+from forge_async.handles.generators.lives import GeneratorLives
+from forge_async.handles.generators.pace import by_finish_time
+from forge_async.handles.procs_file import ProcsFile
+from forge_async.handles.spawner import RoleSpawner
+from forge_async.mesh.supervision import T
+from forge_async.weights.outcomes import Loaded, ReceiverLost
+
+
+class GeneratorPool:
+    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile, count: int, max_restarts: int):
+        self.count = count
+        self.lives = GeneratorLives(count, max_restarts)
+        self._generators = [GeneratorHandle(spawner, procs_file, i, self.lives) for i in range(count)]
+        self.taken_back: list[dict] = []  # generators spawned again on a node that came back
+
+    def __getitem__(self, index: int) -> GeneratorHandle:
+        return self._generators[index]
+
+    async def start(self) -> list[float]:
+        """Every generator spawned at once; returns their engines' start times."""
+        await asyncio.gather(*(g.start() for g in self._generators))
+        return [g.engine_start_s for g in self._generators]
+
+    async def stop(self) -> None:
+        """Stop every generator that can be reached; one that left a question unanswered (hung, or
+        failed but not yet gone) is killed first where it runs on the controller's host."""
+        for generator in self._generators:
+            generator.kill_if_hung_here()
+        await asyncio.gather(*(g.stop() for g in self._generators))
+
+    # Which live, and which takes a call
+
+    def live(self) -> list[int]:
+        """The generators not lost."""
+        return self.lives.live()
+
+    def stand_in(self, index: int) -> int:
+        """Generator `index` while it lives, else the live one that takes its work."""
+        return self.lives.stand_in(index)
+
+    def by_finish_time(self, size: int) -> list[int]:
+        """The live generators, soonest first to finish `size` more samples at the pace each kept (pace.py)."""
+        return by_finish_time({i: self._generators[i].pace for i in self.lives.live_or_fail()}, size)
+
+    async def on_live(self, index: int, work: Callable[[GeneratorHandle], Awaitable[T]]) -> T:
+        """`work(generator index)`; if it is lost meanwhile, `work` again on its stand-in."""
+        while True:
+            try:
+                return await work(self._generators[index])
+            except GeneratorLost:
+                index = self.stand_in(index)
+
+    def lose(self, index: int, why: str) -> None:
+        """Generator `index` is lost (`why`): no more calls go to it; GeneratorFailed if it was the last."""
+        if index not in self.lives.lost:
+            self._generators[index].lose(why)
+
+    # Nodes
+
+    def node_of(self, index: int) -> int:
+        """The node generator `index` is placed on."""
+        return self._generators[index].node()
+
+    def on_node(self, node: int) -> list[int]:
+        """The generators placed on node `node`."""
+        return [i for i in range(self.count) if self.node_of(i) == node]
+
+    def nodes(self) -> list[int]:
+        """The node each generator runs on, as procs.json has it."""
+        return [g.procs_file.where[str(g.role)].node for g in self._generators]
+
+    async def take_back(self, index: int) -> None:
+        """Generator `index`, lost with its node, spawned again there (the node came back): calls go to it again."""
+        generator = self._generators[index]
+        await generator.start()
+        await generator.replaced()
+        self.lives.taken_back(index)
+        proc = generator.located()
+        self.taken_back.append({"generator": index, "proc": proc, "samples_before": generator.pace.returned})
+
+    # Asked by index (weight delivery, checkpoints)
+
+    async def version(self, index: int) -> int:
+        return await self._generators[index].version()
+
+    async def live_versions(self) -> list[int]:
+        """The version each generator not lost samples with now."""
+        versions = []
+        for index in self.live():
+            try:
+                versions.append(await self._generators[index].version())
+            except GeneratorLost:
+                pass
+        return versions
+
+    async def hold_weights(self, index: int, hold: bool) -> int:
+        return await self._generators[index].hold_weights(hold)
+
+    async def load_version(self, index: int, version: int) -> Loaded | ReceiverLost:
+        return await self._generators[index].load_version(version)
+
+    async def set_rng_state(self, index: int, state) -> None:
+        await self._generators[index].set_rng_state(state)
+
+    # Each one's state (None from one lost, failed or hung)
+
+    async def stats(self) -> list[dict | None]:
+        return [await g.answer(lambda actor: actor.stats.call_one()) for g in self._generators]
+
+    async def rng_states(self) -> list:
+        return [await g.answer(lambda actor: actor.rng_state.call_one()) for g in self._generators]
+
+    async def trace_spans(self) -> dict[str, Awaitable]:
+        """Each generator's pending spans call, by track (the caller bounds the wait)."""
+        answering = [self._generators[i] for i in self.live() if not self._generators[i].unanswering]
+        return {f"generator {g.index}": g.actor.trace_spans.call_one() for g in answering}
+
+    # The run's figures
+
+    @property
+    def restarts(self) -> int:
+        return self.lives.restarts
+
+    @property
+    def lost_requests(self) -> int:
+        return self.lives.lost_requests
+
+    @property
+    def lost(self) -> dict[int, str]:
+        return self.lives.lost
+
+    @property
+    def losses(self) -> list[str]:
+        return self.lives.losses
+
+    @property
+    def on_replaced(self) -> Callable[[int, object], Awaitable[None]] | None:
+        return self.lives.on_replaced
+
+    @on_replaced.setter
+    def on_replaced(self, hook: Callable[[int, object], Awaitable[None]] | None) -> None:
+        self.lives.on_replaced = hook
+
+    @property
+    def returned(self) -> list[int]:
+        """Samples each generator returned, over the run."""
+        return [g.pace.returned for g in self._generators]
+
+    def busy_s(self) -> float:
+        """Seconds the generators spent with a generate call in flight, summed over them."""
+        return sum(g.pace.busy.busy_s for g in self._generators)
