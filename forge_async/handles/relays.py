@@ -8,7 +8,7 @@ the trainer publishes it and reports its arrival on one port, which `load_versio
 A relay or sender whose proc dies ends the run with a GeneratorFailed: the generators
 of the node(s) it serves would never get another version; unless the relay's node is
 gone (`load_version` returns ReceiverLost: its generators are lost with it, handles/
-generators.py, and the run goes on without them). A link that fails mid-version
+generators/, and the run goes on without them). A link that fails mid-version
 is not a proc failure: `load_version` returns LinkFailed (delivery reports it and tries
 again with a fresh pair).
 """

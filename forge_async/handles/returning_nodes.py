@@ -1,5 +1,5 @@
 """Generator nodes that come back: a node lost mid-run (its generators and weight relay
-lost with it, handles/generators.py) whose launcher is started again takes its place
+lost with it, handles/generators/) whose launcher is started again takes its place
 in the run.
 
 The node's new launcher registers a new Monarch worker at the rendezvous

@@ -2,9 +2,9 @@
 
 Monarch reports a proc that dies (a SIGKILL, an OOM kill) as a SupervisionError on
 every call to its actors. `supervised` turns that into each role's policy: the
-handle's `on_failure` either brings the role back (a respawned generator or
-buffer: the call is made again) or raises the error that ends the run, naming
-the proc.
+handle's `on_failure` (handles/handle.py: `RoleHandle._failed`) either brings the
+role back (a respawned generator or buffer: the call is made again) or raises the
+error that ends the run, naming the proc.
 """
 
 import asyncio

@@ -28,7 +28,7 @@ _RETRY_S = 1.0
 
 
 class Generators(Protocol):
-    """What delivery asks of the generators (handles/generators.py: GeneratorPool)."""
+    """What delivery asks of the generators (handles/generators/pool.py: GeneratorPool)."""
 
     count: int
     on_replaced: Callable[[int, object], Awaitable[None]] | None
