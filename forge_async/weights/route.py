@@ -12,7 +12,7 @@ or which fetches from torchstore; or the generator itself (torchstore transport)
 from dataclasses import dataclass
 from typing import Protocol
 
-from forge_async.controller.config import GRPOConfig
+from forge_async.controller.config import RunConfig
 from forge_async.weights.outcomes import LoadOutcome
 
 
@@ -44,7 +44,7 @@ class WeightRoute:
         return "torchstore" in self.push_targets
 
 
-def relay_nodes(config: GRPOConfig) -> list[int]:
+def relay_nodes(config: RunConfig) -> list[int]:
     """The generator nodes that need a weight relay: shm transport, and not the trainer's one node."""
     if config.weights.transport != "shm":
         return []
@@ -53,12 +53,12 @@ def relay_nodes(config: GRPOConfig) -> list[int]:
     return sorted({config.placement.generator_host(i) for i in range(config.generator.count)} - own)
 
 
-def uses_torchstore(config: GRPOConfig) -> bool:
+def uses_torchstore(config: RunConfig) -> bool:
     """Whether weights travel through torchstore: its transport, or relays fed from it."""
     return config.weights.transport == "torchstore" or bool(relay_nodes(config)) and config.weights.cross_host == "torchstore"
 
 
-def plan_route(config: GRPOConfig, generators: VersionLoader, relays: VersionLoader) -> WeightRoute:
+def plan_route(config: RunConfig, generators: VersionLoader, relays: VersionLoader) -> WeightRoute:
     count = config.generator.count
     if config.weights.transport == "torchstore":
         return WeightRoute([Receiver(generators, i) for i in range(count)], list(range(count)), True, ("torchstore",))
