@@ -10,7 +10,6 @@ logged when it finished, k being the last step trained by then (`split_rows` tel
 
 import json
 import statistics
-import time
 from collections import deque
 from pathlib import Path
 
@@ -69,30 +68,6 @@ def read_rows(run_dir: Path) -> tuple[list[dict], list[dict]]:
     """RUN_DIR/metrics.jsonl as (training steps, evaluations)."""
     lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     return split_rows([json.loads(line) for line in lines if line.strip()])
-
-
-class BusyClock:
-    """Wall time during which at least one call is in flight (`with clock:` around each)."""
-
-    def __init__(self) -> None:
-        self._in_flight = 0
-        self._since = 0.0
-        self._busy_s = 0.0
-
-    def __enter__(self) -> None:
-        if self._in_flight == 0:
-            self._since = time.perf_counter()
-        self._in_flight += 1
-
-    def __exit__(self, *exc) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self._busy_s += time.perf_counter() - self._since
-
-    @property
-    def busy_s(self) -> float:
-        running = time.perf_counter() - self._since if self._in_flight else 0.0
-        return self._busy_s + running
 
 
 class MetricsLog:

@@ -1,10 +1,33 @@
 """The pace each generator keeps, and the routing choice made from it (`by_finish_time`)."""
 
 import statistics
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from forge_async.observability.metrics import BusyClock
+
+class BusyClock:
+    """Wall time during which at least one call is in flight (`with clock:` around each)."""
+
+    def __init__(self) -> None:
+        self._in_flight = 0
+        self._since = 0.0
+        self._busy_s = 0.0
+
+    def __enter__(self) -> None:
+        if self._in_flight == 0:
+            self._since = time.perf_counter()
+        self._in_flight += 1
+
+    def __exit__(self, *exc) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._busy_s += time.perf_counter() - self._since
+
+    @property
+    def busy_s(self) -> float:
+        running = time.perf_counter() - self._since if self._in_flight else 0.0
+        return self._busy_s + running
 
 
 class Pace:
