@@ -118,10 +118,10 @@ class GeneratorHandle(RoleHandle):
         if not self.procs_file.hosts.reachable(where.node):  # the host is gone: no respawn to count
             self._lose_unrespawned(f"node {where.node} does not answer")
         self.lives.take_restart(f"generator {self.index} ({self.located()}) failed", err)
-        lives, start = self.lives, time.perf_counter()
+        start = time.perf_counter()
         print(
             f"generator {self.index} ({self.located()}) failed; "
-            f"respawning (restart {lives.restarts}/{lives.max_restarts}) ...",
+            f"respawning (restart {self.lives.restarts}/{self.lives.max_restarts}) ...",
             flush=True,
         )
         await stop_quietly(self.procs)
@@ -146,7 +146,8 @@ class GeneratorHandle(RoleHandle):
 
     def lose(self, why: str) -> None:
         """It is lost (`why`): no more calls go to it; GeneratorFailed if it was the last."""
-        self.lives.lose(self.index, f"generator {self.index} ({self.located()}) {why}")
+        if self.index not in self.lives.lost:
+            self.lives.lose(self.index, f"generator {self.index} ({self.located()}) {why}")
 
     def kill_if_hung_here(self) -> None:
         """SIGKILL its proc if it left a question unanswered and runs on the controller's host: its

@@ -51,8 +51,6 @@ class GeneratorLives:
     def lose(self, index: int, loss: str) -> None:
         """Generator `index` is lost (`loss` names it and says why): no more calls go to it;
         GeneratorFailed if it was the last."""
-        if index in self.lost:
-            return
         self.lost[index] = loss
         self.losses.append(loss)
         if not self.live():

@@ -65,8 +65,7 @@ class GeneratorPool:
 
     def lose(self, index: int, why: str) -> None:
         """Generator `index` is lost (`why`): no more calls go to it; GeneratorFailed if it was the last."""
-        if index not in self.lives.lost:
-            self._generators[index].lose(why)
+        self._generators[index].lose(why)
 
     # Nodes
 
