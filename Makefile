@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # vLLM's CUDA build where an NVIDIA driver is present, its CPU build elsewhere.
 VLLM_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 
-.PHONY: grpo test venv clean-venv system-deps
+.PHONY: grpo test test-fast venv clean-venv system-deps
 
 # The multi-host tests simulate hosts with network namespaces: `ip` (iproute2) and
 # `nsenter`/`unshare` (util-linux). Installed with apt-get where missing and possible.
@@ -34,6 +34,10 @@ grpo: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q $(ARGS)
+
+# The unit lane: every module's unit tests, no procs and no runs (tests/README.md).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not procs and not e2e" $(ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

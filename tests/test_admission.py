@@ -7,6 +7,8 @@ import pytest
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.rollout.types import Choice
 
+pytestmark = pytest.mark.unit
+
 B = 4  # samples per training batch
 
 

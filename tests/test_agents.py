@@ -30,6 +30,8 @@ from forge_async.tasks.tool_lookup import ToolLookupEnv, ToolLookupTask
 from tests.support.app_runs import assert_finished_dropping
 from tests.support.scripted import ScriptedText
 
+pytestmark = pytest.mark.unit
+
 DIGITS = build_digit_tokenizer()
 BYTES = build_byte_tokenizer()
 EOS_ID = VOCAB.index(EOS)
@@ -231,6 +233,7 @@ async def two_turns(prompt, base_url):
     return 1.0
 
 
+@pytest.mark.e2e
 def test_tool_lookup_learns_through_openai_client_agents_on_an_environment_proc(tmp_path):
     """A GRPO run whose episodes are agent programs on a proc of its own (its endpoint there too),
     some of which fail: they are counted and the run learns."""

@@ -3,8 +3,12 @@
 
 import re
 
+import pytest
+
 from benchmarks.harness import docs
 from benchmarks.harness.results import BenchmarkResult, Table
+
+pytestmark = pytest.mark.unit
 
 COMMAND = re.compile(r"python -m (benchmarks(?:\.[a-z_]+)+)")  # not a placeholder (KIND.NAME)
 

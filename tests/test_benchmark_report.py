@@ -11,7 +11,10 @@ import pytest
 from benchmarks.harness import report
 from benchmarks.harness.results import BENCHMARKS, BenchmarkResult, Table, read_result
 
+pytestmark = pytest.mark.unit
 
+
+@pytest.mark.e2e
 def test_the_smoke_set_runs_each_benchmark_and_renders_the_report(tmp_path):
     assert report.SMOKE.keys() == report.QUICK.keys() <= report.FULL.keys()
     assert report.main(["--smoke", "--out", str(tmp_path)]) == 0

@@ -10,6 +10,8 @@ from forge_async.data.buffer import BufferStats, EpisodeBuffer, length_quartiles
 from forge_async.data.episode import Completion, Episode
 from forge_async.handles import meshes
 
+pytestmark = pytest.mark.unit
+
 
 def episode(versions: list[int]) -> Episode:
     completion = Completion(
@@ -174,6 +176,7 @@ def test_bad_settings_are_rejected(bad):
         EpisodeBuffer(**bad)
 
 
+@pytest.mark.procs
 def test_replay_buffer_actor_drops_stale_across_procs():
     procs, buffer = asyncio.run(meshes.spawn_replay_buffer(max_policy_age=1, capacity=10))
     try:

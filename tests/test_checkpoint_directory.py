@@ -10,6 +10,8 @@ from forge_async.checkpoint.directory import CheckpointDirectory, NoCheckpointEr
 from forge_async.checkpoint.resume import resumed_config
 from forge_async.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def write_checkpoint(directory: CheckpointDirectory, step: int, payload: bytes = b"weights"):
     with directory.writing(step) as staging:

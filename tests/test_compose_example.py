@@ -5,7 +5,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from forge_async.cli.subprocess_run import REPO
+
+pytestmark = pytest.mark.e2e
 
 
 def test_compose_example_runs(tmp_path):

@@ -23,6 +23,8 @@ from forge_async.config.schema import open_mappings
 from forge_async.controller.config import GRPOConfig
 from forge_async.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 PRESETS = sorted(p.stem for p in Path(CONFIG_DIR).glob("*.yaml"))
 
 

@@ -21,6 +21,8 @@ from forge_async.config.callables import CallableError
 from forge_async.errors import ConfigError
 from tests.support.app_config import app_config
 
+pytestmark = pytest.mark.unit
+
 
 def compose_default():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
@@ -154,6 +156,7 @@ def test_values_at_the_edges_of_their_ranges_are_accepted(overrides):
     app_config(*overrides)
 
 
+@pytest.mark.e2e
 def test_the_app_exits_2_naming_the_key_before_any_proc_starts(tmp_path):
     run = run_app(tmp_path / "run", "sampling.top_p=1.5", timeout=60)
     assert run.returncode == 2, run.output
@@ -177,6 +180,7 @@ def test_a_dataset_reward_module_that_is_not_installed_fails_before_any_proc_sta
         app_config("task.name=dataset", f"task.dataset={data}", "task.reward_fn=not_installed_pkg:reward").check_paths()
 
 
+@pytest.mark.e2e
 def test_bad_scorer_inputs_fail_before_any_proc_starts(tmp_path):
     with pytest.raises(CallableError, match=r"^scorers\[1\].fn 'no_such_module:score' cannot be imported"):
         app_config('scorers=[{kind:reward},{kind:reward,fn:"no_such_module:score"}]').check_paths()
@@ -269,6 +273,7 @@ def test_digits_on_the_digit_tokenizer_pass_the_text_check(tmp_path):
     app_config("env.name=agent:docs.examples.tool_lookup_agent:play", "task.name=tool_lookup").check_paths()
 
 
+@pytest.mark.e2e
 def test_sft_on_reasoning_gym_with_the_digit_tokenizer_exits_2_before_any_proc_starts(tmp_path):
     run = run_app(tmp_path / "run", "task.name=reasoning_gym", app="apps.sft", timeout=60)
     assert run.returncode == 2, run.output
@@ -308,6 +313,7 @@ def cli_config(*overrides: str, app: str = "apps.grpo") -> subprocess.CompletedP
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.procs
 def test_mappings_are_set_with_key_equals_mapping_on_the_command_line():
     shown = cli_config("env.textarena.game_kwargs={size: 3}", "task.reasoning_gym.datasets.0.config={min_terms: 2}")
     assert shown.returncode == 0, shown.stderr
@@ -331,6 +337,7 @@ WRONG_SHAPES = {
 }
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("override", WRONG_SHAPES)
 def test_an_override_of_the_wrong_shape_is_one_line_naming_the_shape_expected(override):
     shown = cli_config(override)
@@ -339,6 +346,7 @@ def test_an_override_of_the_wrong_shape_is_one_line_naming_the_shape_expected(ov
     assert shown.stderr.count("\n") == 1 and shown.stdout == ""  # one line, and Hydra never composed
 
 
+@pytest.mark.procs
 def test_the_shape_check_follows_each_app_s_schema():
     shown = cli_config("task.reasoning_gym.datasets={chain_sum: 1}", app="apps.sft")
     assert shown.returncode == 2 and "a mapping where a list is expected" in shown.stderr, shown.stderr

@@ -19,6 +19,8 @@ from benchmarks.model.cost_model import (
     weights_bound_s,
 )
 
+pytestmark = pytest.mark.unit
+
 # 8B bf16, 24 generator hosts, g = 10 s: train-bound on a fast link.
 BASE = Inputs(
     model_bytes=16e9, link_gbit=400, memcpy_gbs=20, hosts=24, train_s=20, generate_s=240,

@@ -12,6 +12,8 @@ import pytest
 from forge_async.cli.subprocess_run import run_app, run_app_acting_at
 from tests.support.app_runs import assert_accounting, kill_role
 
+pytestmark = pytest.mark.e2e
+
 WINDOW = 8
 BREVITY = '{kind:reward,fn:"docs.examples.custom_scorer:brevity",weight:0.0}'  # reported, not trained on
 

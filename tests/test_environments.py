@@ -23,6 +23,8 @@ from tests.support.app_runs import assert_accounting, assert_finished_dropping, 
 from tests.support.digits import EOS_ID, PAD_ID, TOKENIZER
 from tests.support.scripted import ScriptedModel
 
+pytestmark = pytest.mark.unit
+
 BOS_ID, SEP_ID = VOCAB.index(BOS), VOCAB.index(SEP)
 
 
@@ -143,6 +145,7 @@ def test_environment_tokens_get_no_gradient(tiny_checkpoint):
     assert not torch.allclose(base, model_changed)
 
 
+@pytest.mark.e2e
 def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     steps = 60
     run = run_app(
@@ -181,6 +184,7 @@ def test_the_documented_custom_environment_plays_as_described():
     assert (c.turns, c.env_reward, c.finish_reason) == (3, pytest.approx(1 / 3), "done")
 
 
+@pytest.mark.e2e
 def test_environments_on_a_proc_of_their_own_drop_by_reason_and_a_killed_one_ends_the_run(tmp_path):
     run_dir = tmp_path / "run"
     run = run_app_acting_at(

@@ -24,6 +24,8 @@ from tests.support.digits import EOS_ID, ROOM, TOKENIZER
 from tests.support.meshes import spawn_generator
 from tests.support.prompt_files import dataset_task, write_rows
 
+pytestmark = pytest.mark.unit
+
 
 def digit_task(name: str = "max_digit", num_digits: int = 3):
     return build_task(TaskConfig(name=name, num_digits=num_digits), TOKENIZER, ROOM)
@@ -125,6 +127,7 @@ def test_an_evaluation_that_saw_two_versions_is_an_error():
         check_pinned(episodes, 3)
 
 
+@pytest.mark.procs
 def test_a_generator_keeps_one_version_while_held_across_calls(tiny_checkpoint, tmp_path):
     """Versions published while the generator holds its weights wait: for the call decoding
     then, and for calls made later, until it is released. A hold starts from the newest."""

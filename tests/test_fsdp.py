@@ -20,6 +20,8 @@ from tests.support.digits import PAD_ID, fixed_sequences
 from tests.support.fsdp_steps import assert_same_step, batch, step
 from tests.support.meshes import spawn_trainer
 
+pytestmark = pytest.mark.procs
+
 
 @pytest.fixture(scope="module")
 def one_rank_step(tiny_checkpoint, weight_store):

@@ -10,6 +10,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 
 from forge_async.cli.subprocess_run import run_app_acting_at
@@ -18,6 +19,8 @@ from forge_async.observability import outputs as side_outputs
 from forge_async.checkpoint.checkpointer import CONTROLLER_FILE
 from forge_async.checkpoint.directory import CheckpointDirectory
 from forge_async.observability.outputs import write_side_output
+
+pytestmark = pytest.mark.unit
 
 
 def fill(directory: Path, leave: int = 0) -> None:
@@ -31,6 +34,7 @@ def fill(directory: Path, leave: int = 0) -> None:
                 assert err.errno == errno.ENOSPC
 
 
+@pytest.mark.e2e
 def test_a_disk_filling_up_mid_run_ends_it_with_one_line_and_the_last_checkpoint_intact(small_disk):
     run_dir = small_disk / "run"
     # checkpoints at steps 3 and 6: step 5's row or step 6's, each written before step 6's checkpoint, fails first
@@ -51,6 +55,7 @@ def test_a_disk_filling_up_mid_run_ends_it_with_one_line_and_the_last_checkpoint
     assert not (run_dir / "final_model").exists() and not (run_dir / "plots.png").exists()  # none half-written
 
 
+@pytest.mark.e2e
 def test_a_checkpoint_that_does_not_fit_ends_the_run_and_the_final_policy_that_does_not_either_is_no_traceback(
     small_disk,
 ):

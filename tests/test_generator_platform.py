@@ -10,6 +10,8 @@ from forge_async.generation.config import GeneratorConfig
 from forge_async.generation.platform import EnginePlatform, prepare_process, resolve_platform
 from forge_async.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False, plain_weights=True)
 
 

@@ -16,6 +16,8 @@ from forge_async.cli.subprocess_run import run_app
 from tests.support.app_runs import assert_accounting
 from tests.support.parity import assert_vllm_matches_transformers
 
+pytestmark = pytest.mark.e2e
+
 METRIC_KEYS = {
     "step", "reward/mean", "reward/smoothed", "policy/age_mean", "policy/age_max", "samples/trained",
     "samples/dropped_stale", "generator/tokens_per_s", "generator/idle_frac", "train/idle_frac",

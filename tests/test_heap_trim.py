@@ -2,7 +2,11 @@
 
 import threading
 
+import pytest
+
 from forge_async.process.heap_trim import start_heap_trimmer
+
+pytestmark = pytest.mark.unit
 
 
 def test_one_trimming_thread_a_process_however_often_started():

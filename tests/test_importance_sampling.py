@@ -16,6 +16,8 @@ from forge_async.losses.grpo import (
 )
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 
+pytestmark = pytest.mark.unit
+
 PAD = 10
 SEQUENCES = [([11, 3, 1, 4, 13], [4, 12]), ([11, 9, 2, 6, 13], [9, 5, 12]), ([11, 0, 5, 5, 13], [5])]
 ADVANTAGES = [1.0, -0.5, 2.0]

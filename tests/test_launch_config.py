@@ -22,6 +22,8 @@ from forge_async.cluster.torchrun import leave_torchrun_job
 from forge_async.cli.subprocess_run import REPO
 from tests.nice_probe import ThreadNiceness, write_niceness
 
+pytestmark = pytest.mark.unit
+
 
 def resolve(environ: dict, **flags) -> NodeSpec:
     args = {"nnodes": None, "node_rank": None, "master_addr": None, "master_port": None, "join_timeout_s": None}
@@ -145,6 +147,7 @@ def test_procs_prepare_as_their_role_needs_vllm_gpus_and_openmp_at_rest():
         assert [getattr(step, "func", step) for step in procs.prepare(role)] == [import_at_niceness, sleep_between_copies]
 
 
+@pytest.mark.procs
 def test_a_procs_imports_yield_the_cores_and_its_actor_keeps_its_priority(tmp_path):
     """placement.import_nice lowers the priority of a proc's bootstrap (its imports) only."""
     bootstrap_nice = tmp_path / "bootstrap_nice"
@@ -162,6 +165,7 @@ def test_a_procs_imports_yield_the_cores_and_its_actor_keeps_its_priority(tmp_pa
     assert int(bootstrap_nice.read_text()) == min(19, ours + GRPOConfig().placement.import_nice)
 
 
+@pytest.mark.procs
 def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made():
     """A proc's bootstrap imports leave the collector on, with everything they made frozen (no
     later pass walks it); a failing import leaves the collector on too."""
@@ -179,6 +183,7 @@ def test_bootstrap_imports_run_without_the_collector_and_freeze_what_they_made()
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
+@pytest.mark.procs
 def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_preload_them():
     """The controller imports every actor class to spawn it; what only the procs run (TorchTitan,
     torch.distributed.checkpoint, torchstore: ~2 s of CPU) stays out of it, loaded by the procs'
@@ -202,6 +207,7 @@ def test_the_controller_imports_no_torchtitan_torchstore_or_dcp_and_the_procs_pr
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.procs
 def test_start_up_lines_count_from_the_process_launch_to_the_hundredth_of_a_second():
     """`[ t.ts]` prefixes are seconds since the process started; psutil's create_time alone is up
     to 1 s early (Linux gives the boot time in whole seconds)."""
@@ -222,6 +228,7 @@ def test_a_one_process_torchrun_job_is_forgotten_and_a_larger_one_refused():
         leave_torchrun_job({**one, "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"})
 
 
+@pytest.mark.e2e
 def test_torchrun_with_one_process_runs_the_app(tmp_path):
     """torchrun's environment once reached the trainer, which then waited for a store nobody served."""
     run_dir = tmp_path / "run"
@@ -235,6 +242,7 @@ def test_torchrun_with_one_process_runs_the_app(tmp_path):
     assert "== async GRPO: 2 steps" in done.stdout
 
 
+@pytest.mark.procs
 def test_the_launchers_help_is_whole_and_a_missing_app_is_a_usage_error():
     launcher = [sys.executable, "-m", "forge_async.cluster"]
     helped = subprocess.run([*launcher, "--help"], capture_output=True, text=True, timeout=60, cwd=REPO)

@@ -8,6 +8,10 @@ deferred import hides at run time still counts.
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPUTE = {"data", "losses", "models", "weights.shared_memory", "weights.store", "weights.config", "weights.publisher"}
 CONTROLLER = {"actors", "handles", "cluster", "controller", "cli", "rollout", "evaluation"}

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.harness.results import read_result
+
+pytestmark = pytest.mark.procs
 
 ROOT = Path(__file__).resolve().parents[1]
 

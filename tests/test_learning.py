@@ -3,6 +3,7 @@ too, from a base that has learned something already."""
 
 import statistics
 
+import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
@@ -10,6 +11,8 @@ from safetensors.torch import load_file
 from forge_async.cli.subprocess_run import run_app
 from pretrain import pretrain
 from tests.support.parity import assert_vllm_matches_transformers
+
+pytestmark = pytest.mark.e2e
 
 STEPS = 50
 LORA_STEPS = 20

@@ -5,7 +5,11 @@ activation checkpointing, LR warmup then cosine decay."""
 import json
 import math
 
+import pytest
+
 from forge_async.cli.subprocess_run import run_app
+
+pytestmark = pytest.mark.e2e
 
 STEPS = 4
 

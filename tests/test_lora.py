@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -21,6 +22,8 @@ from tests.support.digits import fixed_sequences
 from tests.support.fsdp_steps import assert_same_step, batch, step
 from tests.support.meshes import spawn_generator, spawn_trainer
 from tests.support.parity import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
+
+pytestmark = pytest.mark.procs
 
 LORA = LoraConfig(rank=4, alpha=16.0)
 # Adapters start at B = 0 and move by ~lr per step: a LoRA-sized lr makes one step visible.

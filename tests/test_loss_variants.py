@@ -18,6 +18,8 @@ from forge_async.losses.grpo import (
 )
 from forge_async.losses.sliced_softmax import token_entropy
 
+pytestmark = pytest.mark.unit
+
 # Two sequences' per-token columns, a response token where the mask is 1: row 0 has 2, row 1 has 3.
 MASK = torch.tensor([[0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]])
 LOGPROBS = [[0.0, -0.5, -1.0, 0.0], [0.0, -0.2, -0.3, -2.0]]

@@ -7,6 +7,8 @@ from forge_async.learning.learner import _lr_scheduler
 from forge_async.learning.config import TrainerConfig
 from forge_async.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def lrs(config: TrainerConfig, steps: int) -> list[float]:
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)

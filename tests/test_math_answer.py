@@ -18,6 +18,8 @@ from forge_async.tasks.math_answer import math_verify_reward, math_verify_scorer
 from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import Prompt
 
+pytestmark = pytest.mark.unit
+
 HALF = "$\\frac12$"
 # Without a bound, math-verify 0.9.0 (sympy 1.x) was still computing 9**(9**9) -- an integer
 # of ~370 million digits -- when stopped after 590 s on this 2-core box.
@@ -54,6 +56,7 @@ def test_the_scorer_form_checks_the_prompts_answer_against_the_completions_text(
     assert math_verify_scorer(prompt, Completion([1], [2], [0.0], [0], "\\boxed{2}", "stop")) == 0.0
 
 
+@pytest.mark.procs
 def test_a_check_past_the_deadline_scores_0_in_bounded_time_and_the_worker_restarts(monkeypatch, capsys):
     assert math_verify_reward("7", "7") == 1.0  # a worker is up
     old_worker = math_answer._worker
@@ -99,6 +102,7 @@ if sys.argv[1] == "hang":
 """
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("end", ["exit", "sigkill"])
 def test_the_worker_does_not_outlive_its_controller(end):
     controller = subprocess.Popen(
@@ -115,6 +119,7 @@ def test_the_worker_does_not_outlive_its_controller(end):
     assert not _is_running(worker_pid)
 
 
+@pytest.mark.procs
 def test_a_worker_left_in_a_check_kills_itself_past_the_deadline():
     """For a controller killed while its worker is in a check: nobody is left to kill it."""
     worker = subprocess.Popen(

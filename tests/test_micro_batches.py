@@ -1,7 +1,11 @@
 """Micro-batches: every episode once, within the token budget, bucketed by length."""
 
+import pytest
+
 from forge_async.data.batch import micro_batches, prompt_rows, row_length
 from forge_async.data.episode import Completion, Episode
+
+pytestmark = pytest.mark.unit
 
 
 def episode(prompt_len: int, response_len: int, prompt_token: int = 1) -> Episode:

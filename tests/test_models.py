@@ -15,6 +15,8 @@ from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 
+pytestmark = pytest.mark.unit
+
 
 def test_digit_tokenizer_round_trip_and_chat_template(tmp_path):
     tokenizer = build_digit_tokenizer()

@@ -25,6 +25,8 @@ from tests.support.digits import fixed_sequences
 from tests.support.meshes import spawn_trainer
 from tests.support.moe_routes import experts_taken
 
+pytestmark = pytest.mark.unit
+
 TOKENS = torch.tensor([[11, 3, 1, 4, 13, 4, 12, 5], [11, 9, 9, 2, 13, 9, 12, 0]])
 
 
@@ -226,6 +228,7 @@ def first(values):
     return next(value for _, value in values.items())
 
 
+@pytest.mark.procs
 def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_checkpoint(
     tiny_moe_checkpoint, weight_store, tmp_path
 ):
@@ -289,6 +292,7 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
     assert rows > shifted > 0
 
 
+@pytest.mark.procs
 def test_lora_on_an_moe_model_adapts_attention_and_leaves_experts_and_router_frozen(tiny_moe_checkpoint, weight_store):
     lora = LoraConfig(rank=4, targets=["q_proj", "k_proj", "v_proj", "o_proj"])
     procs, trainer = spawn_trainer(tiny_moe_checkpoint, procs=1, lora=lora, lr=1e-2)

@@ -20,9 +20,9 @@ from forge_async.cluster.netns import available, launch_command, simulated_hosts
 from forge_async.observability.metrics import read_rows
 
 # Outside CI a machine without root or iproute2 skips these; CI (CI=true) never skips them.
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     available() is not None and not os.environ.get("CI"), reason=str(available())
-)
+)]
 
 
 def launch(cluster, run_dir, *overrides: str, nodes: int, port: int = 29400) -> list[subprocess.Popen]:

@@ -34,6 +34,8 @@ from tests.support.app_runs import assert_accounting
 from tests.support.digits import EOS_ID, TOKENIZER
 from tests.support.scripted import ScriptedModel
 
+pytestmark = pytest.mark.unit
+
 APP = "forge_async.envs.servers.tool_lookup_openenv:app"
 COUNTED = "tests.openenv_servers.counted_sessions"
 TASK = ToolLookupTask(TOKENIZER, max_prompt_tokens=8)
@@ -72,6 +74,7 @@ def answers(prompt) -> tuple[str, str]:
     return str(key), str(prompt.meta["table"][key])
 
 
+@pytest.mark.procs
 def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(server):
     prompts = [TASK.sample(random.Random(seed)) for seed in range(4)]
     scripts = [answers(prompts[0]), ("3", "9"), ("12", "1"), (answers(prompts[3])[0], "0")]  # right, wrong, malformed
@@ -96,6 +99,7 @@ def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(server)
     assert remote[2].turns == 1  # a malformed call: the server says done after the first turn
 
 
+@pytest.mark.procs
 def test_a_step_carries_its_reward_and_done(server):
     prompt = TASK.sample(random.Random(0))
     key, value = answers(prompt)
@@ -117,6 +121,7 @@ def test_a_step_carries_its_reward_and_done(server):
     assert (answer.reward, answer.done) == (pytest.approx(0.7), True)
 
 
+@pytest.mark.procs
 def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(server, tmp_path):
     prompt = TASK.sample(random.Random(0))
 
@@ -144,6 +149,7 @@ def test_sessions_run_at_once_and_one_past_the_servers_limit_is_refused(server, 
     assert len(calls) == 2
 
 
+@pytest.mark.procs
 def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_then_ends_the_run(tmp_path):
     prompt = TASK.sample(random.Random(0))
     key, _ = answers(prompt)
@@ -176,6 +182,7 @@ def test_a_server_killed_mid_episode_drops_its_episodes_by_reason_then_ends_the_
     assert isinstance(gone, EnvironmentFailed) and f"OpenEnv server the run serves at {url} is gone" in str(gone)
 
 
+@pytest.mark.e2e
 def test_a_url_nothing_answers_fails_at_start_naming_it(tmp_path):
     url = f"http://127.0.0.1:{free_port('127.0.0.1')}"
     with pytest.raises(ServerNotUp, match=f"no OpenEnv server answered {url}/health within 1s"):
@@ -186,6 +193,7 @@ def test_a_url_nothing_answers_fails_at_start_naming_it(tmp_path):
     assert f"{url}/health" in run.output and "Traceback" not in run.output and "spawning" not in run.output
 
 
+@pytest.mark.procs
 def test_an_app_that_cannot_serve_fails_naming_it_with_its_log():
     with pytest.raises(ConfigError, match="no module forge_async.no_such_server"):
         check_openenv(OpenEnvConfig(app="forge_async.no_such_server:app"))
@@ -213,6 +221,7 @@ def test_openenv_config_errors_name_the_key(fields, says):
         EnvConfig(name="openenv", openenv=OpenEnvConfig(**fields))
 
 
+@pytest.mark.e2e
 def test_tool_lookup_learns_through_an_openenv_server_the_run_serves(tmp_path):
     steps = 60
     run = run_app(
@@ -282,6 +291,7 @@ def play_at_once(config: EnvConfig, in_flight: int, limited: bool = True) -> lis
     return asyncio.run(play())
 
 
+@pytest.mark.procs
 def test_the_probe_learns_a_servers_capacity_from_its_refusal_and_closes_every_session(counted_server):
     url, log = counted_server("four_sessions")
     assert asyncio.run(probe_capacity(url, 10, 30)) == 4
@@ -290,12 +300,14 @@ def test_the_probe_learns_a_servers_capacity_from_its_refusal_and_closes_every_s
     assert max(logged(log, "peak")) == 4
 
 
+@pytest.mark.procs
 def test_a_server_that_cannot_make_a_session_fails_the_probe_in_one_line(counted_server):
     url, _ = counted_server("no_sessions")
     with pytest.raises(ProbeFailed, match=f"sessions of the OpenEnv server at {url}: it could not open a session: .*FACTORY_ERROR"):
         asyncio.run(probe_capacity(url, 40, 30))  # past its capacity (4): refusals among the failures
 
 
+@pytest.mark.procs
 def test_episodes_wait_for_the_one_session_a_server_holds_and_none_is_refused(counted_server, capsys):
     url, log = counted_server("one_session")
     # A refusal would drop its episode at once (no retries): every episode must wait for the session.
@@ -306,6 +318,7 @@ def test_episodes_wait_for_the_one_session_a_server_holds_and_none_is_refused(co
     assert f"OpenEnv server at {url}: 1 session at a time (probed): 1 of the run's 6 episodes" in capsys.readouterr().out
 
 
+@pytest.mark.procs
 def test_the_run_holds_no_more_sessions_than_env_openenv_max_sessions(counted_server, capsys):
     url, log = counted_server("four_sessions")
     outcomes = play_at_once(counted_config(url=url, max_sessions=2, refused_retry_s=0), in_flight=8)
@@ -341,6 +354,7 @@ def test_the_session_bound_says_once_the_episodes_per_second_its_sessions_allow(
     assert peak == 2
 
 
+@pytest.mark.procs
 def test_a_refused_session_is_asked_for_again_until_refused_retry_s_then_dropped(counted_server):
     url, log = counted_server("four_sessions")
     # Without the run's bound, 6 episodes at once meet a server of 4: two are refused at first.
@@ -353,6 +367,7 @@ def test_a_refused_session_is_asked_for_again_until_refused_retry_s_then_dropped
     assert max(logged(log, "peak")) == 4
 
 
+@pytest.mark.procs
 def test_reset_kwargs_reach_the_servers_reset_with_fields_of_the_prompt(counted_server):
     url, log = counted_server("four_sessions")
     prompt = TASK.sample(random.Random(0))
@@ -377,6 +392,7 @@ def test_reset_kwargs_reach_the_servers_reset_with_fields_of_the_prompt(counted_
         check_openenv(OpenEnvConfig(url=url, reset_kwargs={"size": "{sizes}"}))
 
 
+@pytest.mark.e2e
 def test_a_run_on_a_server_of_one_session_drops_none_for_capacity_and_counts_unstarted_episodes_apart(
     tmp_path, monkeypatch
 ):
@@ -440,6 +456,7 @@ def test_a_drop_before_the_first_model_turn_is_counted_apart_from_generated():
     assert restored.stats() == stats
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     not os.environ.get("FORGE_OPENENV_REPO"),
     reason="FORGE_OPENENV_REPO: the envs/ folder of an OpenEnv checkout, for its reasoning_gym_env",

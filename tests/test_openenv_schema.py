@@ -32,6 +32,8 @@ from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_token
 from forge_async.tasks.task import Prompt, prompt_token_ids
 from tests.support.scripted import ScriptedText
 
+pytestmark = pytest.mark.unit
+
 BYTES = build_byte_tokenizer()
 NUMBER_BOARD = "tests.openenv_servers.number_board:app"
 MCP_TOOLS = "tests.openenv_servers.mcp_tools:app"
@@ -112,6 +114,7 @@ def say_guess(text: str, schema: dict) -> dict | None:
     return {"guess": int(digits[0])} if digits and "guess" in schema["properties"] else None
 
 
+@pytest.mark.procs
 def test_render_and_action_functions_replace_the_defaults_and_must_exist(number_board):
     render = ObservationText(OpenEnvConfig(render=f"{__name__}:board_text"))
     assert render({"board": [[1, 2], [3, 0]], "message": "m"}) == "1230"
@@ -125,6 +128,7 @@ def test_render_and_action_functions_replace_the_defaults_and_must_exist(number_
         EnvConfig(name="openenv", openenv=OpenEnvConfig(app=NUMBER_BOARD, render="a:b", observation_field="message"))
 
 
+@pytest.mark.procs
 def test_the_action_field_comes_from_the_schema_and_a_wrong_one_is_named_at_start(number_board):
     form = action_form(number_board.url, OpenEnvConfig(url=number_board.url), None, 10)
     assert (form.field, form.schema["type"]) == ("guess", "integer")
@@ -187,6 +191,7 @@ def _board_target(prompt: Prompt) -> int:
     return zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode()) % 9 + 1
 
 
+@pytest.mark.procs
 def test_integer_actions_and_a_board_observation_over_a_real_server(number_board):
     target = 6
     done = play(number_board.url, seeded_prompt(target), ["I guess 2", "then 8", f"it is {target}"])
@@ -202,6 +207,7 @@ def test_integer_actions_and_a_board_observation_over_a_real_server(number_board
     assert (invalid.turns, invalid.env_reward, invalid.finish_reason, invalid.answer) == (1, 0.0, "done", None)
 
 
+@pytest.mark.procs
 def test_mcp_tool_calls_over_a_real_server(mcp_tools):
     prompt = Prompt(token_ids=[], answer="5", text="What is 2 + 3? Use the tools.", meta={})
     call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
@@ -214,6 +220,7 @@ def test_mcp_tool_calls_over_a_real_server(mcp_tools):
     assert (done.turns, done.answer, done.finish_reason) == (3, "5", "done")
 
 
+@pytest.mark.procs
 def test_the_tools_are_listed_at_start(mcp_tools):
     check_openenv(OpenEnvConfig(url=mcp_tools.url))  # before any proc starts: no tokenizer yet
     with pytest.raises(ConfigError, match=r"env.openenv.tool_parser='nope': not a vLLM tool parser"):
@@ -225,6 +232,7 @@ def test_the_tools_are_listed_at_start(mcp_tools):
     assert form.action(ModelTurn("just text", [], "stop", 0)) == NoAction(answer="just text")
 
 
+@pytest.mark.procs
 def test_an_mcp_episode_opens_with_the_tools_in_the_chat_template(mcp_tools):
     tokenizer = copy.deepcopy(BYTES)  # a template that shows the tools, as a chat model's does
     tokenizer.chat_template = (
@@ -239,6 +247,7 @@ def test_an_mcp_episode_opens_with_the_tools_in_the_chat_template(mcp_tools):
     assert opening(without, "hi") == prompt_token_ids(BYTES, "hi")
 
 
+@pytest.mark.procs
 def test_an_opening_too_long_for_the_context_stops_at_start_naming_the_key(number_board):
     prompt = seeded_prompt(1)
     too_long = r"opening observation is \d+ tokens, and the model's context is 40 .*model.tiny.max_seq_len"
@@ -248,6 +257,7 @@ def test_an_opening_too_long_for_the_context_stops_at_start_naming_the_key(numbe
         play(number_board.url, prompt, ["1"], tokenizer=build_digit_tokenizer())
 
 
+@pytest.mark.e2e
 def test_a_run_whose_opening_does_not_fit_stops_at_start_in_one_line(tmp_path):
     # The board and its message fill 64 tokens; the message alone would fit (a field picked by
     # default would not show the board).
@@ -264,6 +274,7 @@ def test_a_run_whose_opening_does_not_fit_stops_at_start_in_one_line(tmp_path):
 OPENENV_REPO = os.environ.get("FORGE_OPENENV_REPO")
 
 
+@pytest.mark.procs
 @pytest.mark.skipif(OPENENV_REPO is None, reason="FORGE_OPENENV_REPO: an OpenEnv checkout's envs/ directory")
 def test_openenv_echo_env_unmodified(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{OPENENV_REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
@@ -276,6 +287,7 @@ def test_openenv_echo_env_unmodified(tmp_path, monkeypatch):
     assert observations(done) == '<|tool|>{"message":"hi","length":2}<|assistant|>' and done.answer == "done"
 
 
+@pytest.mark.procs
 @pytest.mark.skipif(OPENENV_REPO is None, reason="FORGE_OPENENV_REPO: an OpenEnv checkout's envs/ directory")
 def test_openenv_textarena_env_unmodified(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", f"{OPENENV_REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")

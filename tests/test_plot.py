@@ -10,6 +10,8 @@ import pytest
 
 from forge_async.observability.plot import PANELS, PlotError, draw_plots, panels_for, series
 
+pytestmark = pytest.mark.unit
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -90,6 +92,7 @@ def test_a_corrupt_line_before_the_last_is_an_error(tmp_path):
         draw_plots(run_dir)
 
 
+@pytest.mark.procs
 def test_cli_writes_plots_and_prints_the_path(tmp_path):
     run_dir = write_run(tmp_path / "run", [row(s) for s in range(1, 6)])
     result = run_cli(run_dir)
@@ -98,6 +101,7 @@ def test_cli_writes_plots_and_prints_the_path(tmp_path):
     assert (run_dir / "plots.png").is_file()
 
 
+@pytest.mark.procs
 @pytest.mark.parametrize("case", ["no rows", "no metrics file", "no run dir"])
 def test_cli_errors_name_the_path(tmp_path, case):
     run_dir = tmp_path / "run"

@@ -10,6 +10,8 @@ from forge_async.losses.config import ImportanceConfig
 from forge_async.losses.grpo import importance_weights, policy_gradient_loss, response_logprobs
 from forge_async.models.titan import build_titan_model
 
+pytestmark = pytest.mark.unit
+
 PAD = 10
 PROMPTS = [[11, 3, 1, 4, 13], [11, 9, 2, 6, 7, 13]]
 RESPONSES = [[4, 12], [9, 5, 12], [5], [1, 2, 3, 12]]  # uneven lengths: padding inside shared rows

@@ -23,6 +23,8 @@ from forge_async.tasks.registry import build_task
 from forge_async.tasks.task import TaskError
 from tests.support.app_config import app_config
 
+pytestmark = pytest.mark.unit
+
 TOKENIZER = build_byte_tokenizer()
 ROOM = 400
 ONE_DIGIT_SUMS = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
@@ -139,6 +141,7 @@ def test_check_config_accepts_the_default_mix():
     check_config(ReasoningGymConfig())
 
 
+@pytest.mark.e2e
 def test_a_reasoning_gym_mix_runs_end_to_end_with_per_dataset_evaluation(tmp_path):
     run = run_app(
         tmp_path / "run", "steps=4", "model.tiny.tokenizer=bytes", "model.tiny.max_seq_len=256",

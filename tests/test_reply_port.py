@@ -12,6 +12,8 @@ from forge_async.mesh.procs import keep_controller_alive_on_faults, spawn_procs
 from forge_async.mesh.reply_port import LIVENESS_S, ReplyPort
 from tests.echo_actor import Echo
 
+pytestmark = pytest.mark.procs
+
 
 def test_answers_reach_their_callers_errors_raise_and_a_dead_proc_is_reported():
     keep_controller_alive_on_faults()

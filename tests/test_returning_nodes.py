@@ -6,8 +6,12 @@ tried again."""
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
 from forge_async.handles import returning_nodes
 from forge_async.handles.returning_nodes import ReturningNodes
+
+pytestmark = pytest.mark.unit
 
 
 class SilentWorkerHosts:

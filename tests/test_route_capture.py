@@ -16,6 +16,8 @@ from forge_async.models.titan import build_titan_model, state_dict_adapter
 from tests.support.moe_routes import experts_taken
 from tests.support.vllm_engine import params, perturbed, run_to_end, start_llm
 
+pytestmark = pytest.mark.unit
+
 BLOCK = 32  # KV block size (vLLM's CPU attention: a multiple of 32): the prompt fills one block,
 PROMPT = [11] + [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3] * 2 + [13]  # the cache can serve
 
@@ -51,6 +53,7 @@ def cached_engine(tiny_moe_checkpoint) -> VersionedEngine:
     return moe_engine(tiny_moe_checkpoint, "abort_resume")
 
 
+@pytest.mark.procs
 def test_routes_of_parallel_samples_and_of_a_prefix_served_from_the_cache(cached_engine, tiny_moe_checkpoint):
     hf_state_dict = tiny_moe_checkpoint.load_hf_state_dict()
     sampled = params(temperature=1.0, seed=3)
@@ -69,6 +72,7 @@ def test_routes_of_parallel_samples_and_of_a_prefix_served_from_the_cache(cached
         assert_routes_of(request.result, tiny_moe_checkpoint, hf_state_dict)
 
 
+@pytest.mark.procs
 def test_routes_after_an_abort_resume_swap_are_the_new_weights_routes(cached_engine, tiny_moe_checkpoint):
     old = tiny_moe_checkpoint.load_hf_state_dict()
     new = perturbed(old, seed=1)

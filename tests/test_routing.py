@@ -8,6 +8,8 @@ from forge_async.handles.generators import GeneratorFailed, GeneratorPool
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.rollout.routing import WorkerRouting
 
+pytestmark = pytest.mark.unit
+
 CALL = 128  # samples a call asks for
 
 

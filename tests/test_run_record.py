@@ -2,7 +2,11 @@
 
 import statistics
 
+import pytest
+
 from forge_async.controller.record import STEP_ENDS, StepEnds, RunRecord
+
+pytestmark = pytest.mark.unit
 
 
 def first_and_last(rewards: list[float]) -> tuple[float, float]:

@@ -23,6 +23,8 @@ from forge_async.scoring.scorer import ScorerError
 from forge_async.scoring.tier import build_tier, position_centered
 from tests.support.digits import PAD_ID
 
+pytestmark = pytest.mark.unit
+
 
 def starts_with_answer(prompt: Prompt, completion: Completion) -> float:
     return float(completion.text.startswith(prompt.answer))
@@ -175,6 +177,7 @@ def teacher_tier(model):
     return build_tier(scorers, ScoringConfig(), None, {1: Teacher()})
 
 
+@pytest.mark.procs
 def test_teacher_equal_to_student_gives_exactly_zero_advantages_and_loss(student_model, generator):
     prompts = [Prompt([11, 3, 1, 4, 13], answer="4", text="314"), Prompt([11, 9, 2, 6, 13], answer="9", text="926")]
     groups = generator.generate.call_one([p.token_ids for p in prompts], SamplingConfig(max_tokens=3), 4).get()

@@ -9,6 +9,8 @@ import pytest
 
 from forge_async.weights import scratch
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def dead_pid() -> int:

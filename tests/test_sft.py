@@ -38,6 +38,8 @@ from forge_async.weights.config import WeightsConfig
 from tests.support.digits import PAD_ID
 from tests.support.parity import assert_vllm_matches_transformers
 
+pytestmark = pytest.mark.unit
+
 STEPS = 40
 # The CPU default (max_digit, the tiny model) on two FSDP2 ranks, each step in micro-batches.
 RUN = ("eval.every_steps=20", "checkpoint.every_steps=20", "trainer.procs=2", "trainer.micro_batch_tokens=64")
@@ -98,6 +100,7 @@ def test_the_loss_is_the_mean_nll_of_the_demonstration_tokens_and_never_of_the_p
     assert hand_nll(model, episodes, with_prompt=True) < loss - 1.0
 
 
+@pytest.mark.procs
 def test_the_trainer_sft_step_reports_the_demonstrations_nll_on_two_ranks_in_micro_batches(tiny_checkpoint):
     """The trainer with loss.objective=sft: two FSDP2 ranks, a 16-token budget (several
     micro-batches each): train/loss is the mean NLL of the demonstration tokens under the weights
@@ -218,6 +221,7 @@ def sft_run(tmp_path_factory):
     return run
 
 
+@pytest.mark.e2e
 def test_sft_learns_the_cpu_default_and_writes_the_run_directory(sft_run):
     run = sft_run
     metrics = run.metrics
@@ -243,6 +247,7 @@ def test_sft_learns_the_cpu_default_and_writes_the_run_directory(sft_run):
         assert not re.search(r"warn|\[W\d|WARNING|Traceback", line, re.IGNORECASE), line
 
 
+@pytest.mark.e2e
 def test_the_final_model_loads_and_answers_in_transformers_and_vllm(sft_run):
     final_dir = sft_run.run_dir / "final_model"
     initial_dir = sft_run.run_dir / "initial_model"
@@ -259,6 +264,7 @@ def test_the_final_model_loads_and_answers_in_transformers_and_vllm(sft_run):
     assert_vllm_matches_transformers(final_dir, model)  # vLLM serves it, with transformers' logprobs
 
 
+@pytest.mark.e2e
 def test_grpo_continues_from_the_final_model_and_measures_it_as_sft_did(sft_run, tmp_path):
     grpo = run_app(tmp_path / "grpo", f"model.path={sft_run.run_dir / 'final_model'}", "steps=3", timeout=300)
     assert grpo.returncode == 0, grpo.output
@@ -268,6 +274,7 @@ def test_grpo_continues_from_the_final_model_and_measures_it_as_sft_did(sft_run,
     assert grpo.evaluations[0]["eval/reward_mean"] == sft_run.evaluations[-1]["eval/reward_mean"]
 
 
+@pytest.mark.e2e
 def test_a_run_resumed_for_more_steps_continues_as_one_straight_run(sft_run, tmp_path):
     run_dir = tmp_path / "run"
     first = run_app(run_dir, *RUN, "steps=20", f"trainer.lr_total_steps={STEPS}", app="apps.sft", timeout=300)
@@ -282,6 +289,7 @@ def test_a_run_resumed_for_more_steps_continues_as_one_straight_run(sft_run, tmp
     assert [m["train/loss"] for m in resumed.metrics] == pytest.approx(straight, rel=1e-4)
 
 
+@pytest.mark.e2e
 def test_a_task_with_nothing_to_imitate_fails_at_start_with_one_line(tmp_path):
     run = run_app(tmp_path / "run", "task.name=tool_lookup", app="apps.sft", timeout=120)
     assert run.returncode == 2, run.output

@@ -1,10 +1,13 @@
 """The end of a run: a Monarch shutdown that does not finish is noted, not waited for."""
 
 import monarch.actor
+import pytest
 from monarch._rust_bindings.monarch_hyperactor.pytokio import PythonTask
 from monarch.actor import Future
 
 from forge_async.mesh.procs import shut_down_monarch
+
+pytestmark = pytest.mark.unit
 
 
 def test_a_shutdown_that_outlasts_its_time_is_noted_and_not_waited_for(monkeypatch, capsys):

@@ -25,6 +25,8 @@ from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task
 from tests.support.digits import EOS_ID, ROOM, TOKENIZER
 
+pytestmark = pytest.mark.unit
+
 RESET_ERROR = "reset() raised ValueError: no such table"
 
 
@@ -167,6 +169,7 @@ STALLING_RUNS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", list(STALLING_RUNS))
 def test_a_run_whose_every_episode_fails_stops_with_one_line_and_its_summary(tmp_path, case):
     overrides, reason, error = STALLING_RUNS[case]

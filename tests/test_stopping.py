@@ -13,10 +13,14 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from forge_async.cli.subprocess_run import AppRun, run_app_acting_at
 from forge_async.process import child_processes
 from forge_async.checkpoint.directory import CheckpointDirectory
 from forge_async.handles.generators import ANSWER_TIMEOUT_S
+
+pytestmark = pytest.mark.unit
 
 GRACE_S = 5
 # Episodes that never end and are never timed out: no drop, so no stall watch trips first.
@@ -64,6 +68,7 @@ def still_running(pids, within_s: float) -> list[int]:
     return left
 
 
+@pytest.mark.e2e
 def test_sigterm_in_a_stalled_run_ends_within_the_grace_and_saves(tmp_path):
     run_dir = tmp_path / "run"
     sent = {}
@@ -87,6 +92,7 @@ def test_sigterm_in_a_stalled_run_ends_within_the_grace_and_saves(tmp_path):
     assert summary["final_model"] and summary["accounting_ok"]
 
 
+@pytest.mark.e2e
 def test_sigterm_with_a_hung_generator_ends_within_the_grace_and_one_unanswered_question(tmp_path):
     """A generator that stops answering (SIGSTOP: alive, silent, as a hung engine): its calls in flight
     are abandoned with the step, the checkpoint waits ANSWER_TIMEOUT_S for its sampler state, and no
@@ -116,6 +122,7 @@ def test_sigterm_with_a_hung_generator_ends_within_the_grace_and_one_unanswered_
     assert still_running([sent["generator"]], within_s=10) == []
 
 
+@pytest.mark.e2e
 def test_a_trainer_still_in_its_step_at_the_deadline_is_neither_checkpointed_nor_saved(tmp_path):
     """Its state is past the last completed step (it goes on with the step on its own): a checkpoint
     of the record's step taken from it would not be that step's."""
@@ -140,6 +147,7 @@ def test_a_trainer_still_in_its_step_at_the_deadline_is_neither_checkpointed_nor
     assert not (run_dir / "checkpoints").exists() and summary["final_model"] is None
 
 
+@pytest.mark.e2e
 def test_a_second_ctrl_c_leaves_no_process_of_the_run(tmp_path):
     run_dir = tmp_path / "run"
     before: dict[int, str] = {}
@@ -158,6 +166,7 @@ def test_a_second_ctrl_c_leaves_no_process_of_the_run(tmp_path):
     assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}
 
 
+@pytest.mark.e2e
 def test_a_controller_killed_outright_leaves_no_process_of_the_run(tmp_path):
     """SIGKILL (the OOM killer's) runs no handler of the controller's: the OpenEnv server it serves
     is told by the kernel, and Monarch's procs notice their controller is gone."""
@@ -175,6 +184,7 @@ def test_a_controller_killed_outright_leaves_no_process_of_the_run(tmp_path):
     assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}
 
 
+@pytest.mark.e2e
 def test_sigterm_during_start_up_leaves_no_process_of_the_run(tmp_path):
     """Before the training loop takes signals, SIGTERM is taken as Ctrl-C: the start is cancelled and
     what was started stopped on the way out, where by default the process would die on the spot."""

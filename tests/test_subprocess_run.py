@@ -3,7 +3,11 @@ what it printed, and leaves nothing running."""
 
 import time
 
+import pytest
+
 from forge_async.cli.subprocess_run import run_app
+
+pytestmark = pytest.mark.procs
 
 
 def gone(pid: int) -> bool:

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from forge_async.cli.subprocess_run import AppRun, run_app, run_app_acting_at
@@ -22,6 +23,8 @@ from forge_async.handles.trainer import failed_rank
 from forge_async.weights import scratch
 from forge_async.weights.config import default_root
 from tests.support.app_runs import assert_accounting, kill_role
+
+pytestmark = pytest.mark.unit
 
 SYNC = ("mode=sync", "steps=12", "checkpoint.every_steps=3")
 
@@ -52,6 +55,7 @@ def alive(pid: int) -> bool:
     return True
 
 
+@pytest.mark.e2e
 def test_interrupted_sync_run_resumes_exactly_even_past_a_corrupt_checkpoint(tmp_path):
     straight = run_app(tmp_path / "straight", *SYNC)
     assert straight.returncode == 0, straight.output
@@ -92,6 +96,7 @@ def test_interrupted_sync_run_resumes_exactly_even_past_a_corrupt_checkpoint(tmp
     assert all((expected[name] == got[name]).all() for name in expected)
 
 
+@pytest.mark.e2e
 def test_generator_and_buffer_killed_mid_run_the_run_goes_on_and_learns(tmp_path):
     run_dir = tmp_path / "run"
     actions = {8: kill_role(run_dir, "generator0"), 22: kill_role(run_dir, "replay_buffer")}
@@ -110,6 +115,7 @@ def test_generator_and_buffer_killed_mid_run_the_run_goes_on_and_learns(tmp_path
     assert statistics.fmean(rewards[-8:]) - statistics.fmean(rewards[:8]) > 0.08, rewards
 
 
+@pytest.mark.e2e
 def test_killed_trainer_rank_stops_the_run_naming_it_and_resume_finishes(tmp_path):
     run_dir = tmp_path / "run"
     overrides = ("steps=12", "trainer.procs=2", "checkpoint.every_steps=4")
@@ -165,6 +171,7 @@ class KillTrainerOnceRespawned(threading.Thread):
                 return
 
 
+@pytest.mark.e2e
 def test_trainer_killed_during_resume_ends_with_the_one_line_failure_and_the_resume_hint(tmp_path):
     run_dir = tmp_path / "run"
     # A constant lr: the default linear decay spans the first run's steps and refuses more on resume.
@@ -209,6 +216,7 @@ def kill_controller(proc) -> None:
     os.kill(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_a_sigkilled_controllers_scratch_is_reclaimed_by_the_next_run_and_nothing_is_left(tmp_path):
     before = run_leftovers()
     killed = run_app_acting_at(tmp_path / "killed", {3: kill_controller}, "steps=200", "checkpoint.every_steps=0")
@@ -228,6 +236,7 @@ def test_a_sigkilled_controllers_scratch_is_reclaimed_by_the_next_run_and_nothin
     assert run_leftovers() == before
 
 
+@pytest.mark.e2e
 def test_a_full_disk_ends_the_run_with_one_line_and_leaves_it_resumable(small_disk, tmp_path):
     run_dir = small_disk / "run"
     full = run_app(run_dir, "steps=200", "checkpoint.every_steps=20", "eval.every_steps=0", timeout=300)
@@ -251,6 +260,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_leaves_it_resumable(small_di
     assert_each_step_once(resumed, 22)
 
 
+@pytest.mark.e2e
 def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     actions = {4: kill_role(run_dir, "generator0")}

@@ -14,6 +14,8 @@ from forge_async.losses.advantages import group_advantages
 from tests.support.digits import EOS_ID, ROOM, TOKENIZER
 from tests.support.prompt_files import dataset_task, write_rows
 
+pytestmark = pytest.mark.unit
+
 
 def completion(token_ids: list[int]) -> Completion:
     text = TOKENIZER.decode(token_ids, skip_special_tokens=True)

@@ -21,6 +21,8 @@ from forge_async.tasks.digits import DigitTask
 from forge_async.tasks.task import TaskError, prompt_token_ids
 from tests.support.meshes import spawn_generator
 
+pytestmark = pytest.mark.unit
+
 TEXTS = [
     "What is 4 + 3?",
     "café, naïve, Ωmega",
@@ -132,6 +134,7 @@ def test_tiny_checkpoint_takes_the_tokenizers_vocabulary(byte_checkpoint, tmp_pa
     assert (digits["vocab_size"], digits["max_position_embeddings"]) == (len(build_digit_tokenizer()), 64)
 
 
+@pytest.mark.procs
 def test_vllm_generates_text_from_a_text_prompt(byte_checkpoint, tokenizer):
     procs, generator = spawn_generator(byte_checkpoint)
     try:
@@ -149,6 +152,7 @@ def test_vllm_generates_text_from_a_text_prompt(byte_checkpoint, tokenizer):
     assert any(completion.text for completion in group)
 
 
+@pytest.mark.e2e
 def test_grpo_app_runs_on_text_prompts(tmp_path):
     data = tmp_path / "prompts.jsonl"
     rows = [{"prompt": f"What is {a} + {b}?", "answer": str(a + b)} for a in range(6) for b in range(6)]

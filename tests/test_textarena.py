@@ -22,6 +22,8 @@ from forge_async.tasks.task import TaskError
 from tests.support.app_config import app_config
 from tests.support.app_runs import assert_accounting
 
+pytestmark = pytest.mark.unit
+
 GAME = "GuessTheNumber-v0"  # 1 to 20, 10 guesses; "[n]" is a guess
 TOKENIZER = build_byte_tokenizer()
 
@@ -177,6 +179,7 @@ def test_a_game_broken_inside_textarena_is_named_at_start_by_playing_random_move
         check_game(game, TextArenaConfig())
 
 
+@pytest.mark.e2e
 def test_a_broken_game_stops_the_app_with_one_line_before_any_proc_starts(tmp_path):
     run = run_app(tmp_path / "run", "task.name=seeds", "env.name=textarena:ThreeCardMonte-v0", "model.tiny.tokenizer=bytes", timeout=120)
     assert run.returncode == 2, run.output
@@ -250,6 +253,7 @@ def test_the_seeds_task_holds_out_seeds_training_never_deals():
     assert config.task.name == "seeds" and config.multi_turn and config.env.textarena.bracket_actions
 
 
+@pytest.mark.e2e
 def test_grpo_plays_the_preset_game_with_the_game_s_rewards(tmp_path):
     """One short run of configs/textarena.yaml, its games on a proc of their own (the factory pickled)."""
     run = run_app(tmp_path / "run", "--config-name=textarena", "steps=4", "env.procs=1", timeout=600)

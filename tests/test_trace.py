@@ -9,6 +9,8 @@ import pytest
 from forge_async.observability.step_budget import TraceError, budget
 from forge_async.observability.spans import Tracer, trace_events
 
+pytestmark = pytest.mark.unit
+
 MS = 1_000_000  # ns
 
 

@@ -5,6 +5,8 @@ The generators are left out: what is checked is which turns share a generate cal
 
 import asyncio
 
+import pytest
+
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.environment import EnvStep, ModelTurn
@@ -13,6 +15,8 @@ from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.rollout.multi_turn import WorkerEpisodes
 from forge_async.rollout.turn_batcher import TurnBatcher
 from forge_async.tasks.task import Prompt
+
+pytestmark = pytest.mark.unit
 
 TOKENIZER = build_digit_tokenizer()
 TURNS = 3

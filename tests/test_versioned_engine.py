@@ -13,6 +13,8 @@ from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.losses.grpo import token_logprobs
 from tests.support.vllm_engine import MAX_TOKENS, params, perturbed, run_to_end, start_llm
 
+pytestmark = pytest.mark.procs
+
 PROMPT = [11, 3, 1, 4, 13]
 STEPS_BEFORE_SWAP = 4
 LORA = LoraConfig(rank=4)

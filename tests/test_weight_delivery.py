@@ -4,9 +4,13 @@ pin is being taken, and a relay lost with its node, then taken back."""
 
 import asyncio
 
+import pytest
+
 from forge_async.weights.delivery import WeightDelivery
 from forge_async.weights.outcomes import LoadOutcome, Loaded, ReceiverLost
 from forge_async.weights.route import Receiver, WeightRoute
+
+pytestmark = pytest.mark.unit
 
 
 class SlowHold:

@@ -13,6 +13,8 @@ from forge_async.weights import link
 from forge_async.weights.link import RELAY, SENDER, ReceivedVersion, Rendezvous, StagedVersions, relay_version
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
+pytestmark = pytest.mark.unit
+
 LOOPBACK = "127.0.0.1"
 
 

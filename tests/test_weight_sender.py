@@ -5,12 +5,15 @@ pair's attempt takes over from the old one."""
 
 import asyncio
 
+import pytest
 import torch
 from monarch.actor import Channel, this_host
 
 from forge_async.actors.weight_relay import WeightRelay
 from forge_async.actors.weight_sender import WeightSender
 from forge_async.weights.shared_memory import SharedMemoryChannel
+
+pytestmark = pytest.mark.procs
 
 TIMEOUT_S = 30.0
 RELAY_NODE = 1

@@ -17,6 +17,8 @@ from tests.support.digits import fixed_sequences
 from tests.support.meshes import spawn_generator, spawn_trainer
 from tests.support.parity import TOLERANCE, assert_parity_across_one_step, fp32_logprobs, max_diff
 
+pytestmark = pytest.mark.procs
+
 
 @pytest.fixture(scope="module")
 def trainer(tiny_checkpoint, weight_store):
