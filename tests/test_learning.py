@@ -9,8 +9,8 @@ import transformers
 from safetensors.torch import load_file
 
 from forge_async.cli.subprocess_run import run_app
-from pretrain import pretrain
 from tests.support.parity import assert_vllm_matches_transformers
+from tests.support.pretrain import pretrain
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +52,7 @@ def test_reward_rises_on_the_default_task_and_on_held_out_prompts(tmp_path):
 
 def test_lora_reward_rises_from_a_pretrained_base(tiny_checkpoint, tmp_path):
     """LoRA adapts a tiny model that answers with any of the prompt's digits (every weight trained,
-    supervised, seconds; tests/pretrain.py) to the default task, the largest digit. The base is
+    supervised, seconds; tests/support/pretrain.py) to the default task, the largest digit. The base is
     right ~0.4 of the time; measured: 0.38 -> 0.8 in 15 steps (rank 8, lr 5e-3)."""
     base = pretrain(tiny_checkpoint, tmp_path / "base")
     run = run_app(
