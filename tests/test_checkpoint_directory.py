@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from forge_async.checkpoint.directory import CheckpointDirectory, NoCheckpointError, step_of
-from forge_async.checkpoint.resume import resumed_config
+from forge_async.controller.resume import resumed_config
 from forge_async.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -14,9 +14,9 @@ import apps.grpo.main  # noqa: F401  (registers grpo_schema)
 import apps.sft.main  # noqa: F401  (registers sft_schema)
 from apps.distill.config import DistillConfig
 from apps.sft.config import SFTConfig
-from forge_async.checkpoint.resume import resumed_config
+from forge_async.controller.resume import resumed_config
 from forge_async.cli.app import CONFIG_DIR, load_config
-from forge_async.config import reference
+from forge_async.cli import config_reference as reference
 from forge_async.config.choices import choices
 from forge_async.config.keys import keys, resumable_keys
 from forge_async.config.schema import open_mappings
@@ -97,7 +97,7 @@ def test_a_preset_holds_only_what_it_changes(preset):
 
 def test_the_docs_tables_are_what_the_fields_write():
     doc = reference.DOC.read_text()
-    assert reference.render(doc) == doc, "docs/configuration.md is stale: python -m forge_async.config.reference"
+    assert reference.render(doc) == doc, "docs/configuration.md is stale: python -m forge_async.cli.config_reference"
 
 
 def test_every_key_has_help():

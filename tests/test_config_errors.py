@@ -14,7 +14,7 @@ import apps.grpo.main  # noqa: F401  (registers the config schema)
 from forge_async.cli.app import CONFIG_DIR
 from forge_async.cli.subprocess_run import REPO, run_app
 from forge_async.mesh import roles
-from forge_async.checkpoint.resume import resumed_config
+from forge_async.controller.resume import resumed_config
 from forge_async.generation.config import GeneratorConfig
 from forge_async.controller.config import GRPOConfig
 from forge_async.config.callables import CallableError

@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from forge_async.controller.record import STEP_ENDS, StepEnds, RunRecord
+from forge_async.observability.record import STEP_ENDS, StepEnds, RunRecord
 
 pytestmark = pytest.mark.unit
 

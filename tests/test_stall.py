@@ -1,4 +1,4 @@
-"""A run that cannot progress stops with one line; drops are said at a steady rate (controller/progress_watch.py).
+"""A run that cannot progress stops with one line; drops are said at a steady rate (rollout/progress_watch.py).
 
 Unit tests of the watch's rule and lines, then app runs in which every episode fails: an agent
 that raises (async), an environment whose reset raises (sync), a reward function that returns text
@@ -18,8 +18,8 @@ from forge_async.data.episode import Completion
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator
 from forge_async.observability.metrics import MetricsLog
-from forge_async.controller.progress_watch import ProgressWatch, RunStalled
-from forge_async.controller.config import StallConfig
+from forge_async.rollout.progress_watch import ProgressWatch, RunStalled
+from forge_async.rollout.config import StallConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.registry import build_task

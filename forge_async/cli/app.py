@@ -14,7 +14,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from forge_async.checkpoint.resume import resume_dir_from_argv, resumed_config
+from forge_async.controller.resume import resume_dir_from_argv, resumed_config
 from forge_async.config.schema import check_override_shapes
 from forge_async.controller.config import GRPOConfig
 from forge_async.controller.interrupt import take_sigterm_as_ctrl_c

@@ -2,8 +2,8 @@
 accepts and whether a resumed run may change it live there, and nowhere else.
 
 The YAML presets hold only what they change; docs/configuration.md's tables are written from
-these fields (forge_async/config/reference.py); the keys a resume may override are those marked
-`resumable` (forge_async/checkpoint/resume.py).
+these fields (forge_async/cli/config_reference.py); the keys a resume may override are those marked
+`resumable` (forge_async/controller/resume.py).
 """
 
 import copy

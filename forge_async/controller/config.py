@@ -18,7 +18,6 @@ from forge_async.config.callables import load_callable
 from forge_async.config.checks import (
     AT_LEAST_0,
     AT_LEAST_1,
-    POSITIVE,
     Range,
     check_range,
 )
@@ -35,6 +34,7 @@ from forge_async.mesh.config import PlacementConfig
 from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
 from forge_async.models.shape import ModelShape
 from forge_async.observability.config import LoggingConfig, TraceConfig
+from forge_async.rollout.config import StallConfig
 from forge_async.scoring.config import (
     ScorerConfig,
     ScoringConfig,
@@ -42,32 +42,6 @@ from forge_async.scoring.config import (
 )
 from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.weights.config import WeightsConfig
-
-
-
-@dataclass
-class StallConfig:
-    """stall.*: when a run whose episodes all drop stops, and how often the console says they drop."""
-
-    max_dropped_episodes: int = key(
-        512,
-        help=(
-            "episodes dropped in a row before the buffer, none kept, after which the run stops (exit "
-            "status 1); 0 = never"
-        ),
-        accepts=">= 0",
-        resumable=True,
-    )
-    report_every_s: float = key(
-        10.0,
-        help="while episodes are dropped, a console line at most this often with the counts by reason",
-        accepts="> 0",
-        resumable=True,
-    )
-
-    def __post_init__(self) -> None:
-        check_range("stall.max_dropped_episodes", self.max_dropped_episodes, AT_LEAST_0, note="0 = never stop")
-        check_range("stall.report_every_s", self.report_every_s, POSITIVE)
 
 
 
@@ -304,7 +278,7 @@ class GRPOConfig(RunConfig):
         accepts="a list of scorer entries",
     )
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
-    # A run whose episodes all drop stops; the console says drops as they go on (controller/progress_watch.py).
+    # A run whose episodes all drop stops; the console says drops as they go on (rollout/progress_watch.py).
     stall: StallConfig = field(default_factory=StallConfig)
 
     def __post_init__(self) -> None:

@@ -49,7 +49,7 @@ from forge_async.observability.metrics import MetricsLog, batch_metrics
 from forge_async.rollout.single_turn import Rollouts
 from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.worker import run_worker
-from forge_async.controller.record import RunRecord
+from forge_async.observability.record import RunRecord
 from forge_async.observability.step_figures import PipelineFigures, TokenRate
 from forge_async.observability.span_names import GENERATE_BATCH, STEP, WAIT_FOR_BATCH, WAIT_FOR_WEIGHTS
 from forge_async.observability.spans import TRACER

@@ -15,8 +15,8 @@ from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
 from forge_async.controller.config import GRPOConfig
 from forge_async.controller.grpo_loop import GRPOLoop
-from forge_async.controller.progress_watch import ProgressWatch
-from forge_async.controller.record import RunRecord
+from forge_async.rollout.progress_watch import ProgressWatch
+from forge_async.observability.record import RunRecord
 from forge_async.controller.summary import write_summary
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end
 from forge_async.envs.registry import open_environments

@@ -25,8 +25,8 @@ from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
 from forge_async.observability.metrics import MetricsLog
-from forge_async.controller.progress_watch import RunStalled
-from forge_async.controller.record import RunRecord
+from forge_async.rollout.progress_watch import RunStalled
+from forge_async.observability.record import RunRecord
 from forge_async.scoring.scorer import ScorerError, ScorerFailed
 from forge_async.observability.span_names import TRAIN_AND_PUSH_CALL, TRAINER_LOOP_LANE
 from forge_async.observability.spans import TRACER

@@ -13,7 +13,7 @@ from pathlib import Path
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.controller.loop import LANE, TrainingLoop
-from forge_async.controller.record import RunRecord, StepEnds
+from forge_async.observability.record import RunRecord, StepEnds
 from forge_async.data.demonstrations import Demonstrations
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles

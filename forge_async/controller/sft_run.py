@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
 from forge_async.controller.config import RunConfig
-from forge_async.controller.record import RunRecord
+from forge_async.observability.record import RunRecord
 from forge_async.controller.sft_loop import SFTLoop, SFTMetricsLog
 from forge_async.controller.sft_summary import write_summary
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from forge_async.controller.config import GRPOConfig
 from forge_async.handles.run import RunHandles
-from forge_async.controller.record import RunRecord
+from forge_async.observability.record import RunRecord
 from forge_async.observability.outputs import replace_text
 from forge_async.weights.shared_memory import SharedMemoryChannel
 

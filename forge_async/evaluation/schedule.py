@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from forge_async.evaluation.evaluator import Evaluator
 from forge_async.handles.generators import GeneratorLost, GeneratorPool
 from forge_async.observability.metrics import MetricsLog, measured_nothing
-from forge_async.controller.record import RunRecord
+from forge_async.observability.record import RunRecord
 from forge_async.observability.span_names import EVALUATE
 from forge_async.observability.spans import TRACER
 from forge_async.weights.delivery import WeightDelivery

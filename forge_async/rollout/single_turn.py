@@ -10,8 +10,8 @@ This class is also the prompt source and counters that multi-turn rollouts
 import random
 
 from forge_async.generation.config import SamplingConfig
-from forge_async.controller.progress_watch import ProgressWatch
-from forge_async.controller.config import StallConfig
+from forge_async.rollout.progress_watch import ProgressWatch
+from forge_async.rollout.config import StallConfig
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt, Task
 from forge_async.rollout.types import Dropped, Generator, Producer, WorkerShape

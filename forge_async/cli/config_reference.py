@@ -1,7 +1,7 @@
 """docs/configuration.md's key tables, written from the config fields (forge_async/config/keys.py).
 
-    python -m forge_async.config.reference          # rewrite the tables in docs/configuration.md
-    python -m forge_async.config.reference --check  # exit 1 if they differ from the fields
+    python -m forge_async.cli.config_reference          # rewrite the tables in docs/configuration.md
+    python -m forge_async.cli.config_reference --check  # exit 1 if they differ from the fields
 
 Each table sits between `<!-- keys: SELECTORS -->` and `<!-- /keys -->`: the keys a selector
 names (`steps`; `model`: every `model.*` key; `scorers`: the list and its items' keys), one row
@@ -117,7 +117,7 @@ def main() -> None:
     written = render(doc)
     if "--check" in sys.argv[1:]:
         if written != doc:
-            sys.exit(f"{DOC} is not what the config fields write: python -m forge_async.config.reference")
+            sys.exit(f"{DOC} is not what the config fields write: python -m forge_async.cli.config_reference")
         return
     DOC.write_text(written)
 

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from forge_async.controller.config import StallConfig
+from forge_async.rollout.config import StallConfig
 from forge_async.observability.console import since_launch
 
 
