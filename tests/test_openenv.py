@@ -24,7 +24,7 @@ from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.capacity import ProbeFailed, SessionLimit, probe_capacity
 from forge_async.envs.openenv.server_process import ServerNotUp, ServerProcess, is_healthy
-from forge_async.mesh.hosts import free_port
+from forge_async.cluster.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError

@@ -19,7 +19,7 @@ import apps.grpo.main  # noqa: F401  (registers the grpo config schema)
 from forge_async.cli.app import CONFIG_DIR, load_config
 from forge_async.cli.subprocess_run import run_app
 from apps.sft.config import SFTConfig
-from apps.sft.main import run_roles  # importing it registers the sft config schema
+import apps.sft.main  # noqa: F401  (registers the sft config schema)
 from forge_async.learning.config import TrainerConfig
 from forge_async.learning.spec import LearnerSpec
 from forge_async.data.batch import pack_episodes
@@ -199,7 +199,7 @@ def sft_config(*overrides: str) -> SFTConfig:
 def test_each_objective_belongs_to_its_app():
     config = sft_config()
     assert config.loss.objective == "sft" and config.task.name == "max_digit"
-    assert run_roles(config).loss.objective == "sft"  # what the trainer is spawned with
+    assert config.run_roles().loss.objective == "sft"  # what the trainer is spawned with
     with pytest.raises(ConfigError, match="loss.objective=grpo: apps.sft trains on demonstrations"):
         sft_config("loss.objective=grpo")
     with pytest.raises(ConfigError, match="task.name=tool_lookup: .* no single completion to imitate"):

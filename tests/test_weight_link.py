@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from forge_async.mesh.hosts import free_port
+from forge_async.cluster.hosts import free_port
 from forge_async.weights import link
 from forge_async.weights.link import RELAY, SENDER, ReceivedVersion, Rendezvous, StagedVersions, relay_version
 from forge_async.weights.shared_memory import SharedMemoryChannel

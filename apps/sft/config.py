@@ -13,6 +13,7 @@ from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_1, check_range
 from forge_async.errors import ConfigError
 from forge_async.losses.config import LossConfig
+from forge_async.mesh.run_roles import RunRoles
 from forge_async.tasks.config import MULTI_TURN_TASKS
 
 
@@ -46,3 +47,8 @@ class SFTConfig(RunConfig):
             self.generator.calls_at_once = 1
         self.resolve_trainer(self.steps)
         self.check_sections()
+
+    def run_roles(self) -> RunRoles:
+        """A trainer with the sft objective and generators for the evaluations: no replay buffer,
+        no scorer or environment procs."""
+        return RunRoles(self.loss)

@@ -21,22 +21,15 @@ from apps.sft.config import SFTConfig
 from forge_async.cli.app import CONFIG_DIR, launch, load_config, run_with, start
 from forge_async.cli.report import report_sft
 from forge_async.config.schema import open_mappings
-from forge_async.mesh.run_roles import RunRoles
 
 ConfigStore.instance().store(name="sft_schema", node=open_mappings(SFTConfig))
-
-
-def run_roles(config: SFTConfig) -> RunRoles:
-    """A trainer with the sft objective and generators for the evaluations: no replay buffer,
-    no scorer or environment procs."""
-    return RunRoles(config.loss)
 
 
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="sft")
 def hydra_main(cfg: DictConfig) -> None:
     launch(
         lambda run_dir: load_config(cfg, SFTConfig), "apps.sft", "SFT",
-        run_with("forge_async.controller.sft_run", run_roles), report_sft,
+        run_with("forge_async.controller.sft_run"), report_sft,
     )
 
 

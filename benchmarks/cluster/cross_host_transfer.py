@@ -40,7 +40,7 @@ from monarch.actor import Channel, endpoint
 
 from benchmarks.harness.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.mesh.located import LocatedActor
-from forge_async.mesh.hosts import free_port, interface_of, node_address
+from forge_async.cluster.hosts import free_port, interface_of, node_address
 
 REPO = Path(__file__).resolve().parents[2]
 _TCP_CHUNK = 4 << 20
@@ -194,7 +194,7 @@ def printed_row(name: str, row: dict) -> str:
 async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool) -> list[tuple[str, dict]]:
     """(state dict's name, measure()'s row) for each state dict and link rate, each printed as measured."""
     from benchmarks.harness.weight_endpoint import model_shapes, synthetic_shapes
-    from forge_async.mesh.hosts import Hosts
+    from forge_async.cluster.hosts import Hosts
     from forge_async.weights import store
 
     hosts = Hosts.from_env()

@@ -22,7 +22,7 @@ from forge_async.data.episode import Episode
 from forge_async.learning.learner import Learner, device_type
 from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult
 from forge_async.learning.spec import LearnerSpec
-from forge_async.mesh.hosts import pin_collectives_to_node_address
+from forge_async.cluster.hosts import pin_collectives_to_node_address
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.observability.span_names import PUBLISH_WEIGHTS

@@ -18,7 +18,7 @@ import threading
 from monarch.actor import endpoint
 
 from forge_async.mesh.proc_actor import ProcActor
-from forge_async.mesh.hosts import node_address
+from forge_async.cluster.hosts import node_address
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.weights import scratch
 from forge_async.weights.outcomes import LinkFailed, Loaded

@@ -17,7 +17,7 @@ import time
 from monarch.actor import Port, concurrent_endpoint, endpoint
 
 from forge_async.mesh.proc_actor import ProcActor
-from forge_async.mesh.hosts import free_port, node_address
+from forge_async.cluster.hosts import free_port, node_address
 from forge_async.weights import scratch
 from forge_async.weights.outcomes import LinkFailed, Sent
 from forge_async.weights.link import SENDER, Rendezvous, StagedVersions, open_pair, send_version, serve_rendezvous

@@ -21,7 +21,6 @@ from forge_async.controller.interrupt import take_sigterm_as_ctrl_c
 from forge_async.controller.startup import spawned_procs
 from forge_async.errors import ConfigError, TrainerFailed, UserError
 from forge_async.mesh.procs import shut_down_monarch
-from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.console import keep_console_for_own_lines
 from forge_async.process import disk_full
 from forge_async.process.exit import exit_app
@@ -34,14 +33,14 @@ Run = Callable[[Any, Path], Awaitable[dict]]
 Report = Callable[[dict, str, str], None]
 
 
-def run_with(training: str, roles: Callable[[Any], RunRoles] = RunRoles.of_grpo) -> Run:
+def run_with(training: str) -> Run:
     """A run whose procs are spawned first (they start importing vLLM and TorchTitan at once),
     then `training` imported: the module whose `train(config, run_dir, procs)` runs the app
     (controller/grpo_run.py, controller/sft_run.py). It needs torch: its imports overlap theirs.
-    `roles(config)`: what the run brings up beside its trainer and generators (mesh/run_roles.py)."""
+    `config.run_roles()`: what the run brings up beside its trainer and generators (mesh/run_roles.py)."""
 
     async def run(config: Any, run_dir: Path) -> dict:
-        async with spawned_procs(config, run_dir, roles(config)) as procs:
+        async with spawned_procs(config, run_dir, config.run_roles()) as procs:
             import_frozen(training)
             return await importlib.import_module(training).train(config, run_dir, procs)
 

@@ -25,7 +25,7 @@ import time
 
 from forge_async.errors import ConfigError
 from forge_async.process.exit import defer_to_caller, exit_now
-from forge_async.mesh.hosts import NODE_ADDR_ENV, NODE_RANK_ENV, RENDEZVOUS_ENV, WORKERS_ENV, free_port
+from forge_async.cluster.hosts import NODE_ADDR_ENV, NODE_RANK_ENV, RENDEZVOUS_ENV, WORKERS_ENV, free_port
 from forge_async.cluster.nodes import NodeSpec
 from forge_async.cluster.rendezvous import Rendezvous, own_address
 from forge_async.weights import scratch

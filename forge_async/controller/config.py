@@ -31,6 +31,7 @@ from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.learning.config import TrainerConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.mesh.config import PlacementConfig
+from forge_async.mesh.run_roles import BufferSpec, RunRoles
 from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
 from forge_async.models.shape import ModelShape
 from forge_async.observability.config import LoggingConfig, TraceConfig
@@ -346,6 +347,17 @@ class GRPOConfig(RunConfig):
         if self.env.name is not None and self.env.name.startswith(TEXTARENA):
             return f"env.name={self.env.name}: the game speaks text"
         return super()._text_input()
+
+    def run_roles(self) -> RunRoles:
+        """What a GRPO run brings up beside its trainer and generators: a replay buffer, the
+        scorers, environment procs, importance correction and the reference's KL."""
+        buffer = BufferSpec(
+            self.max_policy_age, self.buffer_capacity, self.filter.zero_variance_groups,
+            self.filter.max_drops(self.batch_size),
+        )
+        return RunRoles(
+            self.loss, self.importance, self.kl_coef, self.trainer_reference, buffer, self.scorers, self.env.procs
+        )
 
     @property
     def multi_turn(self) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from forge_async.cluster.torchrun import leave_torchrun_job
 from forge_async.controller.config import RunConfig
-from forge_async.mesh.hosts import Hosts
+from forge_async.cluster.hosts import Hosts
 from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults
 from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.console import since_launch

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from forge_async.mesh.located import Where, here
-from forge_async.mesh.hosts import Hosts
+from forge_async.cluster.hosts import Hosts
 from forge_async.mesh.roles import Role
 from forge_async.observability.outputs import replace_text
 

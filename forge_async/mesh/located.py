@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from monarch.actor import Actor, endpoint
 
-from forge_async.mesh.hosts import free_port, node_address, node_rank
+from forge_async.cluster.hosts import free_port, node_address, node_rank
 
 
 @dataclass(frozen=True)

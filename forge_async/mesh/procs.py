@@ -25,7 +25,7 @@ from forge_async.controller.config import RunConfig
 from forge_async.observability.console import send_output_to_log
 from forge_async.errors import ConfigError
 from forge_async.process.heap_trim import start_heap_trimmer
-from forge_async.mesh.hosts import Hosts
+from forge_async.cluster.hosts import Hosts
 from forge_async.process.imports import frozen, import_frozen
 from forge_async.mesh.roles import REPLAY_BUFFER, TRAINER, Kind, Role, environment, generator, scorer
 from forge_async.mesh.run_roles import RunRoles
@@ -147,9 +147,9 @@ class RunProcs:
     """Each role's proc mesh: the first ones spawned together by `spawn_all`, new ones on demand."""
 
     def __init__(self, config: RunConfig, hosts: Hosts, log_dir: Path | None, roles: RunRoles | None = None):
-        """`roles`: what the run has beside its trainer and generators (default: a GRPOConfig's)."""
+        """`roles`: what the run has beside its trainer and generators (default: `config.run_roles()`)."""
         self.config = config
-        self.roles = roles if roles is not None else RunRoles.of_grpo(config)
+        self.roles = roles if roles is not None else config.run_roles()
         self.hosts = hosts
         self.log_dir = log_dir
         self._early: dict[Role, ProcMesh] = {}

@@ -1,14 +1,13 @@
 """What a run brings up beside its trainer and generators, and what its trainer trains with.
 
 The spawning (mesh/procs.py, handles/spawner.py, handles/spawn_run.py) reads a run's sections
-(controller/config.py RunConfig) and these: GRPO's (`RunRoles.of_grpo`: a replay buffer, the
+(controller/config.py RunConfig) and these: GRPO's (`GRPOConfig.run_roles`: a replay buffer, the
 scorers, environment procs, importance correction and the reference's KL), or a trainer and
-generators alone with the run's loss (apps.sft: `RunRoles(loss)`).
+generators alone with the run's loss (`SFTConfig.run_roles`: `RunRoles(loss)`).
 """
 
 from dataclasses import dataclass, field
 
-from forge_async.controller.config import GRPOConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.scoring.config import ScorerConfig
 
@@ -32,17 +31,6 @@ class RunRoles:
     replay_buffer: BufferSpec | None = None  # None: the run has none
     scorers: list[ScorerConfig] = field(default_factory=list)  # model scorers get procs of their own
     environment_procs: int = 0
-
-    @classmethod
-    def of_grpo(cls, config: GRPOConfig) -> "RunRoles":
-        buffer = BufferSpec(
-            config.max_policy_age, config.buffer_capacity, config.filter.zero_variance_groups,
-            config.filter.max_drops(config.batch_size),
-        )
-        return cls(
-            config.loss, config.importance, config.kl_coef, config.trainer_reference, buffer, config.scorers,
-            config.env.procs,
-        )
 
     @property
     def model_scorers(self) -> list[int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from forge_async.process import child_processes
 from forge_async.errors import ConfigError
-from forge_async.mesh.hosts import free_port
+from forge_async.cluster.hosts import free_port
 
 SESSIONS_VARIABLE = "FORGE_OPENENV_SESSIONS"
 LOOPBACK = "127.0.0.1"
