@@ -18,7 +18,7 @@ import pytest
 from forge_async.cli.subprocess_run import AppRun, run_app_acting_at
 from forge_async.process import child_processes
 from forge_async.checkpoint.directory import CheckpointDirectory
-from forge_async.handles.generators import ANSWER_TIMEOUT_S
+from forge_async.handles.generators.generator import ANSWER_TIMEOUT_S
 
 pytestmark = pytest.mark.unit
 
