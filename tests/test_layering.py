@@ -121,3 +121,32 @@ def test_apps_import_the_package_never_another_app():
         if app_of(target) not in (None, app_of(module_name(path)))
     )
     assert crossings == []
+
+
+def test_every_module_lives_in_a_room():
+    """`forge_async/errors.py` is the one loose module: everything else sits in a package named for what it does."""
+    loose = sorted(p.name for p in (ROOT / "forge_async").glob("*.py") if p.name not in {"__init__.py", "errors.py"})
+    assert loose == []
+
+
+def test_actors_never_import_the_controller_side():
+    """An actor's module is what its proc imports: the handles, the loops and the cli stay in the controller."""
+    graph = imports()
+    controller_side = {"handles", "controller", "cli", "rollout", "evaluation"}
+    assert sorted((m, t) for m, ts in graph.items() if in_rooms(m, {"actors"}) for t in ts if in_rooms(t, controller_side)) == []
+
+
+# The rooms below the controller that still read its composed config (docs/architecture.md says why).
+READS_THE_RUN_CONFIG = {"forge_async.mesh.procs", "forge_async.handles.spawner", "forge_async.weights.route"}
+
+
+def test_nothing_below_the_controller_imports_it_but_the_run_config_readers():
+    graph = imports()
+    upward = sorted(
+        (m, t)
+        for m, ts in graph.items()
+        if not in_rooms(m, {"controller", "cli"})
+        for t in ts
+        if in_rooms(t, {"controller", "cli"}) and not (m in READS_THE_RUN_CONFIG and t == "forge_async.controller.config")
+    )
+    assert upward == []
