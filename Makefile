@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # vLLM's CUDA build where an NVIDIA driver is present, its CPU build elsewhere.
 VLLM_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 
-.PHONY: grpo test test-fast venv clean-venv system-deps
+.PHONY: grpo test test-fast lint venv clean-venv system-deps
 
 # The multi-host tests simulate hosts with network namespaces: `ip` (iproute2) and
 # `nsenter`/`unshare` (util-linux). Installed with apt-get where missing and possible.
@@ -38,6 +38,11 @@ test: $(STAMP) system-deps
 # The unit lane: every module's unit tests, no procs and no runs (tests/README.md).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not procs and not e2e" $(ARGS)
+
+# Format the tree and fix what the linter can (tests/test_lint.py fails on what is left).
+lint: $(STAMP)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
 
 clean-venv:
 	rm -rf $(VENV)

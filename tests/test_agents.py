@@ -89,7 +89,12 @@ def test_an_openai_client_agent_gets_the_native_environments_tokens_in_concurren
     for n, a in zip(native, agent, strict=True):
         assert isinstance(a, Completion), a
         # Token in, token out: the model's turns verbatim, the tool's reply as the template adds it.
-        assert (a.prompt_ids, a.token_ids, a.versions, a.logprobs) == (n.prompt_ids, n.token_ids, n.versions, n.logprobs)
+        assert (a.prompt_ids, a.token_ids, a.versions, a.logprobs) == (
+            n.prompt_ids,
+            n.token_ids,
+            n.versions,
+            n.logprobs,
+        )
         assert (a.turns, a.finish_reason) == (n.turns, n.finish_reason) == (2, "done")
         assert a.env_reward == n.env_reward == pytest.approx(1.0)  # each session got its own turns
 
@@ -170,8 +175,13 @@ def test_malformed_requests_are_answered_4xx_and_the_session_goes_on():
     assert isinstance(done, Completion) and done.env_reward == 1.0
     statuses = {name: status for name, (status, _) in ANSWERS.items()}
     assert statuses == {
-        "not json": 400, "not an object": 400, "no messages": 400, "streaming": 400, "two choices": 400,
-        "unknown tokens": 400, "unknown session": 404,
+        "not json": 400,
+        "not an object": 400,
+        "no messages": 400,
+        "streaming": 400,
+        "two choices": 400,
+        "unknown tokens": 400,
+        "unknown session": 404,
     }
     assert "stream=true is not supported" in ANSWERS["streaming"][1]
     assert "no tokens for part of the request" in ANSWERS["unknown tokens"][1]
@@ -238,8 +248,12 @@ def test_tool_lookup_learns_through_openai_client_agents_on_an_environment_proc(
     """A GRPO run whose episodes are agent programs on a proc of its own (its endpoint there too),
     some of which fail: they are counted and the run learns."""
     run = run_app(
-        tmp_path / "run", "--config-name=tool_lookup", "steps=40", "env.procs=1",
-        "env.name=agent:tests.flaky_agent:play", timeout=900,
+        tmp_path / "run",
+        "--config-name=tool_lookup",
+        "steps=40",
+        "env.procs=1",
+        "env.name=agent:tests.flaky_agent:play",
+        timeout=900,
     )
     dropped = assert_finished_dropping(run, "agent_error", "agent_history_edit")
     assert set(dropped) <= {"agent_error", "agent_history_edit", "stale"}, dropped  # no other mismatch

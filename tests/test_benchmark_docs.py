@@ -22,8 +22,12 @@ def test_every_generated_block_of_the_benchmarks_page_matches_its_result_file():
 
 
 def test_a_block_renders_its_command_box_figures_and_tables_and_a_changed_file_makes_it_stale(tmp_path):
-    result = BenchmarkResult("x", "X", ".venv/bin/python -m benchmarks.components.x --n 3",
-                             box={"commit": "abc1234", "cores": "2 usable of 2", "gpu": "none"})
+    result = BenchmarkResult(
+        "x",
+        "X",
+        ".venv/bin/python -m benchmarks.components.x --n 3",
+        box={"commit": "abc1234", "cores": "2 usable of 2", "gpu": "none"},
+    )
     result.figure("speed", 12.5, "steps/s")
     result.tables.append(Table("Runs", ["run", "steps/s"], [[1, 12.5]]))
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
@@ -49,5 +53,7 @@ def test_every_benchmark_command_in_the_docs_names_a_module_that_exists():
     texts = [repo / "README.md", *(repo / "docs").rglob("*.md"), *(repo / "benchmarks").rglob("*.py")]
     commands = {(path.relative_to(repo), m[1]) for path in texts for m in COMMAND.finditer(path.read_text())}
     assert commands
-    missing = [(str(path), module) for path, module in commands if not (repo / (module.replace(".", "/") + ".py")).exists()]
+    missing = [
+        (str(path), module) for path, module in commands if not (repo / (module.replace(".", "/") + ".py")).exists()
+    ]
     assert missing == []

@@ -25,7 +25,7 @@ def test_the_smoke_set_runs_each_benchmark_and_renders_the_report(tmp_path):
         assert f"(`{report.path_of(name)}`)" in page and result.command in page
         assert f".venv/bin/python -m {report.module_of(name)} " in result.command and "--json" not in result.command
         assert result.box["commit"] and result.box["cores"], name
-        for i, series in enumerate(result.series):
+        for i in range(len(result.series)):
             png = tmp_path / "figures" / f"{name}_{i}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
             assert f"]({'figures/' + png.name})" in page
@@ -43,7 +43,9 @@ def result_with(*values: float) -> list[report.Run]:
 
 
 def test_a_figure_whose_spread_exceeds_a_tenth_of_its_mean_says_so():
-    assert report.figure_rows(result_with(10.0, 10.5, 10.2)) == [["speed", "10.2 steps/s", "10 steps/s to 10.5 steps/s over 3 runs"]]
+    assert report.figure_rows(result_with(10.0, 10.5, 10.2)) == [
+        ["speed", "10.2 steps/s", "10 steps/s to 10.5 steps/s over 3 runs"]
+    ]
     wide = report.figure_rows(result_with(10.0, 12.0))[0][2]
     assert wide.endswith("spread over 10% of the mean")
     assert report.figure_rows(result_with(7.0))[0][1:] == ["7 steps/s", "one run"]
@@ -73,13 +75,16 @@ NOT_BENCHMARKS = {"__init__", "trl_grpo"}  # trl_grpo: the TRL side that benchma
 
 def benchmark_scripts() -> dict[str, Path]:
     return {
-        path.stem: path for path in BENCHMARKS.glob("*/*.py")
+        path.stem: path
+        for path in BENCHMARKS.glob("*/*.py")
         if path.parent.name != "harness" and path.stem not in NOT_BENCHMARKS
     }
 
 
 def test_benchmarks_sit_in_their_kind_and_import_each_other_only_through_the_harness():
-    assert {path.name for path in BENCHMARKS.iterdir() if path.is_dir() and path.name != "__pycache__"} <= KINDS | {"results"}
+    assert {path.name for path in BENCHMARKS.iterdir() if path.is_dir() and path.name != "__pycache__"} <= KINDS | {
+        "results"
+    }
     assert [path.name for path in BENCHMARKS.glob("*.py")] == ["__init__.py"]
     for path in BENCHMARKS.glob("*/*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -94,7 +99,8 @@ def test_the_full_set_runs_every_benchmark_and_each_writes_the_result_shape():
     assert {report.script_of(name) for name in report.FULL} == scripts.keys()
     for name, path in scripts.items():
         calls = {
-            node.func.id for node in ast.walk(ast.parse(path.read_text()))
+            node.func.id
+            for node in ast.walk(ast.parse(path.read_text()))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         }
         assert {"add_json_argument", "BenchmarkResult"} <= calls, name

@@ -15,8 +15,14 @@ pytestmark = pytest.mark.e2e
 def test_compose_example_runs(tmp_path):
     proc = subprocess.run(
         [
-            sys.executable, "docs/examples/compose_meshes.py", "--steps", "2", "--trainer-procs", "2",
-            "--log-dir", str(tmp_path),
+            sys.executable,
+            "docs/examples/compose_meshes.py",
+            "--steps",
+            "2",
+            "--trainer-procs",
+            "2",
+            "--log-dir",
+            str(tmp_path),
         ],
         cwd=REPO,
         capture_output=True,

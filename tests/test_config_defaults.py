@@ -88,7 +88,8 @@ def parent_of(preset: str) -> DictConfig:
 def test_a_preset_holds_only_what_it_changes(preset):
     raw, parent, own = OmegaConf.load(Path(CONFIG_DIR) / f"{preset}.yaml"), parent_of(preset), composed(preset)
     unchanged = [
-        key for key in preset_keys(raw, parent)
+        key
+        for key in preset_keys(raw, parent)
         if OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(own, key)}))
         == OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(parent, key)}))
     ]

@@ -105,15 +105,11 @@ BAD_VALUES = {
     "max_policy_age=-1": "max_policy_age=-1: must be >= 0",
     "target_reward=nan": "target_reward=nan: must be a finite number",
     "prompts_per_rollout=32": "prompts_per_rollout=32 must be <= prompts_per_step=16",
-    "generator.enforce_eager=true generator.compile=true":
-        "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's torch.compile off",
-    "placement.trainer_gpus=[0] placement.generator_gpus=[0]":
-        "placement.trainer_gpus=[0] and placement.generator_gpus=[0] share GPU(s) [0] on node(s) [0]",
+    "generator.enforce_eager=true generator.compile=true": "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's torch.compile off",
+    "placement.trainer_gpus=[0] placement.generator_gpus=[0]": "placement.trainer_gpus=[0] and placement.generator_gpus=[0] share GPU(s) [0] on node(s) [0]",
     "placement.trainer_gpus=[0]": "placement.generator_gpus is null while the other is set",
-    "placement.trainer_gpus=[0] placement.generator_gpus=[1] trainer.procs=2":
-        "placement.trainer_gpus=[0] names 1 GPU(s) for trainer.procs=2: one GPU per trainer proc",
-    "placement.trainer_gpus=[0] placement.generator_gpus=[1] generator.count=2":
-        "placement.generator_gpus=[1] names 1 GPU(s) for 2 generators on a node",
+    "placement.trainer_gpus=[0] placement.generator_gpus=[1] trainer.procs=2": "placement.trainer_gpus=[0] names 1 GPU(s) for trainer.procs=2: one GPU per trainer proc",
+    "placement.trainer_gpus=[0] placement.generator_gpus=[1] generator.count=2": "placement.generator_gpus=[1] names 1 GPU(s) for 2 generators on a node",
     "placement.generator_gpus=[1,1]": "placement.generator_gpus=[1, 1]: a GPU appears twice",
     "placement.trainer_gpus=[-1]": "placement.trainer_gpus=[-1]: GPU indices are >= 0",
     "placement.trainer_gpus=[]": "placement.trainer_gpus=[] is empty",
@@ -144,8 +140,12 @@ def test_an_out_of_range_value_is_named_with_what_the_key_accepts(override):
         (),
         ("sampling.temperature=0", "sampling.top_p=1", "importance.cap=null", "generator.kv_cache_gib=null"),
         ("group_size=2", "checkpoint.every_steps=0", "trainer.beta1=0", "generator.max_model_len=64"),
-        ("generator.compile=true", "placement.trainer_gpus=[0]", "placement.generator_gpus=[0]",
-         "placement.share_gpus=true"),
+        (
+            "generator.compile=true",
+            "placement.trainer_gpus=[0]",
+            "placement.generator_gpus=[0]",
+            "placement.share_gpus=true",
+        ),
         ("generator.enforce_eager=false", "generator.compile=false", "generator.gpu_memory_utilization=1"),
         ("generator.swap_mode=abort_resume", "placement.import_nice=0"),
         ("model.lora.rank=1", "model.lora.alpha=1e-3", "model.lora.targets=[o_proj]"),
@@ -202,7 +202,10 @@ def test_the_gpu_preset_composes_and_validates_through_the_app(tiny_checkpoint, 
     config.placement.check(nnodes=1)
     assert config.model.path == str(tiny_checkpoint.path) and config.task.dataset == str(dataset)
     assert config.sampling.max_tokens == 512 and config.generator.kv_cache_gib is None
-    assert (config.placement.visible_gpus(roles.TRAINER), config.placement.visible_gpus(roles.generator(0))) == ("0", "1")
+    assert (config.placement.visible_gpus(roles.TRAINER), config.placement.visible_gpus(roles.generator(0))) == (
+        "0",
+        "1",
+    )
     assert config.generator.enforce_eager is None and config.generator.compile is None  # GPU defaults
     assert config.trainer.lr == 1e-6 and config.mode == "async"  # the rest inherited from grpo.yaml
 
@@ -217,7 +220,12 @@ def test_the_generator_dtype_follows_the_trainer_unless_set():
 def test_generate_calls_at_once_follow_whether_episodes_have_turns_unless_set():
     assert app_config().generator.calls_at_once == 1  # single-turn: a rollout's call after another
     assert app_config(config_name="tool_lookup").generator.calls_at_once == 0  # multi-turn: no limit
-    assert app_config("env.name=agent:docs.examples.tool_lookup_agent:play", "task.name=tool_lookup").generator.calls_at_once == 0
+    assert (
+        app_config(
+            "env.name=agent:docs.examples.tool_lookup_agent:play", "task.name=tool_lookup"
+        ).generator.calls_at_once
+        == 0
+    )
     assert app_config("generator.calls_at_once=4", config_name="tool_lookup").generator.calls_at_once == 4
 
 
@@ -277,7 +285,10 @@ def test_digits_on_the_digit_tokenizer_pass_the_text_check(tmp_path):
 def test_sft_on_reasoning_gym_with_the_digit_tokenizer_exits_2_before_any_proc_starts(tmp_path):
     run = run_app(tmp_path / "run", "task.name=reasoning_gym", app="apps.sft", timeout=60)
     assert run.returncode == 2, run.output
-    assert "error: task.name=reasoning_gym: its questions are text" in run.output and "model.tiny.tokenizer=bytes" in run.output
+    assert (
+        "error: task.name=reasoning_gym: its questions are text" in run.output
+        and "model.tiny.tokenizer=bytes" in run.output
+    )
     assert "Traceback" not in run.output and "spawning" not in run.output, run.output
 
 

@@ -23,8 +23,14 @@ pytestmark = pytest.mark.unit
 
 # 8B bf16, 24 generator hosts, g = 10 s: train-bound on a fast link.
 BASE = Inputs(
-    model_bytes=16e9, link_gbit=400, memcpy_gbs=20, hosts=24, train_s=20, generate_s=240,
-    max_policy_age=1, latency_ms=5,
+    model_bytes=16e9,
+    link_gbit=400,
+    memcpy_gbs=20,
+    hosts=24,
+    train_s=20,
+    generate_s=240,
+    max_policy_age=1,
+    latency_ms=5,
 )
 LINKS = [1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000]
 

@@ -22,7 +22,10 @@ BREVITY = '{kind:reward,fn:"docs.examples.custom_scorer:brevity",weight:0.0}'  #
 def grpo_with_kl(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("grpo_kl") / "run"
     run = run_app(
-        run_dir, "steps=50", "seed=0", f"scorers=[{{kind:reward}},{{kind:reference_kl,coef:0.02}},{BREVITY}]",
+        run_dir,
+        "steps=50",
+        "seed=0",
+        f"scorers=[{{kind:reward}},{{kind:reference_kl,coef:0.02}},{BREVITY}]",
         "trainer.lr_schedule=constant",  # the default decays the lr over the last half of the run
     )
     assert run.returncode == 0, run.output

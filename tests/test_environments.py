@@ -110,8 +110,11 @@ class BadReward(Echo):
 
 @pytest.mark.parametrize(
     "env, reason, says",
-    [(Raises, "env_error", "step() raised KeyError"), (Hangs, "env_timeout", "env.timeout_s=0.2"),
-     (BadReward, "env_error", "not a finite number")],
+    [
+        (Raises, "env_error", "step() raised KeyError"),
+        (Hangs, "env_timeout", "env.timeout_s=0.2"),
+        (BadReward, "env_error", "not a finite number"),
+    ],
 )
 def test_a_failing_environment_drops_the_episode_with_a_reason(env, reason, says):
     with pytest.raises(EpisodeDropped, match=says.replace("(", r"\(").replace(")", r"\)")) as dropped:
@@ -149,8 +152,12 @@ def test_environment_tokens_get_no_gradient(tiny_checkpoint):
 def test_tool_lookup_learns_through_a_flaky_environment(tmp_path):
     steps = 60
     run = run_app(
-        tmp_path / "run", "--config-name=tool_lookup", f"steps={steps}",
-        "env.name=tests.flaky_environment:FlakyLookupEnv", "env.timeout_s=0.5", timeout=900,
+        tmp_path / "run",
+        "--config-name=tool_lookup",
+        f"steps={steps}",
+        "env.name=tests.flaky_environment:FlakyLookupEnv",
+        "env.timeout_s=0.5",
+        timeout=900,
     )
     dropped = assert_finished_dropping(run, "env_error", "env_timeout")
     metrics = run.metrics
@@ -188,8 +195,13 @@ def test_the_documented_custom_environment_plays_as_described():
 def test_environments_on_a_proc_of_their_own_drop_by_reason_and_a_killed_one_ends_the_run(tmp_path):
     run_dir = tmp_path / "run"
     run = run_app_acting_at(
-        run_dir, {4: kill_role(run_dir, "environment0")}, "--config-name=tool_lookup", "steps=30", "env.procs=1",
-        "env.name=tests.flaky_environment:FlakyLookupEnv", "env.timeout_s=0.5",
+        run_dir,
+        {4: kill_role(run_dir, "environment0")},
+        "--config-name=tool_lookup",
+        "steps=30",
+        "env.procs=1",
+        "env.name=tests.flaky_environment:FlakyLookupEnv",
+        "env.timeout_s=0.5",
     )
     pid = run.procs["environment0"]["pid"]
     # Errors raised on the environment's proc come back as the environment's, counted by reason.

@@ -101,8 +101,13 @@ def test_pass_at_k_mean_at_k_and_length_by_hand():
         return [[completion(tokens, version=7) for tokens in group] for group in samples]
 
     evaluator = build_evaluator(
-        EvalConfig(prompts=3, samples_per_prompt=2), prompts, [ScorerConfig()], ScoringConfig(), task,
-        SamplingConfig(temperature=0.7), None,
+        EvalConfig(prompts=3, samples_per_prompt=2),
+        prompts,
+        [ScorerConfig()],
+        ScoringConfig(),
+        task,
+        SamplingConfig(temperature=0.7),
+        None,
     )
     row = asyncio.run(evaluator.evaluate(generate, pinned()))
     assert row["eval/version"] == 7
@@ -110,7 +115,7 @@ def test_pass_at_k_mean_at_k_and_length_by_hand():
     assert row["eval/pass@k"] == pytest.approx(2 / 3)  # prompt 2's best is 0.5 < pass_reward 1.0
     assert row["eval/len_mean"] == pytest.approx((2 + 2 + 1 + 3 + 2 + 2) / 6)
     assert (row["eval/prompts"], row["eval/samples_per_prompt"], row["eval/dropped"]) == (3, 2, 0)
-    (ids, sampling, n, pinned_then), = calls
+    ((ids, sampling, n, pinned_then),) = calls
     assert ids == [p.token_ids for p in prompts] and n == 2 and pinned_then and held == [True, False]
     assert sampling.temperature == 0.7  # k > 1: the training temperature; k = 1: greedy
     greedy = build_evaluator(EvalConfig(), prompts, [ScorerConfig()], ScoringConfig(), task, SamplingConfig(), None)
@@ -120,8 +125,9 @@ def test_pass_at_k_mean_at_k_and_length_by_hand():
 def test_an_evaluation_that_saw_two_versions_is_an_error():
     task = digit_task()
     episodes, _ = asyncio.run(
-        build_evaluator(EvalConfig(), [], [ScorerConfig()], ScoringConfig(), task, SamplingConfig(), None)
-        .scoring.score(task.hold_out(1), [[completion([1, EOS_ID], 3), completion([2, EOS_ID], 4)]], 0)
+        build_evaluator(
+            EvalConfig(), [], [ScorerConfig()], ScoringConfig(), task, SamplingConfig(), None
+        ).scoring.score(task.hold_out(1), [[completion([1, EOS_ID], 3), completion([2, EOS_ID], 4)]], 0)
     )
     with pytest.raises(RuntimeError, match=r"pinned at version 3 has tokens of versions \[3, 4\]"):
         check_pinned(episodes, 3)

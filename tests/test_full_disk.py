@@ -104,4 +104,3 @@ def test_side_outputs_note_the_first_full_disk_silently_and_warn_of_other_failur
     assert capsys.readouterr().err == ""
     assert write_side_output(tmp_path / "plots.png", no_permission) is None
     assert capsys.readouterr().err == "warning: plots.png not written (Permission denied); the run goes on without it\n"
-

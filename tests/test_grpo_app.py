@@ -19,17 +19,34 @@ from tests.support.parity import assert_vllm_matches_transformers
 pytestmark = pytest.mark.e2e
 
 METRIC_KEYS = {
-    "step", "reward/mean", "reward/smoothed", "policy/age_mean", "policy/age_max", "samples/trained",
-    "samples/dropped_stale", "generator/tokens_per_s", "generator/idle_frac", "train/idle_frac",
-    "train/entropy", "train/loss", "is/mismatch_kl", "completion/length_mean", "weights/sync_ms",
-    "weights/bytes", "time/wall_s",
+    "step",
+    "reward/mean",
+    "reward/smoothed",
+    "policy/age_mean",
+    "policy/age_max",
+    "samples/trained",
+    "samples/dropped_stale",
+    "generator/tokens_per_s",
+    "generator/idle_frac",
+    "train/idle_frac",
+    "train/entropy",
+    "train/loss",
+    "is/mismatch_kl",
+    "completion/length_mean",
+    "weights/sync_ms",
+    "weights/bytes",
+    "time/wall_s",
 }
 
 
 def test_short_async_run_writes_the_run_directory_contract(tmp_path):
     run = run_app(
-        tmp_path / "run", "steps=4", "max_policy_age=1", "trainer.procs=2",
-        "logging.tensorboard=true", "logging.wandb=offline",
+        tmp_path / "run",
+        "steps=4",
+        "max_policy_age=1",
+        "trainer.procs=2",
+        "logging.tensorboard=true",
+        "logging.wandb=offline",
     )
     assert run.returncode == 0, run.output
     assert_console_is_our_own(run)
@@ -83,20 +100,25 @@ def assert_trace_has_every_actor(run) -> None:
     """trace.json is trace-event JSON with one track per actor, and the budget tool reads it."""
     events = json.loads((run.run_dir / "trace.json").read_text())
     tracks = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    assert sorted(tracks.values()) == [
-        "controller", "generator 0", "replay buffer", "trainer rank 0", "trainer rank 1"
-    ]
+    assert sorted(tracks.values()) == ["controller", "generator 0", "replay buffer", "trainer rank 0", "trainer rank 1"]
     spans = [e for e in events if e["ph"] == "X"]
     assert all(e["dur"] >= 0 and e["ts"] > 0 for e in spans)
     names = {(tracks[e["pid"]], e["name"]) for e in spans}
     for track, name in [
-        ("trainer rank 0", "forward"), ("trainer rank 1", "backward"), ("trainer rank 0", "publish weights"),
-        ("generator 0", "decode"), ("controller", "held back by admission"), ("replay buffer", "sample"),
+        ("trainer rank 0", "forward"),
+        ("trainer rank 1", "backward"),
+        ("trainer rank 0", "publish weights"),
+        ("generator 0", "decode"),
+        ("controller", "held back by admission"),
+        ("replay buffer", "sample"),
     ]:
         assert (track, name) in names, (track, name)
     assert sum(1 for e in spans if e["name"] == "step") == 4
     printed = subprocess.run(
-        [sys.executable, "-m", "forge_async.observability.step_budget", str(run.run_dir)], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "forge_async.observability.step_budget", str(run.run_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "4 steady-state steps of 4" in printed and "trainer rank 1 | main | forward" in printed, printed
     assert re.search(r"bubble .* +\d+\.\d +\d+%", printed), printed
@@ -146,10 +168,17 @@ def test_admission_control_keeps_every_sample_trainable(tmp_path, max_age):
 
 def test_sync_mode_over_torchstore_trains_on_fresh_batches(tmp_path):
     run = run_app(
-        tmp_path / "run", "mode=sync", "steps=3", "max_policy_age=0", "weights.transport=torchstore",
+        tmp_path / "run",
+        "mode=sync",
+        "steps=3",
+        "max_policy_age=0",
+        "weights.transport=torchstore",
         # the loss variants reach the trainer (their arithmetic: test_loss_variants.py)
-        "loss.aggregation=sequence_mean", "loss.scale_by_std=false",
-        "loss.clip_low=0.2", "loss.clip_high=0.28", "importance.cap=null",
+        "loss.aggregation=sequence_mean",
+        "loss.scale_by_std=false",
+        "loss.clip_low=0.2",
+        "loss.clip_high=0.28",
+        "importance.cap=null",
         "filter.zero_variance_groups=true",  # sync mode refills the batch after dropping groups
     )
     assert run.returncode == 0, run.output
@@ -216,10 +245,17 @@ def test_a_reward_function_failing_on_the_first_batch_ends_the_run_with_one_line
     """math:sqrt takes one argument, a reward function two: every score raises, and with the default
     scoring.on_error=fail the run stops before its first step, saying why in one line."""
     data = tmp_path / "prompts.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"{a}{b}", "answer": str(a)}) for a in range(10) for b in range(10)))
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"{a}{b}", "answer": str(a)}) for a in range(10) for b in range(10))
+    )
     run = run_app(
-        tmp_path / "run", "steps=3", "task.name=dataset", f"task.dataset={data}", "task.reward_fn=math:sqrt",
-        "eval.prompts=10", timeout=120,
+        tmp_path / "run",
+        "steps=3",
+        "task.name=dataset",
+        f"task.dataset={data}",
+        "task.reward_fn=math:sqrt",
+        "eval.prompts=10",
+        timeout=120,
     )
     assert run.returncode == 1, run.output
     assert "Traceback" not in run.output and "TypeError: unsupported format" not in run.output, run.output

@@ -50,8 +50,11 @@ def test_first_host_of_a_slurm_node_list(nodelist, first):
 
 @pytest.mark.parametrize(
     "flags, environ, named",
-    [({"node_rank": 2, "nnodes": 2}, {}, "--node-rank=2"), ({}, {"NNODES": "two"}, "NNODES"),
-     ({"master_port": 70000}, {}, "--master-port")],
+    [
+        ({"node_rank": 2, "nnodes": 2}, {}, "--node-rank=2"),
+        ({}, {"NNODES": "two"}, "NNODES"),
+        ({"master_port": 70000}, {}, "--master-port"),
+    ],
 )
 def test_bad_node_specs_name_the_culprit(flags, environ, named):
     with pytest.raises(ConfigError, match=named):
@@ -60,8 +63,12 @@ def test_bad_node_specs_name_the_culprit(flags, environ, named):
 
 @pytest.mark.parametrize(
     "placement, named",
-    [(PlacementConfig(trainer_hosts=[0, 2]), "consecutive"), (PlacementConfig(generator_hosts=[]), "empty"),
-     (PlacementConfig(generator_hosts=[1, 1]), "twice"), (PlacementConfig(trainer_hosts=[3]), "node rank 3")],
+    [
+        (PlacementConfig(trainer_hosts=[0, 2]), "consecutive"),
+        (PlacementConfig(generator_hosts=[]), "empty"),
+        (PlacementConfig(generator_hosts=[1, 1]), "twice"),
+        (PlacementConfig(trainer_hosts=[3]), "node rank 3"),
+    ],
 )
 def test_impossible_placements_fail_naming_the_key(placement, named):
     with pytest.raises(ConfigError, match=named):
@@ -80,7 +87,10 @@ def test_each_role_sees_its_own_gpus():
     assert placement.visible_gpus(roles.TRAINER) == "0,1"  # rank LOCAL_RANK takes the LOCAL_RANK-th
     assert [placement.visible_gpus(roles.generator(i)) for i in range(2)] == ["2", "3"]
     assert placement.visible_gpus(roles.REPLAY_BUFFER) is None and placement.visible_gpus(roles.weight_relay(1)) is None
-    assert PlacementConfig().visible_gpus(roles.TRAINER) is None and PlacementConfig().visible_gpus(roles.generator(0)) is None
+    assert (
+        PlacementConfig().visible_gpus(roles.TRAINER) is None
+        and PlacementConfig().visible_gpus(roles.generator(0)) is None
+    )
 
 
 def test_generators_take_their_nodes_gpus_in_the_order_they_land_there():
@@ -144,7 +154,10 @@ def test_procs_prepare_as_their_role_needs_vllm_gpus_and_openmp_at_rest():
     assert RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)), None, None).prepare(roles.TRAINER) == ()
     # the weight sender and relays only copy now and then: their OpenMP threads must not spin
     for role in (roles.WEIGHT_SENDER, roles.weight_relay(1)):
-        assert [getattr(step, "func", step) for step in procs.prepare(role)] == [import_at_niceness, sleep_between_copies]
+        assert [getattr(step, "func", step) for step in procs.prepare(role)] == [
+            import_at_niceness,
+            sleep_between_copies,
+        ]
 
 
 @pytest.mark.procs
@@ -213,8 +226,9 @@ def test_start_up_lines_count_from_the_process_launch_to_the_hundredth_of_a_seco
     to 1 s early (Linux gives the boot time in whole seconds)."""
     script = "import time; from forge_async.observability.console import _LAUNCHED_AT; print(_LAUNCHED_AT, time.time())"
     before = time.time()
-    launched, printed = map(float, subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                                                  check=True).stdout.split())
+    launched, printed = map(
+        float, subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    )
     assert before - 0.05 <= launched <= printed, (launched - before, printed - before)
     assert launched - before < 0.5  # the child's start, not its imports
 
@@ -233,8 +247,17 @@ def test_torchrun_with_one_process_runs_the_app(tmp_path):
     """torchrun's environment once reached the trainer, which then waited for a store nobody served."""
     run_dir = tmp_path / "run"
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "apps.grpo",
-        f"hydra.run.dir={run_dir}", "steps=2", "eval.every_steps=0", "checkpoint.every_steps=0",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=1",
+        "-m",
+        "apps.grpo",
+        f"hydra.run.dir={run_dir}",
+        "steps=2",
+        "eval.every_steps=0",
+        "checkpoint.every_steps=0",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

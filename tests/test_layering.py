@@ -40,9 +40,7 @@ def imports() -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         targets = imported(path)
-        graph[name] = {t for t in targets if t in modules and t != name} | {
-            t for t in targets if t.startswith("apps")
-        }
+        graph[name] = {t for t in targets if t in modules and t != name} | {t for t in targets if t.startswith("apps")}
     return graph
 
 
@@ -108,7 +106,10 @@ def test_compute_rooms_never_import_the_controller_side_and_nothing_imports_apps
 
 def test_the_checks_can_fail():
     """A made-up graph with a circle and an upward arrow is caught by both."""
-    graph = {"forge_async.data.a": {"forge_async.controller.grpo_loop"}, "forge_async.controller.grpo_loop": {"forge_async.data.a"}}
+    graph = {
+        "forge_async.data.a": {"forge_async.controller.grpo_loop"},
+        "forge_async.controller.grpo_loop": {"forge_async.data.a"},
+    }
     assert cycles(graph) == [["forge_async.controller.grpo_loop", "forge_async.data.a"]]
     assert in_rooms("forge_async.data.a", COMPUTE) and in_rooms("forge_async.controller.grpo_loop", CONTROLLER)
 
@@ -133,7 +134,10 @@ def test_actors_never_import_the_controller_side():
     """An actor's module is what its proc imports: the handles, the loops and the cli stay in the controller."""
     graph = imports()
     controller_side = {"handles", "controller", "cli", "rollout", "evaluation"}
-    assert sorted((m, t) for m, ts in graph.items() if in_rooms(m, {"actors"}) for t in ts if in_rooms(t, controller_side)) == []
+    assert (
+        sorted((m, t) for m, ts in graph.items() if in_rooms(m, {"actors"}) for t in ts if in_rooms(t, controller_side))
+        == []
+    )
 
 
 # The rooms below the controller that still read its composed config (docs/architecture.md says why).
@@ -147,6 +151,7 @@ def test_nothing_below_the_controller_imports_it_but_the_run_config_readers():
         for m, ts in graph.items()
         if not in_rooms(m, {"controller", "cli"})
         for t in ts
-        if in_rooms(t, {"controller", "cli"}) and not (m in READS_THE_RUN_CONFIG and t == "forge_async.controller.config")
+        if in_rooms(t, {"controller", "cli"})
+        and not (m in READS_THE_RUN_CONFIG and t == "forge_async.controller.config")
     )
     assert upward == []

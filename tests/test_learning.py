@@ -56,8 +56,13 @@ def test_lora_reward_rises_from_a_pretrained_base(tiny_checkpoint, tmp_path):
     right ~0.4 of the time; measured: 0.38 -> 0.8 in 15 steps (rank 8, lr 5e-3)."""
     base = pretrain(tiny_checkpoint, tmp_path / "base")
     run = run_app(
-        tmp_path / "run", f"steps={LORA_STEPS}", "seed=0", f"model.path={base.path}",
-        "model.lora.rank=8", "trainer.lr=5e-3", CONSTANT_LR,
+        tmp_path / "run",
+        f"steps={LORA_STEPS}",
+        "seed=0",
+        f"model.path={base.path}",
+        "model.lora.rank=8",
+        "trainer.lr=5e-3",
+        CONSTANT_LR,
     )
     assert run.returncode == 0, run.output
     assert_reward_rose(run.metrics, 0.15)
@@ -85,8 +90,12 @@ def test_an_moe_model_learns_replaying_the_generators_routes(tmp_path):
     alike; a version of lag moves ~10% of routes at this lr (measured). Routes misplaced by one
     position would differ on most tokens (8 experts, top 2: two random sets agree 1 time in 28)."""
     run = run_app(
-        tmp_path / "run", f"steps={STEPS}", "seed=0", "model.tiny.family=qwen3_moe",
-        "moe.routing_replay=rollout", CONSTANT_LR,
+        tmp_path / "run",
+        f"steps={STEPS}",
+        "seed=0",
+        "model.tiny.family=qwen3_moe",
+        "moe.routing_replay=rollout",
+        CONSTANT_LR,
     )
     assert run.returncode == 0, run.output
     assert_reward_rose(run.metrics, 0.15)

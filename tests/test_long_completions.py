@@ -16,9 +16,16 @@ STEPS = 4
 
 def test_long_completions_train_in_micro_batches_in_bf16_on_llama(tmp_path):
     run = run_app(
-        tmp_path / "run", "--config-name=grpo_long", f"steps={STEPS}", "prompts_per_step=2",
-        "prompts_per_rollout=2", "model.tiny.family=llama", "trainer.dtype=bfloat16",
-        "trainer.activation_checkpointing=full", "trainer.lr_schedule=cosine", "trainer.warmup_steps=2",
+        tmp_path / "run",
+        "--config-name=grpo_long",
+        f"steps={STEPS}",
+        "prompts_per_step=2",
+        "prompts_per_rollout=2",
+        "model.tiny.family=llama",
+        "trainer.dtype=bfloat16",
+        "trainer.activation_checkpointing=full",
+        "trainer.lr_schedule=cosine",
+        "trainer.warmup_steps=2",
     )
     assert run.returncode == 0, run.output
     metrics = run.metrics

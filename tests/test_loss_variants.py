@@ -145,9 +145,12 @@ def test_importance_levels_and_modes(importance, weights, truncated, masked):
     assert summary["is/masked_frac"] == pytest.approx(masked / 5)
     # The loss weights each token's term by it: token mean of -A_i * w_it * log pi_it.
     scale = token_scale(MASK, "token_mean", num_sequences=2, num_tokens=5)
-    hand = -sum(
-        ADVANTAGES[i] * w * lp
-        for i, (row_w, row_lp) in enumerate(zip(weights, ([-0.5, -1.0], [-0.2, -0.3, -2.0])))
-        for w, lp in zip(row_w, row_lp)
-    ) / 5
+    hand = (
+        -sum(
+            ADVANTAGES[i] * w * lp
+            for i, (row_w, row_lp) in enumerate(zip(weights, ([-0.5, -1.0], [-0.2, -0.3, -2.0])))
+            for w, lp in zip(row_w, row_lp)
+        )
+        / 5
+    )
     assert policy_gradient_loss(logprobs, batch(behaviour), scale, got).item() == pytest.approx(hand, abs=1e-6)

@@ -77,7 +77,10 @@ def test_a_check_past_the_deadline_scores_0_in_bounded_time_and_the_worker_resta
 
 def test_threads_checking_at_once_all_get_their_own_answers():
     cases = [
-        (HALF, "\\boxed{0.5}", 1.0), (HALF, "1/3", 0.0), ("7", "<answer>7</answer>", 1.0), ("12", "\\boxed{13}", 0.0)
+        (HALF, "\\boxed{0.5}", 1.0),
+        (HALF, "1/3", 0.0),
+        ("7", "<answer>7</answer>", 1.0),
+        ("12", "\\boxed{13}", 0.0),
     ] * 10
     with ThreadPoolExecutor(8) as pool:
         rewards = list(pool.map(lambda case: math_verify_reward(case[0], case[1]), cases))

@@ -48,9 +48,7 @@ def test_titan_model_matches_transformers(checkpoint_fixture, request):
     model = build_titan_model(tiny_checkpoint.shape)
     adapter = state_dict_adapter(tiny_checkpoint.shape)
     model.load_state_dict(adapter.from_hf(tiny_checkpoint.load_hf_state_dict()), strict=True)
-    reference = transformers.AutoModelForCausalLM.from_pretrained(
-        str(tiny_checkpoint.path), dtype=torch.float32
-    )
+    reference = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint.path), dtype=torch.float32)
     tokens = torch.tensor([[11, 3, 1, 4, 13, 4, 12], [11, 9, 9, 2, 13, 9, 12]])
     with torch.no_grad():
         diff = (model(tokens) - reference(tokens).logits).abs().max().item()

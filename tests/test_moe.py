@@ -33,7 +33,9 @@ TOKENS = torch.tensor([[11, 3, 1, 4, 13, 4, 12, 5], [11, 9, 9, 2, 13, 9, 12, 0]]
 @pytest.fixture(scope="module")
 def moe_model(tiny_moe_checkpoint):
     model = build_titan_model(tiny_moe_checkpoint.shape)
-    model.load_state_dict(state_dict_adapter(tiny_moe_checkpoint.shape).from_hf(tiny_moe_checkpoint.load_hf_state_dict()))
+    model.load_state_dict(
+        state_dict_adapter(tiny_moe_checkpoint.shape).from_hf(tiny_moe_checkpoint.load_hf_state_dict())
+    )
     return model
 
 
@@ -102,7 +104,9 @@ def test_expert_load_and_step_metrics(moe_model):
     k = moe_layers(moe_model)[0].router.top_k
     assert load.shape[0] == len(moe_layers(moe_model)) and torch.all(load.sum(-1) == TOKENS.numel() * k)
     assert take_expert_load(moe_model).sum() == 0  # taken: zeroed
-    metrics = moe_step_metrics(torch.tensor([1.0, 3.0]), torch.tensor([10.0, 10.0]), torch.tensor([[2.0, 2.0], [3.0, 1.0]]))
+    metrics = moe_step_metrics(
+        torch.tensor([1.0, 3.0]), torch.tensor([10.0, 10.0]), torch.tensor([[2.0, 2.0], [3.0, 1.0]])
+    )
     assert metrics["moe/route_mismatch"] == pytest.approx(0.2)
     assert metrics["moe/route_mismatch/layer_1"] == pytest.approx(0.3)
     assert metrics["moe/expert_load_max"] == pytest.approx(1.5)
@@ -141,10 +145,18 @@ def test_routes_must_cover_the_tokens_fed_to_the_model():
 
 def moe_hf_config(**keys) -> dict:
     return {
-        "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 100, "hidden_size": 64,
-        "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-        "max_position_embeddings": 64, "num_experts": 8, "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32, "norm_topk_prob": True, **keys,
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "vocab_size": 100,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 64,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": True,
+        **keys,
     }
 
 
@@ -194,7 +206,9 @@ def test_settings_that_need_or_refuse_an_moe_model_fail_before_any_proc(tmp_path
 def test_expert_parallel_needs_an_moe_model_whose_experts_it_divides(model, trainer, message):
     with pytest.raises(ConfigError, match=message):
         GRPOConfig(model=model, trainer=trainer).check_paths()
-    GRPOConfig(model=ModelConfig(tiny=TinyModelConfig(family="qwen3_moe")), trainer=TrainerConfig(procs=2, expert_parallel=2)).check_paths()
+    GRPOConfig(
+        model=ModelConfig(tiny=TinyModelConfig(family="qwen3_moe")), trainer=TrainerConfig(procs=2, expert_parallel=2)
+    ).check_paths()
 
 
 def test_expert_parallel_must_divide_the_trainer_procs():
@@ -217,7 +231,12 @@ def routed_episodes(checkpoint) -> list[Episode]:
         routes[::3] = (routes[::3] + 1) % checkpoint.shape.moe.num_experts
         prompt, response = sequence[:5], sequence[5:]
         completion = Completion(
-            prompt, response, [-2.0] * len(response), [0] * len(response), "", "stop",
+            prompt,
+            response,
+            [-2.0] * len(response),
+            [0] * len(response),
+            "",
+            "stop",
             routes=routes[:-1].to(torch.uint8).numpy(),
         )
         episodes.append(Episode(completion, reward=0.0, advantage=(i % 3) - 1.0))

@@ -20,23 +20,30 @@ from forge_async.cluster.netns import available, launch_command, simulated_hosts
 from forge_async.observability.metrics import read_rows
 
 # Outside CI a machine without root or iproute2 skips these; CI (CI=true) never skips them.
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
-    available() is not None and not os.environ.get("CI"), reason=str(available())
-)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(available() is not None and not os.environ.get("CI"), reason=str(available())),
+]
 
 
 def launch(cluster, run_dir, *overrides: str, nodes: int, port: int = 29400) -> list[subprocess.Popen]:
     """Start the launcher on every node (node 0 last); each node's output goes to run_dir/../nodeI.log."""
-    procs = {node: start_node(cluster, run_dir, node, *overrides, nodes=nodes, port=port) for node in reversed(range(nodes))}
+    procs = {
+        node: start_node(cluster, run_dir, node, *overrides, nodes=nodes, port=port) for node in reversed(range(nodes))
+    }
     return [procs[i] for i in range(nodes)]
 
 
-def start_node(cluster, run_dir, node: int, *overrides: str, nodes: int, port: int = 29400, log: str = "") -> subprocess.Popen:
+def start_node(
+    cluster, run_dir, node: int, *overrides: str, nodes: int, port: int = 29400, log: str = ""
+) -> subprocess.Popen:
     """The launcher of node `node`, its output to run_dir/../node{node}{log}.log."""
     app = ["apps.grpo", f"hydra.run.dir={run_dir}", *overrides]
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     out = open(run_dir.parent / f"node{node}{log}.log", "w")
-    return cluster.start(node, launch_command(nodes, node, *app, port=port), stdout=out, stderr=subprocess.STDOUT, text=True)
+    return cluster.start(
+        node, launch_command(nodes, node, *app, port=port), stdout=out, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def output(run_dir, node: int) -> str:
@@ -94,8 +101,13 @@ def test_fsdp_across_two_hosts_computes_what_one_host_computes(tmp_path):
     with simulated_hosts(3) as cluster:
         run_dir = tmp_path / "three_hosts" / "run"
         procs = launch(
-            cluster, run_dir, *common, "placement.trainer_hosts=[0,1]", "placement.generator_hosts=[2]",
-            "weights.cross_host=torchstore", nodes=3,
+            cluster,
+            run_dir,
+            *common,
+            "placement.trainer_hosts=[0,1]",
+            "placement.generator_hosts=[2]",
+            "weights.cross_host=torchstore",
+            nodes=3,
         )
         codes = wait_all(procs, timeout=400)
         assert codes == [0, 0, 0], output(run_dir, 0)[-3000:]
@@ -154,7 +166,11 @@ def test_four_hosts_with_lora_each_version_crosses_once_per_host(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["placement"] == {"trainer": [0], "generators": [1, 2, 3, 1]} and summary["accounting_ok"]
     procs_file = json.loads((run_dir / "procs.json").read_text())
-    assert [procs_file[f"weight_relay{n}"]["node"] for n in (1, 2, 3)] == [1, 2, 3] and "weight_relay0" not in procs_file
+    assert [procs_file[f"weight_relay{n}"]["node"] for n in (1, 2, 3)] == [
+        1,
+        2,
+        3,
+    ] and "weight_relay0" not in procs_file
     assert len(summary["weight_receivers"]) == 3  # one per node: node 1's two generators share one
     for relay in summary["weight_receivers"]:
         assert relay["link_failures"] == 0 and relay["version"] >= 28, summary["weight_receivers"]
@@ -179,7 +195,9 @@ def test_a_link_that_goes_down_mid_run_is_reported_and_the_run_goes_on(tmp_path)
         codes = wait_all(procs, timeout=400)
         text = output(run_dir, 0)
         assert codes == [0, 0], text[-3000:]
-    assert "warning: a version to the weight relay (pid" in text and "on node 1: node1, 192.0.2.2) did not arrive" in text
+    assert (
+        "warning: a version to the weight relay (pid" in text and "on node 1: node1, 192.0.2.2) did not arrive" in text
+    )
     summary = json.loads((run_dir / "summary.json").read_text())
     [relay] = summary["weight_receivers"]
     assert relay["link_failures"] >= 1 and relay["version"] >= 398, relay
@@ -239,7 +257,9 @@ def test_a_slow_link_skips_versions_without_holding_the_trainer(tmp_path):
     generation on node 1 stays within max_policy_age, and the run ends as usual."""
     run_dir = tmp_path / "run"
     with simulated_hosts(2) as cluster:
-        shaped = cluster.run(0, ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "10mbit", "burst", "16kb", "latency", "2s"])
+        shaped = cluster.run(
+            0, ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "10mbit", "burst", "16kb", "latency", "2s"]
+        )
         assert shaped.returncode == 0, shaped.stderr  # iproute2's tc and the kernel's sch_tbf
         procs = launch(cluster, run_dir, "steps=60", "placement.generator_hosts=[1]", "max_policy_age=4", nodes=2)
         codes = wait_all(procs, timeout=400)

@@ -91,7 +91,11 @@ def test_episodes_over_the_websocket_are_the_native_ones_token_for_token(server)
     remote = asyncio.run(over_openenv())
     for n, r in zip(native, remote):
         assert (r.prompt_ids, r.token_ids, r.versions, r.turns, r.finish_reason) == (
-            n.prompt_ids, n.token_ids, n.versions, n.turns, n.finish_reason
+            n.prompt_ids,
+            n.token_ids,
+            n.versions,
+            n.turns,
+            n.finish_reason,
         )
         assert r.env_reward == pytest.approx(n.env_reward)
     assert [round(c.env_reward, 6) for c in remote] == [1.0, 0.1, 0.0, 0.3]  # per-step rewards summed
@@ -225,8 +229,12 @@ def test_openenv_config_errors_name_the_key(fields, says):
 def test_tool_lookup_learns_through_an_openenv_server_the_run_serves(tmp_path):
     steps = 60
     run = run_app(
-        tmp_path / "run", "--config-name=tool_lookup_openenv", f"steps={steps}", "env.openenv.workers=2",
-        "env.openenv.startup_timeout_s=300", timeout=900,
+        tmp_path / "run",
+        "--config-name=tool_lookup_openenv",
+        f"steps={steps}",
+        "env.openenv.workers=2",
+        "env.openenv.startup_timeout_s=300",
+        timeout=900,
     )
     assert run.returncode == 0, run.output
     line = next(line for line in run.output.splitlines() if "OpenEnv server" in line)
@@ -303,7 +311,9 @@ def test_the_probe_learns_a_servers_capacity_from_its_refusal_and_closes_every_s
 @pytest.mark.procs
 def test_a_server_that_cannot_make_a_session_fails_the_probe_in_one_line(counted_server):
     url, _ = counted_server("no_sessions")
-    with pytest.raises(ProbeFailed, match=f"sessions of the OpenEnv server at {url}: it could not open a session: .*FACTORY_ERROR"):
+    with pytest.raises(
+        ProbeFailed, match=f"sessions of the OpenEnv server at {url}: it could not open a session: .*FACTORY_ERROR"
+    ):
         asyncio.run(probe_capacity(url, 40, 30))  # past its capacity (4): refusals among the failures
 
 
@@ -315,7 +325,9 @@ def test_episodes_wait_for_the_one_session_a_server_holds_and_none_is_refused(co
     assert all(isinstance(o, Completion) for o in outcomes), outcomes
     assert [round(o.env_reward, 6) for o in outcomes] == [1.0] * 6
     assert max(logged(log, "peak")) == 1
-    assert f"OpenEnv server at {url}: 1 session at a time (probed): 1 of the run's 6 episodes" in capsys.readouterr().out
+    assert (
+        f"OpenEnv server at {url}: 1 session at a time (probed): 1 of the run's 6 episodes" in capsys.readouterr().out
+    )
 
 
 @pytest.mark.procs
@@ -384,7 +396,13 @@ def test_reset_kwargs_reach_the_servers_reset_with_fields_of_the_prompt(counted_
 
     received = asyncio.run(reset(kwargs))
     key = prompt.meta["key"]
-    assert received == {"dataset_name": "chain_sum", "size": 100, "key": key, "label": f"key-{key}", "seed": received["seed"]}
+    assert received == {
+        "dataset_name": "chain_sum",
+        "size": 100,
+        "key": key,
+        "label": f"key-{key}",
+        "seed": received["seed"],
+    }
     assert asyncio.run(reset({"seed": "{meta.key}"}))["seed"] == key  # over the seed the run draws
     with pytest.raises(EnvironmentFailed, match=r"env.openenv.reset_kwargs.size: the task's prompt has no meta.size"):
         asyncio.run(reset({"size": "{meta.size}"}))
@@ -442,7 +460,9 @@ def test_a_drop_before_the_first_model_turn_is_counted_apart_from_generated():
     drops = []
     for method in ("reset", "step"):
         with pytest.raises(EpisodeDropped) as drop:
-            asyncio.run(tool_lookup_runner(lambda: FailsAt(method)).play(prompt, ScriptedModel(["1"], [0])))
+            asyncio.run(
+                tool_lookup_runner(lambda method=method: FailsAt(method)).play(prompt, ScriptedModel(["1"], [0]))
+            )
         drops.append(drop.value)
     assert [(d.reason, d.started) for d in drops] == [("env_error", False), ("env_error", True)]
     buffer = EpisodeBuffer(max_policy_age=1, capacity=8)

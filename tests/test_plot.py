@@ -43,7 +43,10 @@ def write_run(run_dir: Path, rows: list[dict], tail: str = "") -> Path:
 def run_cli(run_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "forge_async.observability.plot", str(run_dir)],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=60,
     )
 
 
@@ -75,11 +78,16 @@ def test_evaluation_rows_are_drawn_at_the_version_they_measured(tmp_path):
 
 
 def test_an_moe_run_gets_route_mismatch_per_layer_and_expert_load(tmp_path):
-    moe = {"moe/route_mismatch": 0.05, "moe/route_mismatch/layer_0": 0.02, "moe/route_mismatch/layer_10": 0.08,
-           "moe/route_mismatch/layer_2": 0.04, "moe/expert_load_max": 2.5}
+    moe = {
+        "moe/route_mismatch": 0.05,
+        "moe/route_mismatch/layer_0": 0.02,
+        "moe/route_mismatch/layer_10": 0.08,
+        "moe/route_mismatch/layer_2": 0.04,
+        "moe/expert_load_max": 2.5,
+    }
     rows = [row(s) | moe for s in range(1, 6)]
     assert panels_for([row(1)]) == PANELS
-    mismatch, load = panels_for(rows)[len(PANELS):]
+    mismatch, load = panels_for(rows)[len(PANELS) :]
     assert [line.label for line in mismatch.lines] == ["all layers", "layer 0", "layer 2", "layer 10"]
     assert series(rows, mismatch.lines[3]) == ([1, 2, 3, 4, 5], [8.0] * 5)
     assert series(rows, load.lines[0])[1] == [2.5] * 5

@@ -63,7 +63,9 @@ def test_the_reward_is_the_datasets_own_score_of_the_extracted_answer():
     padded = f"<answer>{right} apples</answer>"
     expected = t.train.score_answer(f"{right} apples", prompt.meta["entry"])
     assert 0.0 < expected < 1.0 and t.reward(prompt, completion(padded)) == expected
-    untagged = task(ReasoningGymConfig(answer_tag=None, datasets=[ReasoningGymDataset("chain_sum", 1.0, ONE_DIGIT_SUMS)]))
+    untagged = task(
+        ReasoningGymConfig(answer_tag=None, datasets=[ReasoningGymDataset("chain_sum", 1.0, ONE_DIGIT_SUMS)])
+    )
     p = untagged.sample(random.Random(1))
     assert untagged.reward(p, completion(f"  {p.answer}\n")) == 1.0
     assert t.demonstration(prompt) == f"<answer>{prompt.answer}</answer>" and untagged.demonstration(p) == p.answer
@@ -114,14 +116,26 @@ def test_evaluation_reports_the_reward_of_each_dataset_of_a_mix():
 @pytest.mark.parametrize(
     "override, error, message",
     [
-        ("task.reasoning_gym.datasets=[{name: chain_summ}]", TaskError,
-         r"task.reasoning_gym.datasets\[0\].name='chain_summ': no such reasoning-gym dataset; did you mean chain_sum"),
-        ("task.reasoning_gym.datasets=[{name: chain_sum, config: {terms: 2}}]", TaskError,
-         r"task.reasoning_gym.datasets\[0\].config: TypeError: .*unexpected keyword argument 'terms'"),
-        ("task.reasoning_gym.datasets=[{name: chain_sum, config: {min_terms: 5, max_terms: 2}}]", TaskError,
-         r"task.reasoning_gym.datasets\[0\].config: AssertionError: max_terms must be >= min_terms"),
-        ("task.reasoning_gym.datasets=[{name: chain_sum, weight: 0}]", ConfigError,
-         r"task.reasoning_gym.datasets\[0\].weight=0.0: must be > 0 \(chain_sum\)"),
+        (
+            "task.reasoning_gym.datasets=[{name: chain_summ}]",
+            TaskError,
+            r"task.reasoning_gym.datasets\[0\].name='chain_summ': no such reasoning-gym dataset; did you mean chain_sum",
+        ),
+        (
+            "task.reasoning_gym.datasets=[{name: chain_sum, config: {terms: 2}}]",
+            TaskError,
+            r"task.reasoning_gym.datasets\[0\].config: TypeError: .*unexpected keyword argument 'terms'",
+        ),
+        (
+            "task.reasoning_gym.datasets=[{name: chain_sum, config: {min_terms: 5, max_terms: 2}}]",
+            TaskError,
+            r"task.reasoning_gym.datasets\[0\].config: AssertionError: max_terms must be >= min_terms",
+        ),
+        (
+            "task.reasoning_gym.datasets=[{name: chain_sum, weight: 0}]",
+            ConfigError,
+            r"task.reasoning_gym.datasets\[0\].weight=0.0: must be > 0 \(chain_sum\)",
+        ),
         ("task.reasoning_gym.datasets=[]", ConfigError, r"task.reasoning_gym.datasets: name at least one dataset"),
     ],
 )
@@ -144,8 +158,13 @@ def test_check_config_accepts_the_default_mix():
 @pytest.mark.e2e
 def test_a_reasoning_gym_mix_runs_end_to_end_with_per_dataset_evaluation(tmp_path):
     run = run_app(
-        tmp_path / "run", "steps=4", "model.tiny.tokenizer=bytes", "model.tiny.max_seq_len=256",
-        "sampling.max_tokens=24", "task.name=reasoning_gym", "eval.prompts=8",
+        tmp_path / "run",
+        "steps=4",
+        "model.tiny.tokenizer=bytes",
+        "model.tiny.max_seq_len=256",
+        "sampling.max_tokens=24",
+        "task.name=reasoning_gym",
+        "eval.prompts=8",
         "task.reasoning_gym.datasets=[{name: chain_sum, config: {min_terms: 2, max_terms: 2, min_digits: 1,"
         " max_digits: 1}}, {name: count_bits}]",
     )

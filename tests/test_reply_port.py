@@ -26,9 +26,9 @@ def test_answers_reach_their_callers_errors_raise_and_a_dead_proc_is_reported():
             replies = ReplyPort()
             assert await one.echo.call_one(3, factor=2) == 6  # without a port: as any endpoint
             # Concurrent requests, answered out of order (the first waits longest), each to its caller.
-            values = await asyncio.gather(*(
-                replies.call_one(one.echo, i, delay_s=0.05 * (5 - i), factor=10, alive=one.where) for i in range(5)
-            ))
+            values = await asyncio.gather(
+                *(replies.call_one(one.echo, i, delay_s=0.05 * (5 - i), factor=10, alive=one.where) for i in range(5))
+            )
             assert values == [0, 10, 20, 30, 40]
             assert await replies.call(both.echo, 7, alive=both.where, ranks=2) == {0: 7, 1: 7}
             with pytest.raises(ValueError, match="no negative values: -1"):

@@ -49,7 +49,9 @@ def test_a_worker_that_never_answers_leaves_its_node_lost_with_one_line(monkeypa
     hosts, generators = SilentWorkerHosts(), OneLostGenerator()
     route = SimpleNamespace(receiver_of=[0, 1], receivers_are_generators=False)
     delivery = SimpleNamespace(route=route, lost={1})
-    handles = SimpleNamespace(procs_file=SimpleNamespace(hosts=hosts), generators=generators, relays=SimpleNamespace(nodes=[1, 2]))
+    handles = SimpleNamespace(
+        procs_file=SimpleNamespace(hosts=hosts), generators=generators, relays=SimpleNamespace(nodes=[1, 2])
+    )
     nodes = ReturningNodes(handles, delivery)
     assert nodes.lost_nodes() == [2]
 

@@ -68,10 +68,12 @@ def score(scorers: list[ScorerConfig], scoring: ScoringConfig | None = None, gro
 
 
 def test_weighted_reward_functions_combine_and_are_each_logged():
-    episodes, unscored = score([
-        ScorerConfig(fn="test_scoring:starts_with_answer", weight=1.0),
-        ScorerConfig(fn="test_scoring:shortness", weight=0.5, name="short"),
-    ])
+    episodes, unscored = score(
+        [
+            ScorerConfig(fn="test_scoring:starts_with_answer", weight=1.0),
+            ScorerConfig(fn="test_scoring:shortness", weight=0.5, name="short"),
+        ]
+    )
     assert unscored == 0
     assert [e.group_id for e in episodes] == [10, 10, 10, 11, 11]
     expected = [1 + 0.5 / 1, 1 + 0.5 / 3, 0 + 0.5 / 1, 1 + 0.5 / 2, 0 + 0.5 / 2]
@@ -98,8 +100,11 @@ def test_without_outcome_advantage_rewards_are_reported_not_trained_on():
 
 
 def test_a_raising_scorer_fails_naming_scorer_prompt_and_completion():
-    with pytest.raises(ScorerError, match=r"scorer 'fails_on_x' raised RuntimeError: cannot judge an x "
-                       r"\(prompt 'p1', completion '3x'\)"):
+    with pytest.raises(
+        ScorerError,
+        match=r"scorer 'fails_on_x' raised RuntimeError: cannot judge an x "
+        r"\(prompt 'p1', completion '3x'\)",
+    ):
         score([ScorerConfig(fn="test_scoring:fails_on_x")])
 
 

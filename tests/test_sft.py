@@ -112,7 +112,10 @@ def test_the_trainer_sft_step_reports_the_demonstrations_nll_on_two_ranks_in_mic
     episodes = demonstrations_of(tokenizer, pairs)
     expected = hand_nll(load_frozen_model(tiny_checkpoint), episodes, with_prompt=False)
     spec = LearnerSpec(
-        str(tiny_checkpoint.path), TrainerConfig(procs=2, micro_batch_tokens=16, lr_schedule="constant"), PAD_ID, LossConfig(objective="sft")
+        str(tiny_checkpoint.path),
+        TrainerConfig(procs=2, micro_batch_tokens=16, lr_schedule="constant"),
+        PAD_ID,
+        LossConfig(objective="sft"),
     )
     procs, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.unit
 
 N, V = 40, 23  # forward outputs, vocabulary
 # 30 chosen outputs, some twice (a padded response column repeats an index), sliced 7 at a time
-INDEX = torch.tensor([3, 5, 7, 0, 0, 0, 39, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 1, 2])
+INDEX = torch.tensor(
+    [3, 5, 7, 0, 0, 0, 39, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 1, 2]
+)
 SLICE = 7
 
 

@@ -94,10 +94,17 @@ def test_the_step_line_counts_every_drop_not_only_stale_ones(tmp_path, capsys):
     log = MetricsLog(tmp_path, total_steps=10, target_reward=0.8)
     log.log(
         {
-            "step": 1, "reward/mean": 0.5, "time/wall_s": 1.0, "policy/age_mean": 0.0, "policy/age_max": 0,
-            "samples/dropped_stale": 2, "samples/dropped_other": 120, "samples/not_started": 568,
+            "step": 1,
+            "reward/mean": 0.5,
+            "time/wall_s": 1.0,
+            "policy/age_mean": 0.0,
+            "policy/age_max": 0,
+            "samples/dropped_stale": 2,
+            "samples/dropped_other": 120,
+            "samples/not_started": 568,
             "generator/tokens_per_s": 10.0,
-            "train/idle_frac": 0.5, "train/entropy": 1.0,
+            "train/idle_frac": 0.5,
+            "train/entropy": 1.0,
         }
     )
     log.close()
@@ -114,8 +121,13 @@ def evaluate_with_scorer(fn: str | None, tmp_path) -> dict:
         return [[completion_of(int(p.answer)) for _ in range(n)] for p in prompts]
 
     evaluator = build_evaluator(
-        EvalConfig(prompts=3, samples_per_prompt=2), prompts, [ScorerConfig(fn=fn)], ScoringConfig(on_error="drop"),
-        task, SamplingConfig(), None,
+        EvalConfig(prompts=3, samples_per_prompt=2),
+        prompts,
+        [ScorerConfig(fn=fn)],
+        ScoringConfig(on_error="drop"),
+        task,
+        SamplingConfig(),
+        None,
     )
     row = asyncio.run(evaluator.evaluate(generate, pinned_at(3)))
     log = MetricsLog(tmp_path, total_steps=10, target_reward=0.8)
@@ -128,7 +140,9 @@ def test_an_evaluation_whose_samples_were_all_dropped_says_so_instead_of_a_rewar
     row = evaluate_with_scorer("tests.stalling:text_reward", tmp_path)
     assert (row["eval/dropped"], row["eval/dropped_scorer_error"]) == (6, 6)
     line = capsys.readouterr().out.strip()
-    assert re.fullmatch(r"eval v3 \| all 6 episodes dropped \(scorer_error 6\) \| 3 held-out prompts, \d+\.\ds", line), line
+    assert re.fullmatch(
+        r"eval v3 \| all 6 episodes dropped \(scorer_error 6\) \| 3 held-out prompts, \d+\.\ds", line
+    ), line
     evaluate_with_scorer(None, tmp_path)
     assert "eval v3 | reward 1.00 | pass@2 1.00 | len 2.0" in capsys.readouterr().out  # none dropped: figures as ever
 
@@ -174,16 +188,24 @@ STALLING_RUNS = {
 def test_a_run_whose_every_episode_fails_stops_with_one_line_and_its_summary(tmp_path, case):
     overrides, reason, error = STALLING_RUNS[case]
     data = tmp_path / "prompts.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"{a}{b}", "answer": str(a)}) for a in range(10) for b in range(10)))
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"{a}{b}", "answer": str(a)}) for a in range(10) for b in range(10))
+    )
     run = run_app(
-        tmp_path / "run", *overrides, f"task.dataset={data}", "steps=5", "stall.max_dropped_episodes=256",
+        tmp_path / "run",
+        *overrides,
+        f"task.dataset={data}",
+        "steps=5",
+        "stall.max_dropped_episodes=256",
         timeout=240,
     )
     assert run.returncode == 1, run.output
     assert "Traceback" not in run.output, run.output
     stopped = [line for line in run.output.splitlines() if line.startswith("stopped early:")]
     assert len(stopped) == 1, run.output
-    assert re.search(rf"the last \d+ episodes were all dropped \({reason} \d+\); first {reason}: .*{re.escape(error)}", stopped[0])
+    assert re.search(
+        rf"the last \d+ episodes were all dropped \({reason} \d+\); first {reason}: .*{re.escape(error)}", stopped[0]
+    )
     assert f"episode dropped ({reason}): " in run.output  # said as it began, not only at the end
     summary = run.summary
     assert summary["steps"] == 0 and summary["failure"] == stopped[0].removeprefix("stopped early: ")

@@ -44,7 +44,7 @@ def descendants(pid: int) -> dict[int, str]:
     while todo:
         for child in children.get(todo.pop(), []):
             try:
-                found[child] = (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+                found[child] = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
             todo.append(child)

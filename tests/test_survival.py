@@ -101,7 +101,10 @@ def test_generator_and_buffer_killed_mid_run_the_run_goes_on_and_learns(tmp_path
     run_dir = tmp_path / "run"
     actions = {8: kill_role(run_dir, "generator0"), 22: kill_role(run_dir, "replay_buffer")}
     run = run_app_acting_at(
-        run_dir, actions, "steps=40", "checkpoint.every_steps=0",
+        run_dir,
+        actions,
+        "steps=40",
+        "checkpoint.every_steps=0",
         "trainer.lr_schedule=constant",  # the default decays the lr over the last half of the run
     )
     assert run.returncode == 0, run.output
@@ -209,7 +212,9 @@ def test_trainer_killed_during_resume_ends_with_the_one_line_failure_and_the_res
 def run_leftovers() -> set[str]:
     """What runs keep on this host outside their run directory: scratch directories (in memory)
     and temporary files (vLLM's rendezvous file once went to /tmp)."""
-    return {str(p) for p in default_root().iterdir()} | {str(p) for p in Path(tempfile.gettempdir()).glob("vllm_dist_*")}
+    return {str(p) for p in default_root().iterdir()} | {
+        str(p) for p in Path(tempfile.gettempdir()).glob("vllm_dist_*")
+    }
 
 
 def kill_controller(proc) -> None:
@@ -278,7 +283,7 @@ def test_failed_trainer_rank_is_named_from_either_form_of_monarchs_report():
     exited = "Endpoint call trainer.train_step() failed ... {'hosts': 1/2, 'procs': 0/2} ... exited"
     silent = (
         "Endpoint call trainer.train_step() failed, The actor trainer-3<B4U5LbqhcaG>@trainer-3<B4U5LbqhcaG>"
-        '.ipc://@U7km1hrmevpp3Jx3W7Y0WULj,proc_agent and all its descendants have failed:\n  timeout waiting '
+        ".ipc://@U7km1hrmevpp3Jx3W7Y0WULj,proc_agent and all its descendants have failed:\n  timeout waiting "
         'for message from proc mesh agent while querying for "trainer-yPf2ZLUznKd". The process likely crashed'
     )
     assert failed_rank(exited) == 2

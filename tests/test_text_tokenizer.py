@@ -74,7 +74,9 @@ def test_chat_template_renders_system_and_user_with_the_assistant_marker(tokeniz
 
 
 def test_chat_template_names_an_unknown_role(tokenizer):
-    with pytest.raises(Exception, match="unknown chat role bot; the byte tokenizer knows system, user, assistant, tool"):
+    with pytest.raises(
+        Exception, match="unknown chat role bot; the byte tokenizer knows system, user, assistant, tool"
+    ):
         tokenizer.apply_chat_template([{"role": "bot", "content": "x"}], tokenize=False)
 
 

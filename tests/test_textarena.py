@@ -144,7 +144,9 @@ def test_a_game_that_fails_inside_textarena_mid_episode_is_dropped_as_textarena_
     env = TextArenaEnv("ThreeCardMonte-v0", TextArenaConfig())
     env.reset(seed_prompt(3))
     assert not env.step(turn("no move")).done  # warned
-    with pytest.raises(EpisodeDropped, match=r"^ThreeCardMonte-v0 ended with reward 'Bad action.*' for its player, not a number") as dropped:
+    with pytest.raises(
+        EpisodeDropped, match=r"^ThreeCardMonte-v0 ended with reward 'Bad action.*' for its player, not a number"
+    ) as dropped:
         env.step(turn("no move", 1))
     assert dropped.value.reason == "textarena_error"
 
@@ -181,33 +183,53 @@ def test_a_game_broken_inside_textarena_is_named_at_start_by_playing_random_move
 
 @pytest.mark.e2e
 def test_a_broken_game_stops_the_app_with_one_line_before_any_proc_starts(tmp_path):
-    run = run_app(tmp_path / "run", "task.name=seeds", "env.name=textarena:ThreeCardMonte-v0", "model.tiny.tokenizer=bytes", timeout=120)
+    run = run_app(
+        tmp_path / "run",
+        "task.name=seeds",
+        "env.name=textarena:ThreeCardMonte-v0",
+        "model.tiny.tokenizer=bytes",
+        timeout=120,
+    )
     assert run.returncode == 2, run.output
     errors = [line for line in run.output.splitlines() if line.startswith("error:")]
-    assert errors == [line for line in errors if "TextArena game ThreeCardMonte-v0 fails inside textarena" in line] != []
+    assert (
+        errors == [line for line in errors if "TextArena game ThreeCardMonte-v0 fails inside textarena" in line] != []
+    )
     assert "Traceback" not in run.output and "spawning" not in run.output
     # Monarch's line saying where its internal logs are: in the run's logs, not on the console.
-    assert "Monarch" not in run.output and "Monarch internal logs" in (run.run_dir / "logs" / "controller.log").read_text()
+    assert (
+        "Monarch" not in run.output and "Monarch internal logs" in (run.run_dir / "logs" / "controller.log").read_text()
+    )
 
 
 def test_games_that_cannot_be_played_here_fail_at_start_naming_them(monkeypatch):
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
     config = TextArenaConfig()
-    with pytest.raises(TextArenaError, match=r"^env.name=textarena:GuesTheNumber-v0: no such TextArena game; did you mean GuessTheNumber-v0"):
+    with pytest.raises(
+        TextArenaError,
+        match=r"^env.name=textarena:GuesTheNumber-v0: no such TextArena game; did you mean GuessTheNumber-v0",
+    ):
         check_game("GuesTheNumber-v0", config)
     with pytest.raises(TextArenaError, match=r"TicTacToe-v0 cannot be played here: it is not a single-player game"):
         check_game("TicTacToe-v0", config)
-    with pytest.raises(TextArenaError, match=r"QuantumTicTacToe-v0 cannot be played here: it is not a single-player game$"):
+    with pytest.raises(
+        TextArenaError, match=r"QuantumTicTacToe-v0 cannot be played here: it is not a single-player game$"
+    ):
         check_game("QuantumTicTacToe-v0", config)  # it accepts one player at reset
     with pytest.raises(TextArenaError, match=r"env.textarena.game_kwargs: .*'max_numbr'"):
         check_game(GAME, TextArenaConfig(game_kwargs={"max_numbr": 9}))
-    with pytest.raises(TextArenaError, match=r"TwentyQuestions-v0 cannot be played here: it calls a hosted model and needs an API key"):
+    with pytest.raises(
+        TextArenaError, match=r"TwentyQuestions-v0 cannot be played here: it calls a hosted model and needs an API key"
+    ):
         check_game("TwentyQuestions-v0", config)
 
 
 def test_a_game_that_calls_a_hosted_model_is_refused_unless_online(monkeypatch):
     monkeypatch.setenv("OPENROUTER_API_KEY", "not-a-key")  # its constructor makes a client; nothing is sent
-    with pytest.raises(TextArenaError, match=r"TwentyQuestions-v0 calls a hosted model \(gamemaster: OpenRouterAgent\): it is not offline"):
+    with pytest.raises(
+        TextArenaError,
+        match=r"TwentyQuestions-v0 calls a hosted model \(gamemaster: OpenRouterAgent\): it is not offline",
+    ):
         check_game("TwentyQuestions-v0", TextArenaConfig())
 
 
@@ -224,7 +246,9 @@ def test_a_game_needing_nltk_data_that_is_not_here_fails_naming_the_data():
         pytest.skip("NLTK's words corpus is installed here")
     except LookupError:
         pass
-    with pytest.raises(TextArenaError, match=r"^env.name=textarena:Wordle-v0 needs NLTK data that is not installed \(words\)"):
+    with pytest.raises(
+        TextArenaError, match=r"^env.name=textarena:Wordle-v0 needs NLTK data that is not installed \(words\)"
+    ):
         check_game("Wordle-v0", TextArenaConfig())
 
 

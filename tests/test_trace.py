@@ -21,11 +21,14 @@ def write_trace(run_dir, tracks: dict) -> None:
 def test_budget_counts_each_side_and_the_bubble(tmp_path):
     # One 100 ms step: the trainer works 0-30 ms, the generator decodes 20-60 ms (overlapping it)
     # and swaps 70-80 ms. Nobody works 60-70 and 80-100: a 30 ms bubble.
-    write_trace(tmp_path, {
-        "controller": [("step", "trainer loop", 0, 100 * MS), ("wait for batch", "trainer loop", 0, 40 * MS)],
-        "trainer rank 0": [("forward", "main", 0, 10 * MS), ("backward", "main", 10 * MS, 30 * MS)],
-        "generator 0": [("decode", "main", 20 * MS, 60 * MS), ("swap weights", "weights", 70 * MS, 80 * MS)],
-    })
+    write_trace(
+        tmp_path,
+        {
+            "controller": [("step", "trainer loop", 0, 100 * MS), ("wait for batch", "trainer loop", 0, 40 * MS)],
+            "trainer rank 0": [("forward", "main", 0, 10 * MS), ("backward", "main", 10 * MS, 30 * MS)],
+            "generator 0": [("decode", "main", 20 * MS, 60 * MS), ("swap weights", "weights", 70 * MS, 80 * MS)],
+        },
+    )
     result = budget(tmp_path)
     m = result["median_ms"]
     assert result["steps"] == result["steady_steps"] == 1
@@ -41,7 +44,9 @@ def test_budget_counts_each_side_and_the_bubble(tmp_path):
 
 
 def test_budget_leaves_start_up_steps_out_and_takes_medians(tmp_path):
-    steps = [("step", "trainer loop", k * 100 * MS, (k * 100 + length) * MS) for k, length in enumerate([90, 10, 20, 30])]
+    steps = [
+        ("step", "trainer loop", k * 100 * MS, (k * 100 + length) * MS) for k, length in enumerate([90, 10, 20, 30])
+    ]
     write_trace(tmp_path, {"controller": steps})
     result = budget(tmp_path, skip=1)
     assert result["steady_steps"] == 3 and result["median_ms"]["step"] == pytest.approx(20)
@@ -76,7 +81,7 @@ def test_tracer_ring_wraps_oldest_first_and_costs_20_bytes_a_span():
     tracemalloc.start()
     tracer = Tracer(max_spans=10_000)
     before = tracemalloc.get_traced_memory()[0]
-    for k in range(30_000):
+    for _ in range(30_000):
         tracer.add("decode", time.time_ns(), time.time_ns())
     grown = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
@@ -88,15 +93,18 @@ def test_a_generator_idle_while_a_request_is_held_back_is_what_admission_cost(tm
     # only 0-20 ms of the hold left the generator idle. Worker 1 is held back 70-90 ms with
     # the generator idle throughout; 60-70 and 90-100 it is idle with no worker held back.
     # Generator 1 does nothing in this step (its one span comes after it): idle for both holds.
-    write_trace(tmp_path, {
-        "controller": [
-            ("step", "trainer loop", 0, 100 * MS),
-            ("held back by admission", "rollout worker 0", 0, 50 * MS),
-            ("held back by admission", "rollout worker 1", 70 * MS, 90 * MS),
-        ],
-        "generator 0": [("decode", "main", 20 * MS, 60 * MS)],
-        "generator 1": [("decode", "main", 150 * MS, 160 * MS)],
-    })
+    write_trace(
+        tmp_path,
+        {
+            "controller": [
+                ("step", "trainer loop", 0, 100 * MS),
+                ("held back by admission", "rollout worker 0", 0, 50 * MS),
+                ("held back by admission", "rollout worker 1", 70 * MS, 90 * MS),
+            ],
+            "generator 0": [("decode", "main", 20 * MS, 60 * MS)],
+            "generator 1": [("decode", "main", 150 * MS, 160 * MS)],
+        },
+    )
     m = budget(tmp_path)["median_ms"]
     assert m["generator 0 | all lanes | idle, a request held back"] == pytest.approx(40)
     assert m["generator 1 | all lanes | idle, a request held back"] == pytest.approx(70)

@@ -211,9 +211,7 @@ def test_abort_resume_with_unchanged_weights_is_the_uninterrupted_greedy_complet
     assert engine.swap_pauses.count == 1
 
 
-def test_abort_resume_keeps_the_prefix_and_computes_the_rest_with_the_new_weights_alone(
-    resume_llm, tiny_checkpoint
-):
+def test_abort_resume_keeps_the_prefix_and_computes_the_rest_with_the_new_weights_alone(resume_llm, tiny_checkpoint):
     v0 = tiny_checkpoint.load_hf_state_dict()
     engine = VersionedEngine(resume_llm, "abort_resume")
     # Version 0 = all-zero weights: uniform logprobs, and a KV cache of zeros.

@@ -29,7 +29,9 @@ def holds(channel: SharedMemoryChannel, version: int) -> bool:
 
 
 async def open_pair(sender, relay, attempt: int, reports) -> None:
-    opened = await asyncio.gather(sender.open_pair.call_one(RELAY_NODE, attempt, reports), relay.open_pair.call_one(attempt))
+    opened = await asyncio.gather(
+        sender.open_pair.call_one(RELAY_NODE, attempt, reports), relay.open_pair.call_one(attempt)
+    )
     assert opened == [None, None], opened
 
 

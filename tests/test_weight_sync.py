@@ -96,7 +96,6 @@ def test_bfloat16_parity_before_and_after_a_weight_sync(tiny_checkpoint, weight_
         asyncio.run(store.delete_versions_before(10**9))
 
 
-
 PROMPT = [11, 3, 1, 4, 13]
 
 
@@ -116,7 +115,9 @@ def calls_in_order_of_return(generator, checkpoint: Checkpoint) -> list[str]:
             await generator.generate.call_one([PROMPT], sampling)
             returned.append(name)
 
-        await asyncio.gather(call("longest", longest_completion(checkpoint)), call("one token", SamplingConfig(max_tokens=1)))
+        await asyncio.gather(
+            call("longest", longest_completion(checkpoint)), call("one token", SamplingConfig(max_tokens=1))
+        )
         return returned
 
     return asyncio.run(both())
@@ -131,7 +132,9 @@ def test_generate_calls_run_one_after_another_by_default(generator, tiny_checkpo
 def unlimited_drain_generator(tmp_path_factory, weight_store):
     """calls_at_once=0 and swap_mode=drain, with a long context: its longest request outlasts
     a version's fetch from torchstore (~0.2-0.4 s)."""
-    checkpoint = Checkpoint.open(create_tiny_checkpoint(tmp_path_factory.mktemp("long") / "model", TinyModelConfig(max_seq_len=1024)))
+    checkpoint = Checkpoint.open(
+        create_tiny_checkpoint(tmp_path_factory.mktemp("long") / "model", TinyModelConfig(max_seq_len=1024))
+    )
     procs, generator = spawn_generator(checkpoint, swap_mode="drain", calls_at_once=0)
     yield checkpoint, generator
     asyncio.run(meshes.stop_all(procs))

@@ -40,8 +40,12 @@ def prepare(cfg: DictConfig, run_dir: Path) -> DistillConfig:
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="distill")
 def hydra_main(cfg: DictConfig) -> None:
     launch(
-        lambda run_dir: prepare(cfg, run_dir), "apps.distill", "distillation",
-        run_with("forge_async.controller.grpo_run"), report_grpo, after=report_distillation,
+        lambda run_dir: prepare(cfg, run_dir),
+        "apps.distill",
+        "distillation",
+        run_with("forge_async.controller.grpo_run"),
+        report_grpo,
+        after=report_distillation,
     )
 
 

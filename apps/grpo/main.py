@@ -22,7 +22,10 @@ ConfigStore.instance().store(name="grpo_schema", node=open_mappings(GRPOConfig))
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="grpo")
 def hydra_main(cfg: DictConfig) -> None:
     launch(
-        lambda run_dir: load_config(cfg), "apps.grpo", "GRPO", run_with("forge_async.controller.grpo_run"),
+        lambda run_dir: load_config(cfg),
+        "apps.grpo",
+        "GRPO",
+        run_with("forge_async.controller.grpo_run"),
         report_grpo,
     )
 

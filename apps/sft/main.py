@@ -28,8 +28,11 @@ ConfigStore.instance().store(name="sft_schema", node=open_mappings(SFTConfig))
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="sft")
 def hydra_main(cfg: DictConfig) -> None:
     launch(
-        lambda run_dir: load_config(cfg, SFTConfig), "apps.sft", "SFT",
-        run_with("forge_async.controller.sft_run"), report_sft,
+        lambda run_dir: load_config(cfg, SFTConfig),
+        "apps.sft",
+        "SFT",
+        run_with("forge_async.controller.sft_run"),
+        report_sft,
     )
 
 

@@ -109,21 +109,30 @@ def ratios(runs: list[dict], hosts: int) -> dict[str, float]:
     return {
         "steps/s, of the medians": across / one,
         "steps/s, median of the rounds": statistics.median(round_ratios(runs, hosts, lambda r: r["steps_per_s"])),
-        "CPU a step, inverse, median of the rounds": statistics.median(1 / x for x in round_ratios(runs, hosts, cpu_ms_per_step)),
+        "CPU a step, inverse, median of the rounds": statistics.median(
+            1 / x for x in round_ratios(runs, hosts, cpu_ms_per_step)
+        ),
     }
 
 
 def relays_cell(run: dict) -> str:
     relays = run["extra"].get("relays", [])
-    return "; ".join(f"version {r['version']}, {r['versions_skipped']} skipped, {r['link_failures']} failed links" for r in relays)
+    return "; ".join(
+        f"version {r['version']}, {r['versions_skipped']} skipped, {r['link_failures']} failed links" for r in relays
+    )
 
 
 def cpu_table(runs: list[dict], hosts: int, first: int, last: int) -> Table:
     """Each proc's CPU ms a step in the layout's first round, on one host and across hosts, and their sum."""
-    one, across = ([r for r in runs if r["hosts"] == hosts and r["label"] == label and r["round"] == 0][0]["cpu"] for label in labels(hosts))
+    one, across = (
+        [r for r in runs if r["hosts"] == hosts and r["label"] == label and r["round"] == 0][0]["cpu"]
+        for label in labels(hosts)
+    )
     rows = [[role, one.get(role), across.get(role)] for role in dict.fromkeys([*one, *across])]
     rows.append(["all", round(sum(one.values()), 1), round(sum(across.values()), 1)])
-    return Table(f"CPU ms a step over steps {first}-{last}, {hosts}-host layout, round 0", ["proc", *labels(hosts)], rows)
+    return Table(
+        f"CPU ms a step over steps {first}-{last}, {hosts}-host layout, round 0", ["proc", *labels(hosts)], rows
+    )
 
 
 def result_of(runs: list[dict], layouts: list[int], first: int, steps: int) -> BenchmarkResult:
@@ -136,14 +145,27 @@ def result_of(runs: list[dict], layouts: list[int], first: int, steps: int) -> B
         result.figure(f"{hosts}-host layout, across hosts", across, "steps/s")
     columns = ["layout", "run", "round", "steps/s", "CPU ms a step", "mean reward", "relays"]
     rows = [
-        [f"{r['hosts']} hosts", r["label"], r["round"], round(r["steps_per_s"], 2), round(cpu_ms_per_step(r), 1), round(r["reward"], 3), relays_cell(r)]
+        [
+            f"{r['hosts']} hosts",
+            r["label"],
+            r["round"],
+            round(r["steps_per_s"], 2),
+            round(cpu_ms_per_step(r), 1),
+            round(r["reward"], 3),
+            relays_cell(r),
+        ]
         for r in runs
     ]
     result.tables.append(Table(f"Steps/s over steps {first}-{steps}", columns, rows))
     result.tables += [cpu_table(runs, hosts, first, steps - 5) for hosts in layouts]
     names = [f"{hosts} hosts" for hosts in layouts]
-    lines = [Line(label, names, [medians(runs, hosts)[i] for hosts in layouts]) for i, label in enumerate(("one host", "across hosts"))]
-    result.series.append(Series(f"Steps/s over steps {first}-{steps} (median of the rounds)", "", "steps/s", lines, bars=True))
+    lines = [
+        Line(label, names, [medians(runs, hosts)[i] for hosts in layouts])
+        for i, label in enumerate(("one host", "across hosts"))
+    ]
+    result.series.append(
+        Series(f"Steps/s over steps {first}-{steps} (median of the rounds)", "", "steps/s", lines, bars=True)
+    )
     return result
 
 
@@ -152,7 +174,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--from", dest="first", type=int, default=50, help="the steady state's first step")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--layouts", type=int, nargs="+", default=[2, 4], help="hosts: trainer on 1, generators on the rest")
+    parser.add_argument(
+        "--layouts", type=int, nargs="+", default=[2, 4], help="hosts: trainer on 1, generators on the rest"
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     add_json_argument(parser)
     args = parser.parse_args()
@@ -171,13 +195,28 @@ def main() -> None:
                 cpu.start()
                 extra = one_host(run_dir, overrides) if label == "one host" else across_hosts(run_dir, hosts, overrides)
                 rate, reward = steps_per_s(run_dir, args.first, args.steps)
-                runs.append({"hosts": hosts, "label": label, "round": round_, "steps_per_s": rate, "reward": reward,
-                             "extra": extra, "cpu": cpu.ms_per_step()})
-                print(f"{hosts} hosts layout, {label:>8}: {rate:6.2f} steps/s, mean reward {reward:.3f} {extra or ''}", flush=True)
+                runs.append(
+                    {
+                        "hosts": hosts,
+                        "label": label,
+                        "round": round_,
+                        "steps_per_s": rate,
+                        "reward": reward,
+                        "extra": extra,
+                        "cpu": cpu.ms_per_step(),
+                    }
+                )
+                print(
+                    f"{hosts} hosts layout, {label:>8}: {rate:6.2f} steps/s, mean reward {reward:.3f} {extra or ''}",
+                    flush=True,
+                )
                 print(f"    CPU ms a step: {runs[-1]['cpu']}", flush=True)
         one, across = medians(runs, hosts)
-        print(f"{hosts} hosts / one host (medians {across:.2f} / {one:.2f} steps/s): "
-              + "; ".join(f"{how} {ratio:.2f}" for how, ratio in ratios(runs, hosts).items()), flush=True)
+        print(
+            f"{hosts} hosts / one host (medians {across:.2f} / {one:.2f} steps/s): "
+            + "; ".join(f"{how} {ratio:.2f}" for how, ratio in ratios(runs, hosts).items()),
+            flush=True,
+        )
     if args.json:
         result_of(runs, args.layouts, args.first, args.steps).write(args.json)
 

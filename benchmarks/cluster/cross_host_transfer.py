@@ -73,7 +73,8 @@ def shape_link(rate: str) -> None:
         burst = max(1 << 20, int(bits / 8 / 100))  # 10 ms of the rate: enough for the timer's granularity
         subprocess.run(
             ["tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms"],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
 
 
@@ -201,7 +202,9 @@ async def run(sizes: list[int], rates: list[str], repeats: int, torchstore: bool
     await hosts.start()
     if torchstore:
         await store.start_store()
-    print(f"{'link':>9} {'floor':>10} {'params':>8} {'bytes':>9} {'gloo':>10} {'bytes/floor':>12} {'ratio':>6} {'torchstore':>11}")
+    print(
+        f"{'link':>9} {'floor':>10} {'params':>8} {'bytes':>9} {'gloo':>10} {'bytes/floor':>12} {'ratio':>6} {'torchstore':>11}"
+    )
     states = [("tiny", model_shapes("tiny", 8)[0]), *((f"{m}M", synthetic_shapes(m)) for m in sizes)]
     measured = []
     try:
@@ -222,10 +225,27 @@ def result_of(measured: list[tuple[str, dict]]) -> BenchmarkResult:
         result.figure(f"gloo, {name}, {row['rate']}", row["gloo"] * 1e3, "ms")
         if "torchstore" in row:
             result.figure(f"torchstore, {name}, {row['rate']}", row["torchstore"] * 1e3, "ms")
-    columns = ["link", "floor (Gbit/s)", "state dict", "MB", "gloo (ms)", "bytes / floor (ms)", "ratio", "torchstore (ms)"]
+    columns = [
+        "link",
+        "floor (Gbit/s)",
+        "state dict",
+        "MB",
+        "gloo (ms)",
+        "bytes / floor (ms)",
+        "ratio",
+        "torchstore (ms)",
+    ]
     rows = [
-        [row["rate"], row["floor"] * 8 / 1e9, name, row["bytes"] / 1e6, row["gloo"] * 1e3, floor_s(row) * 1e3,
-         row["gloo"] / floor_s(row), row["torchstore"] * 1e3 if "torchstore" in row else None]
+        [
+            row["rate"],
+            row["floor"] * 8 / 1e9,
+            name,
+            row["bytes"] / 1e6,
+            row["gloo"] * 1e3,
+            floor_s(row) * 1e3,
+            row["gloo"] / floor_s(row),
+            row["torchstore"] * 1e3 if "torchstore" in row else None,
+        ]
         for name, row in measured
     ]
     result.tables.append(Table("One version, node 0 -> node 1 (median of the steady-state versions)", columns, rows))
@@ -234,14 +254,20 @@ def result_of(measured: list[tuple[str, dict]]) -> BenchmarkResult:
         Line("gloo", names, [row["gloo"] * 1e3 for _, row in measured]),
         Line("bytes at the link's floor", names, [floor_s(row) * 1e3 for _, row in measured]),
     ]
-    result.series.append(Series("A version across hosts against the link's floor", "", "ms", lines, log_y=True, bars=True))
+    result.series.append(
+        Series("A version across hosts against the link's floor", "", "ms", lines, log_y=True, bars=True)
+    )
     return result
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="*", default=[100], help="millions of fp32 params (besides the tiny model)")
-    parser.add_argument("--rates", nargs="+", default=["unshaped", "10gbit", "1gbit"], help="tc rates, e.g. 10gbit 500mbit")
+    parser.add_argument(
+        "--sizes", type=int, nargs="*", default=[100], help="millions of fp32 params (besides the tiny model)"
+    )
+    parser.add_argument(
+        "--rates", nargs="+", default=["unshaped", "10gbit", "1gbit"], help="tc rates, e.g. 10gbit 500mbit"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="median of N")
     parser.add_argument("--torchstore", action="store_true", help="also time the torchstore path (unshaped)")
     add_json_argument(parser)

@@ -85,10 +85,16 @@ def result_of(rows: list[list], median: dict[str, float], cpu: float) -> Benchma
     for routing in ROUTINGS:
         result.figure(f"{routing}: median steps/s", median[routing], "steps/s")
     result.tables.append(Table(f"Every run, node 2 capped at {cpu} of a core", RUN_COLUMNS, rows))
-    lines = [Line(f"node {node}", list(ROUTINGS), [samples_from(rows, r, node) for r in ROUTINGS])
-             for node in (1, 2)]
-    result.series.append(Series("Samples each generator returned, all rounds (node 2 the slow host)", "rollout_routing",
-                                "samples", lines, bars=True))
+    lines = [Line(f"node {node}", list(ROUTINGS), [samples_from(rows, r, node) for r in ROUTINGS]) for node in (1, 2)]
+    result.series.append(
+        Series(
+            "Samples each generator returned, all rounds (node 2 the slow host)",
+            "rollout_routing",
+            "samples",
+            lines,
+            bars=True,
+        )
+    )
     return result
 
 
@@ -106,7 +112,11 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="routing-"))
     print(f"runs in {root}; node 2 capped at {args.cpu} of a core")
     overrides = [
-        f"steps={args.steps}", "generator.count=2", "rollout_workers=4", "checkpoint.every_steps=0", *args.overrides,
+        f"steps={args.steps}",
+        "generator.count=2",
+        "rollout_workers=4",
+        "checkpoint.every_steps=0",
+        *args.overrides,
     ]
     rows = []
     for round_ in range(args.rounds):
@@ -119,7 +129,8 @@ def main() -> None:
             rows.append([round_, routing, rate, reward, samples[0], samples[1]])
             print(
                 f"{routing:>17}: {rate:6.2f} steps/s, mean reward {reward:.3f}, samples from node 1 / node 2: "
-                f"{samples[0]} / {samples[1]}", flush=True,
+                f"{samples[0]} / {samples[1]}",
+                flush=True,
             )
     median = medians(rows)
     base, routed = (median[r] for r in ROUTINGS)

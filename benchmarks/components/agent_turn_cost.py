@@ -84,7 +84,9 @@ def result_of(medians: dict[str, float], figures: dict[str, list[float]], episod
     rows = [[way, medians[way], ", ".join(f"{ms:.3f}" for ms in values)] for way, values in figures.items()]
     title = f"CPU ms a model turn, {episodes} tool_lookup episodes played at once"
     result.tables.append(Table(title, ["way", "median (ms)", "per round (ms)"], rows))
-    result.series.append(Series(title, "", "CPU ms a turn", [Line("median", list(medians), list(medians.values()))], bars=True))
+    result.series.append(
+        Series(title, "", "CPU ms a turn", [Line("median", list(medians), list(medians.values()))], bars=True)
+    )
     return result
 
 

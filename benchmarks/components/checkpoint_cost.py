@@ -72,8 +72,12 @@ WIDTHS = (6, 12, 9, 11, 7, 9)
 def cells(name: str, r: dict) -> list[str]:
     """One model's row, as printed."""
     return [
-        name, f"{r['params']:,}", f"{r['bytes'] / 2**20:.1f}", f"{r['bytes'] / r['params']:.1f}",
-        f"{r['save_s']:.2f}", f"{r['load_s']:.2f}",
+        name,
+        f"{r['params']:,}",
+        f"{r['bytes'] / 2**20:.1f}",
+        f"{r['bytes'] / r['params']:.1f}",
+        f"{r['save_s']:.2f}",
+        f"{r['load_s']:.2f}",
     ]
 
 
@@ -90,7 +94,10 @@ def result_of(measured: dict[str, dict], procs: int) -> BenchmarkResult:
         result.figure(f"checkpoint bytes per parameter, {name} model", r["bytes"] / r["params"], "B")
     rows = [cells(name, r) for name, r in measured.items()]
     result.tables.append(Table(f"Trainer checkpoint, {procs} rank(s): model + AdamW state (DCP)", list(COLUMNS), rows))
-    lines = [Line(label, list(measured), [r[key] for r in measured.values()]) for label, key in (("save", "save_s"), ("restore", "load_s"))]
+    lines = [
+        Line(label, list(measured), [r[key] for r in measured.values()])
+        for label, key in (("save", "save_s"), ("restore", "load_s"))
+    ]
     result.series.append(Series(f"Checkpoint save and restore, {procs} rank(s)", "model", "s", lines, bars=True))
     return result
 

@@ -113,8 +113,12 @@ def hf_config(scale: Scale, moe: bool) -> dict:
     }
     if moe:
         config.update(
-            num_experts=scale.num_experts, num_experts_per_tok=scale.top_k, moe_intermediate_size=scale.moe_ffn_dim,
-            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+            num_experts=scale.num_experts,
+            num_experts_per_tok=scale.top_k,
+            moe_intermediate_size=scale.moe_ffn_dim,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
         )
     return config
 
@@ -145,18 +149,30 @@ def random_batch(scale: Scale, moe_routes: tuple[int, int, int] | None = None, s
             rows = len(prompt) + len(tokens) - 1
             routes = np.argsort(rng.random((rows, layers, experts)), axis=-1)[..., :top_k].astype(np.uint8)
         completion = Completion(
-            prompt_ids=prompt, token_ids=tokens, logprobs=[-float(np.log(scale.vocab))] * len(tokens),
-            versions=[0] * len(tokens), text="", finish_reason="length", routes=routes,
+            prompt_ids=prompt,
+            token_ids=tokens,
+            logprobs=[-float(np.log(scale.vocab))] * len(tokens),
+            versions=[0] * len(tokens),
+            text="",
+            finish_reason="length",
+            routes=routes,
         )
-        batch.append(Episode(completion, reward=float(i % 2), advantage=float(i % 2) - 0.5, group_id=i // scale.group_size))
+        batch.append(
+            Episode(completion, reward=float(i % 2), advantage=float(i % 2) - 0.5, group_id=i // scale.group_size)
+        )
     return batch
 
 
 def trainer_config(checkpointing: str, micro_batch_tokens: int) -> TrainerConfig:
     """configs/grpo_gpu.yaml's trainer, eager (the compile case turns compile on)."""
     return TrainerConfig(
-        lr=1e-6, beta2=0.999, dtype="bfloat16", micro_batch_tokens=micro_batch_tokens,
-        activation_checkpointing=checkpointing, lr_schedule="constant", compile=False,
+        lr=1e-6,
+        beta2=0.999,
+        dtype="bfloat16",
+        micro_batch_tokens=micro_batch_tokens,
+        activation_checkpointing=checkpointing,
+        lr_schedule="constant",
+        compile=False,
     )
 
 
@@ -165,11 +181,15 @@ def run_case(name: str, scale: Scale, config: TrainerConfig, steps: int, root: P
     moe = name == "moe"
     checkpoint = model_checkpoint(root, scale, moe)
     batch = random_batch(scale, (scale.moe_layers, scale.num_experts, scale.top_k) if moe else None)
-    learner = Learner(LearnerSpec(
-        str(checkpoint.path), replace(config, compile=name == "compile"), pad_id=0,
-        lora=LoraConfig(rank=16, alpha=32.0) if name == "lora" else None,
-        moe=MoeConfig("rollout") if moe else None,
-    ))
+    learner = Learner(
+        LearnerSpec(
+            str(checkpoint.path),
+            replace(config, compile=name == "compile"),
+            pad_id=0,
+            lora=LoraConfig(rank=16, alpha=32.0) if name == "lora" else None,
+            moe=MoeConfig("rollout") if moe else None,
+        )
+    )
     step_s, metrics = [], {}
     for _ in range(steps):
         start = time.perf_counter()
@@ -225,9 +245,15 @@ def publish_three_versions(learner: Learner, fallback: Path, page_lock: bool = T
 def check_published(channel: SharedMemoryChannel, version: int, state_dict: dict[str, torch.Tensor]) -> None:
     """The channel holds `version` byte for byte as `state_dict` (a one-rank group: whole tensors)."""
     with channel.reading(version) as (found, published):
-        wrong = [name for name, tensor in state_dict.items() if not torch.equal(published[name], local_shard(tensor)[0].cpu())]
+        wrong = [
+            name
+            for name, tensor in state_dict.items()
+            if not torch.equal(published[name], local_shard(tensor)[0].cpu())
+        ]
     if found != version or wrong:
-        raise AssertionError(f"published version {found} (expected {version}) differs in {len(wrong)} tensors, e.g. {wrong[:3]}")
+        raise AssertionError(
+            f"published version {found} (expected {version}) differs in {len(wrong)} tensors, e.g. {wrong[:3]}"
+        )
 
 
 def start_group() -> None:
@@ -241,10 +267,20 @@ def start_group() -> None:
 
 # The table's columns: (title, key of a case's figures); a case without the key leaves it empty.
 COLUMNS = [
-    ("case", "case"), ("parameters", "params"), ("trained", "trainable"), ("step s", "step_s"),
-    ("first step s", "first_step_s"), ("tokens/s", "tokens_per_s"), ("peak GiB", "peak_memory_gib"),
-    ("loss", "loss"), ("grad norm", "grad_norm"), ("published GiB", "published_gib"),
-    ("publish s", "publish_s"), ("first publish s", "first_publish_s"), ("pageable publish s", "pageable_publish_s"), ("route mismatch", "moe/route_mismatch"),
+    ("case", "case"),
+    ("parameters", "params"),
+    ("trained", "trainable"),
+    ("step s", "step_s"),
+    ("first step s", "first_step_s"),
+    ("tokens/s", "tokens_per_s"),
+    ("peak GiB", "peak_memory_gib"),
+    ("loss", "loss"),
+    ("grad norm", "grad_norm"),
+    ("published GiB", "published_gib"),
+    ("publish s", "publish_s"),
+    ("first publish s", "first_publish_s"),
+    ("pageable publish s", "pageable_publish_s"),
+    ("route mismatch", "moe/route_mismatch"),
 ]
 
 
@@ -273,7 +309,9 @@ def benchmark_result(cases: list[dict], failed: dict[str, str], scale: str, conf
         result.figure(f"{f['case']}: publish", f["publish_s"], "s")
         result.figure(f"{f['case']}: publish into pageable memory", f["pageable_publish_s"], "s")
     rows = [[f.get(key, "") for _, key in COLUMNS] for f in cases]
-    rows += [[name, f"failed: {why.strip().splitlines()[-1]}"] + [""] * (len(COLUMNS) - 2) for name, why in failed.items()]
+    rows += [
+        [name, f"failed: {why.strip().splitlines()[-1]}"] + [""] * (len(COLUMNS) - 2) for name, why in failed.items()
+    ]
     title = f"{scale} scale, activation checkpointing {config.activation_checkpointing}, micro-batches of {config.micro_batch_tokens} tokens"
     result.tables.append(Table(title, [title for title, _ in COLUMNS], rows))
     return result
@@ -292,25 +330,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES))
     parser.add_argument("--steps", type=positive, default=4, help="optimizer steps per case (the first warms up)")
     parser.add_argument(
-        "--scale", choices=sorted(SCALES), default="gpu" if torch.cuda.is_available() else "tiny",
+        "--scale",
+        choices=sorted(SCALES),
+        default="gpu" if torch.cuda.is_available() else "tiny",
         help="model and batch sizes (default: gpu where a GPU is seen, else tiny)",
     )
     parser.add_argument(
-        "--activation-checkpointing", choices=("none", "full", "selective"), default="full",
+        "--activation-checkpointing",
+        choices=("none", "full", "selective"),
+        default="full",
         help="trainer.activation_checkpointing (default: grpo_gpu's)",
     )
     parser.add_argument("--micro-batch-tokens", type=positive, help="trainer.micro_batch_tokens (default: the scale's)")
     parser.add_argument("--vocab", type=positive, help="the models' vocabulary size (default: the scale's)")
     parser.add_argument("--episodes", type=positive, help="episodes in the batch (default: the scale's)")
     parser.add_argument(
-        "--softmax-slice-elements", type=positive,
+        "--softmax-slice-elements",
+        type=positive,
         help=f"elements (tokens x vocabulary) of one slice of the vocabulary's softmax (default: {sliced_softmax.SLICE_ELEMENTS})",
     )
     add_json_argument(parser)
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     scale = replace(
-        scale, vocab=args.vocab if args.vocab is not None else scale.vocab,
+        scale,
+        vocab=args.vocab if args.vocab is not None else scale.vocab,
         episodes=args.episodes if args.episodes is not None else scale.episodes,
     )
     micro_batch_tokens = args.micro_batch_tokens if args.micro_batch_tokens is not None else scale.micro_batch_tokens
@@ -321,7 +365,8 @@ def main(argv: list[str] | None = None) -> None:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     print(
         f"{args.scale} scale; torch {torch.__version__}, GPU {gpu}, {os.cpu_count()} CPUs; "
-        f"softmax slices of {sliced_softmax.SLICE_ELEMENTS:,} elements", flush=True,
+        f"softmax slices of {sliced_softmax.SLICE_ELEMENTS:,} elements",
+        flush=True,
     )
     cases, failed = [], {}
     try:

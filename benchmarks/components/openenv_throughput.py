@@ -91,7 +91,8 @@ def measure(workers: int, sessions: int, clients: int, seconds: float) -> tuple[
             server.wait_until_up(300)
             share = sessions // clients
             procs = [
-                spawn.Process(target=client, args=(server.url, share, seconds, i, start, played)) for i in range(clients)
+                spawn.Process(target=client, args=(server.url, share, seconds, i, start, played))
+                for i in range(clients)
             ]
             for proc in procs:
                 proc.start()
@@ -123,8 +124,11 @@ def result_of(rows: list[tuple[int, int, float, float]], median: dict[int, float
     columns = ["round", "workers", "episodes/s", "server CPU ms/episode"]
     result.tables.append(Table("Each measurement", columns, [list(row) for row in rows]))
     line = Line("median", [str(w) for w in median], list(median.values()))
-    result.series.append(Series("Episodes/s against uvicorn workers (median over the rounds)", "workers", "episodes/s",
-                                [line], bars=True))
+    result.series.append(
+        Series(
+            "Episodes/s against uvicorn workers (median over the rounds)", "workers", "episodes/s", [line], bars=True
+        )
+    )
     return result
 
 

@@ -86,7 +86,9 @@ def main() -> None:
 def result_of(found: dict[str, list[tuple[float, float]]], calls: int) -> BenchmarkResult:
     result = BenchmarkResult("reply_ports", "What a reply port costs the proc that answers", this_command())
     for way in WAYS:
-        result.figure(f"{way}: bytes kept per call (median over rounds)", statistics.median(k for k, _ in found[way]), "B")
+        result.figure(
+            f"{way}: bytes kept per call (median over rounds)", statistics.median(k for k, _ in found[way]), "B"
+        )
         result.figure(f"{way}: round trip (median over rounds)", statistics.median(u for _, u in found[way]), "µs")
     rows = [[way, i + 1, calls, round(kept), round(us)] for way in WAYS for i, (kept, us) in enumerate(found[way])]
     result.tables.append(Table("Each round", ["way", "round", "calls", "bytes kept/call", "µs/call"], rows))

@@ -80,7 +80,9 @@ def result_of(runs: dict[str, list[dict]], fastest: dict[str, dict]) -> Benchmar
             result.figure(f"{mode}: swap pause mean (fastest run)", run["pause_mean"], "ms")
     rows = [[label, *(shown(fastest[mode], key) for mode in MODES)] for key, (label, _) in FIGURES.items()]
     result.tables.append(Table("Each mode's fastest run", ["", *MODES], rows))
-    every = [[round_, mode, run["wall_s"], run["tokens_per_s"]] for mode in MODES for round_, run in enumerate(runs[mode])]
+    every = [
+        [round_, mode, run["wall_s"], run["tokens_per_s"]] for mode in MODES for round_, run in enumerate(runs[mode])
+    ]
     result.tables.append(Table("Every run", ["round", "mode", "wall time (s)", "completion tokens/s"], every))
     return result
 
@@ -103,8 +105,9 @@ def main() -> None:
                 if run.returncode != 0:
                     raise SystemExit(f"swap_mode={mode} failed:\n{run.output[-3000:]}")
                 runs[mode].append(figures(run))
-                print(f"  wall {runs[mode][-1]['wall_s']:.1f}s, {runs[mode][-1]['tokens_per_s']:.0f} tokens/s",
-                      flush=True)
+                print(
+                    f"  wall {runs[mode][-1]['wall_s']:.1f}s, {runs[mode][-1]['tokens_per_s']:.0f} tokens/s", flush=True
+                )
     fastest = {mode: min(runs[mode], key=lambda run: run["wall_s"]) for mode in MODES}
     print(f"\n{'':30}" + "".join(f"{mode:>14}" for mode in MODES))
     for key, (label, _) in FIGURES.items():

@@ -75,7 +75,10 @@ def start_engine(checkpoint: Checkpoint, mode: str, platform: EnginePlatform, sl
 
     with plain_cpu_weights(platform.plain_weights):
         llm = LLM(
-            model=str(checkpoint.path), dtype="float32", max_model_len=64, kv_cache_memory_bytes=2**29,
+            model=str(checkpoint.path),
+            dtype="float32",
+            max_model_len=64,
+            kv_cache_memory_bytes=2**29,
             **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs(mode),
             **(slot.llm_kwargs() if slot else {}),
@@ -89,37 +92,62 @@ def payloads(checkpoint: Checkpoint, rank: int):
     if rank:
         lora = LoraConfig(rank=rank)
         adapter = zero_adapter(checkpoint.weight_shapes(), lora, torch.float32)
-        yield "lora", {name: 0.01 * torch.randn(t.shape) for name, t in adapter.items()}, lambda: AdapterSlot(
-            lora, checkpoint, torch.float32
+        yield (
+            "lora",
+            {name: 0.01 * torch.randn(t.shape) for name, t in adapter.items()},
+            lambda: AdapterSlot(lora, checkpoint, torch.float32),
         )
 
 
-COLUMNS = ["weights", "mode", "MB", "swaps", "reload mean (ms)", "reload max (ms)", "latency mean (ms)", "tokens/s",
-           "vs no swap (x)"]
+COLUMNS = [
+    "weights",
+    "mode",
+    "MB",
+    "swaps",
+    "reload mean (ms)",
+    "reload max (ms)",
+    "latency mean (ms)",
+    "tokens/s",
+    "vs no swap (x)",
+]
 
 
 def measured_row(label: str, mode: str, size: int, base: dict, swapped: dict) -> list:
     """One row of COLUMNS: a mode's swaps of one kind of weights, against its run with none."""
     r, lat = swapped["reloads"], swapped["latencies"]
-    return [label, mode, size / 1e6, len(r), statistics.fmean(r), max(r), statistics.fmean(lat),
-            swapped["tokens_per_s"], swapped["tokens_per_s"] / base["tokens_per_s"]]
+    return [
+        label,
+        mode,
+        size / 1e6,
+        len(r),
+        statistics.fmean(r),
+        max(r),
+        statistics.fmean(lat),
+        swapped["tokens_per_s"],
+        swapped["tokens_per_s"] / base["tokens_per_s"],
+    ]
 
 
 def print_row(row: list) -> None:
     label, mode, megabytes, swaps, reload_mean, reload_max, latency, tokens_per_s, ratio = row
-    print(f"{label:>8} {mode:>10} {megabytes:>8.3f}MB {swaps:>6} {reload_mean:>10.1f}ms {reload_max:>9.1f}ms "
-          f"{latency:>11.1f}ms {tokens_per_s:>10,.0f} {ratio:>10.2f}x", flush=True)
+    print(
+        f"{label:>8} {mode:>10} {megabytes:>8.3f}MB {swaps:>6} {reload_mean:>10.1f}ms {reload_max:>9.1f}ms "
+        f"{latency:>11.1f}ms {tokens_per_s:>10,.0f} {ratio:>10.2f}x",
+        flush=True,
+    )
 
 
 def result_of(rows: list[list]) -> BenchmarkResult:
     result = BenchmarkResult("swap_pause", "Generation pause per weight swap", this_command())
-    for label, mode, _, _, reload_mean, _, latency, tokens_per_s, ratio in rows:
+    for label, mode, _, _, reload_mean, _, latency, _, ratio in rows:
         result.figure(f"{label} {mode}: reload mean", reload_mean, "ms")
         result.figure(f"{label} {mode}: new weights in use after (mean)", latency, "ms")
         result.figure(f"{label} {mode}: tokens/s vs no swap", ratio, "x")
     result.tables.append(Table("Swaps every --swap-every engine steps, against the same run with none", COLUMNS, rows))
-    lines = [Line(kind, [row[1] for row in rows if row[0] == kind], [row[6] for row in rows if row[0] == kind])
-             for kind in dict.fromkeys(row[0] for row in rows)]  # full, then lora
+    lines = [
+        Line(kind, [row[1] for row in rows if row[0] == kind], [row[6] for row in rows if row[0] == kind])
+        for kind in dict.fromkeys(row[0] for row in rows)
+    ]  # full, then lora
     result.series.append(Series("New weights in use after (mean), per mode", "mode", "ms", lines, bars=True))
     return result
 
@@ -144,10 +172,14 @@ def main() -> None:
         shape = TinyModelConfig(dim=args.dim, n_layers=args.layers, ffn_dim=4 * args.dim, max_seq_len=64)
         checkpoint = Checkpoint.open(create_tiny_checkpoint(Path(tmp) / "model", shape))
         n_params = sum(torch.Size(s).numel() for s in checkpoint.weight_shapes().values())
-        print(f"model: {n_params / 1e6:.2f}M params; {args.concurrency} requests kept running, "
-              f"swap every {args.swap_every} steps, {args.steps} steps per mode\n")
-        print(f"{'weights':>8} {'mode':>10} {'bytes':>10} {'swaps':>6} {'reload mean':>12} {'reload max':>11} "
-              f"{'latency mean':>13} {'tokens/s':>10} {'vs no swap':>11}")
+        print(
+            f"model: {n_params / 1e6:.2f}M params; {args.concurrency} requests kept running, "
+            f"swap every {args.swap_every} steps, {args.steps} steps per mode\n"
+        )
+        print(
+            f"{'weights':>8} {'mode':>10} {'bytes':>10} {'swaps':>6} {'reload mean':>12} {'reload max':>11} "
+            f"{'latency mean':>13} {'tokens/s':>10} {'vs no swap':>11}"
+        )
         for label, weights, slot in payloads(checkpoint, args.lora_rank):
             size = sum(t.numel() * t.element_size() for t in weights.values())
             for mode in ("inflight", "drain"):

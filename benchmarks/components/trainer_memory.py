@@ -55,7 +55,9 @@ def episodes(rows: int, length: int, seed: int = 0) -> list[Episode]:
 
 def peak_gib(checkpoint: Checkpoint, config: TrainerConfig, batch: list[Episode]) -> float:
     pad_id = build_digit_tokenizer().pad_token_id
-    procs, trainer = asyncio.run(meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, pad_id), WeightsConfig("torchstore")))
+    procs, trainer = asyncio.run(
+        meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, pad_id), WeightsConfig("torchstore"))
+    )
     try:
         metrics = trainer.train_step.call_one(batch).get()
         return metrics["train/peak_memory_gib"]
@@ -70,10 +72,16 @@ def result_of(peaks: dict[tuple[int, int | None], float], rows: int, length: int
     for name, budget in budgets.items():
         result.figure(f"{name}: 4x batch -> peak", growth(peaks, budget), "x")
         result.figure(f"{name}: peak at {rows * 4} x {length}", peaks[4, budget], "GiB")
-    table = [[f"{rows * factor} x {length}", *(peaks[factor, budget] for budget in budgets.values())] for factor in FACTORS]
+    table = [
+        [f"{rows * factor} x {length}", *(peaks[factor, budget] for budget in budgets.values())] for factor in FACTORS
+    ]
     result.tables.append(Table("Peak memory of the trainer proc (GiB)", ["batch", *budgets], table))
-    lines = [Line(name, [rows * f for f in FACTORS], [peaks[f, budget] for f in FACTORS]) for name, budget in budgets.items()]
-    result.series.append(Series(f"Trainer peak memory against the batch ({length}-token episodes)", "episodes", "GiB", lines))
+    lines = [
+        Line(name, [rows * f for f in FACTORS], [peaks[f, budget] for f in FACTORS]) for name, budget in budgets.items()
+    ]
+    result.series.append(
+        Series(f"Trainer peak memory against the batch ({length}-token episodes)", "episodes", "GiB", lines)
+    )
     return result
 
 
@@ -97,7 +105,9 @@ def main() -> None:
         for factor in FACTORS:
             batch = episodes(args.rows * factor, args.length)
             for budget in (None, args.micro_batch_tokens):
-                peaks[factor, budget] = peak_gib(checkpoint, TrainerConfig(micro_batch_tokens=budget, lr_schedule="constant"), batch)
+                peaks[factor, budget] = peak_gib(
+                    checkpoint, TrainerConfig(micro_batch_tokens=budget, lr_schedule="constant"), batch
+                )
             rows = f"{len(batch)} x {args.length}"
             print(f"{rows:>14} | {peaks[factor, None]:>8.2f} GiB | {peaks[factor, args.micro_batch_tokens]:>12.2f} GiB")
         for budget, name in ((None, "whole batch"), (args.micro_batch_tokens, "micro-batched")):

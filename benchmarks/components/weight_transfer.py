@@ -37,7 +37,15 @@ from forge_async.weights import store
 from forge_async.weights.config import default_root
 from forge_async.weights.shared_memory import SharedMemoryChannel
 from benchmarks.harness.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
-from benchmarks.harness.weight_endpoint import MODELS, Endpoint, Shapes, make_state_dict, model_shapes, nbytes, synthetic_shapes
+from benchmarks.harness.weight_endpoint import (
+    MODELS,
+    Endpoint,
+    Shapes,
+    make_state_dict,
+    model_shapes,
+    nbytes,
+    synthetic_shapes,
+)
 
 
 def memcpy_s(shapes: Shapes, repeats: int) -> float:
@@ -111,8 +119,14 @@ def result_of(measured: list[tuple[float, dict[str, float]]]) -> BenchmarkResult
     result.figure(f"shm, {megabytes:.0f} MB version", largest["shm"] * 1e3, "ms")
     columns = ["MB", "memcpy (ms)", "shm first (ms)", "shm (ms)", "shm / memcpy", "torchstore (ms)"]
     rows = [
-        [round(mb, 1), f["memcpy"] * 1e3, f["shm_first"] * 1e3, f["shm"] * 1e3, f["shm"] / f["memcpy"],
-         f["torchstore"] * 1e3 if "torchstore" in f else None]
+        [
+            round(mb, 1),
+            f["memcpy"] * 1e3,
+            f["shm_first"] * 1e3,
+            f["shm"] * 1e3,
+            f["shm"] / f["memcpy"],
+            f["torchstore"] * 1e3 if "torchstore" in f else None,
+        ]
         for mb, f in measured
     ]
     result.tables.append(Table("One version, writer proc -> reader proc (best of the repeats)", columns, rows))
@@ -120,7 +134,9 @@ def result_of(measured: list[tuple[float, dict[str, float]]]) -> BenchmarkResult
         Line(label, [mb for mb, f in measured if key in f], [f[key] * 1e3 for _, f in measured if key in f])
         for label, key in (("memcpy (one copy)", "memcpy"), ("shared memory", "shm"), ("torchstore", "torchstore"))
     ]
-    result.series.append(Series("Weight transfer against memcpy across sizes", "version (MB)", "ms", lines, log_x=True, log_y=True))
+    result.series.append(
+        Series("Weight transfer against memcpy across sizes", "version (MB)", "ms", lines, log_x=True, log_y=True)
+    )
     return result
 
 

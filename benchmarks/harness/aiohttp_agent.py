@@ -19,7 +19,9 @@ async def play_with_aiohttp(prompt: Prompt, base_url: str) -> float:
     session = _sessions[loop]
 
     async def ask(messages: list[dict]) -> tuple[str, str]:
-        async with session.post(f"{base_url}/chat/completions", json={"model": "policy", "messages": messages}) as reply:
+        async with session.post(
+            f"{base_url}/chat/completions", json={"model": "policy", "messages": messages}
+        ) as reply:
             choice = (await reply.json())["choices"][0]
         return choice["message"]["content"] or "", choice["finish_reason"]
 

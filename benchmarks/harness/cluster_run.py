@@ -20,7 +20,12 @@ def steps_per_s(run_dir: Path, first: int, last: int) -> tuple[float, float]:
 def across_hosts(run_dir: Path, hosts: int, overrides: list[str], while_running=None) -> dict:
     """The run across `hosts` simulated hosts (`while_running(cluster)`, if given, is called once
     every node is started); returns its relays' report (summary.json)."""
-    app = ["apps.grpo", f"hydra.run.dir={run_dir}", *overrides, f"placement.generator_hosts=[{','.join(map(str, range(1, hosts)))}]"]
+    app = [
+        "apps.grpo",
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+        f"placement.generator_hosts=[{','.join(map(str, range(1, hosts)))}]",
+    ]
     logs = [open(run_dir.parent / f"{run_dir.name}.node{i}.log", "w") for i in range(hosts)]
     with simulated_hosts(hosts) as cluster:
         procs = [

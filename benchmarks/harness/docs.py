@@ -37,7 +37,11 @@ def render_result(result: BenchmarkResult) -> str:
     """A result as Markdown: where it comes from, its figures, its tables."""
     box = result.box
     where = ", ".join(f"{key} {box[key]}" for key in BOX_KEYS if key in box)
-    origin = f"Commit {box['commit']}; {where}." if box else "Commit and box not recorded (a result written before they were)."
+    origin = (
+        f"Commit {box['commit']}; {where}."
+        if box
+        else "Commit and box not recorded (a result written before they were)."
+    )
     parts = [f"```bash\n{result.command}\n```", origin]
     if result.figures:
         rows = [[figure.name, format_value(figure.value, figure.unit)] for figure in result.figures]
@@ -49,6 +53,7 @@ def render_result(result: BenchmarkResult) -> str:
 
 def render(doc: str, repo: Path = REPO) -> str:
     """`doc` with every generated block rendered again from its result file."""
+
     def block(match: re.Match) -> str:
         result = read_result(repo / match["file"])
         return match["start"] + render_result(result) + "\n" + match["end"]  # a blank line ends the table

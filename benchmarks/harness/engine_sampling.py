@@ -7,6 +7,9 @@ def fixed_length(max_tokens: int):
     from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
-        max_tokens=max_tokens, ignore_eos=True, logprobs=0, output_kind=RequestOutputKind.DELTA,
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        logprobs=0,
+        output_kind=RequestOutputKind.DELTA,
         detokenize=False,
     )

@@ -74,7 +74,20 @@ SMOKE = {
     "sync_vs_async": ["--steps", "25"],
     "pipeline": ["--steps", "25"],
     "weight_transfer": ["--sizes", "4", "--repeats", "1"],
-    "routing_replay": ["--seeds", "1", "--layers", "2", "--prompts", "2", "--samples", "2", "--max-tokens", "4", "--rounds", "1"],
+    "routing_replay": [
+        "--seeds",
+        "1",
+        "--layers",
+        "2",
+        "--prompts",
+        "2",
+        "--samples",
+        "2",
+        "--max-tokens",
+        "4",
+        "--rounds",
+        "1",
+    ],
 }
 SETS = {"quick": QUICK, "full": FULL, "smoke": SMOKE}
 SPREAD_LIMIT = 0.10
@@ -138,7 +151,9 @@ def figure_rows(runs: list[Run]) -> list[list[str]]:
             continue
         spread = f"{format_value(min(seen), unit)} to {format_value(max(seen), unit)} over {len(seen)} runs"
         wide = (relative_spread(seen, unit) or 0) > SPREAD_LIMIT
-        rows.append([name, format_value(mean, unit), spread + (f"; spread over {SPREAD_LIMIT:.0%} of the mean" if wide else "")])
+        rows.append(
+            [name, format_value(mean, unit), spread + (f"; spread over {SPREAD_LIMIT:.0%} of the mean" if wide else "")]
+        )
     return rows
 
 
@@ -152,7 +167,9 @@ def draw_series(series: Series, path: Path) -> None:
         width = 0.8 / max(len(series.lines), 1)
         for i, line in enumerate(series.lines):
             ax.bar([j + i * width for j in range(len(line.x))], line.y, width=width, label=line.label)
-        ax.set_xticks([j + width * (len(series.lines) - 1) / 2 for j in range(len(series.lines[0].x))], series.lines[0].x)
+        ax.set_xticks(
+            [j + width * (len(series.lines) - 1) / 2 for j in range(len(series.lines[0].x))], series.lines[0].x
+        )
     else:
         for line in series.lines:
             ax.plot(line.x, line.y, label=line.label, marker="o" if len(line.x) < 12 else None)
@@ -185,7 +202,9 @@ def section(name: str, runs: list[Run], out: Path) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def render(chosen: str, runs: dict[str, list[Run]], facts: dict[str, str], wall_s: float, repeats: int, out: Path) -> str:
+def render(
+    chosen: str, runs: dict[str, list[Run]], facts: dict[str, str], wall_s: float, repeats: int, out: Path
+) -> str:
     header = [
         "# Benchmark report",
         f"`python -m benchmarks.harness.report{'' if chosen == 'quick' else ' --' + chosen}"
@@ -201,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmark-report")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--full", action="store_true", help="the full set: larger sizes, longer runs")
-    which.add_argument("--smoke", action="store_true", help="the smallest configurations: checks the report, not the figures")
+    which.add_argument(
+        "--smoke", action="store_true", help="the smallest configurations: checks the report, not the figures"
+    )
     parser.add_argument("--repeats", type=int, default=1, help="runs of each benchmark (spread of each figure)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -214,15 +235,22 @@ def main(argv: list[str] | None = None) -> int:
     total = len(SETS[chosen]) * args.repeats
     for name, bench_args in SETS[chosen].items():
         for repeat in range(args.repeats):
-            print(f"[{sum(map(len, runs.values())) + 1}/{total}] {module_of(script_of(name))} {' '.join(bench_args)} ...", flush=True)
+            print(
+                f"[{sum(map(len, runs.values())) + 1}/{total}] {module_of(script_of(name))} {' '.join(bench_args)} ...",
+                flush=True,
+            )
             run = run_benchmark(name, bench_args, repeat, args.out)
             runs.setdefault(name, []).append(run)
             print(f"    {run.seconds:.0f} s" + (f": FAILED, {run.error}" if run.error else ""), flush=True)
     wall_s = time.perf_counter() - start
     facts = box()
     (args.out / "report.md").write_text(render(chosen, runs, facts, wall_s, args.repeats, args.out))
-    summary = {"set": chosen, "wall_s": wall_s, "box": facts,
-               "runs": {name: [asdict(run) for run in name_runs] for name, name_runs in runs.items()}}
+    summary = {
+        "set": chosen,
+        "wall_s": wall_s,
+        "box": facts,
+        "runs": {name: [asdict(run) for run in name_runs] for name, name_runs in runs.items()},
+    }
     (args.out / "report.json").write_text(json.dumps(summary, indent=1))
     failed = [run for name_runs in runs.values() for run in name_runs if run.error]
     print(f"report: {args.out / 'report.md'} ({wall_s / 60:.1f} min{f'; {len(failed)} runs failed' if failed else ''})")

@@ -81,7 +81,9 @@ class BenchmarkResult:
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="PATH", help="also write the results in the report's shape (benchmarks/harness/results.py)")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the results in the report's shape (benchmarks/harness/results.py)"
+    )
 
 
 def module_of(name: str) -> str:
@@ -112,7 +114,9 @@ def read_result(path: str | Path) -> BenchmarkResult:
         raise ValueError(f"{path}: not a benchmark result ({err})") from err
     for table in result.tables:
         if any(len(row) != len(table.columns) for row in table.rows):
-            raise ValueError(f"{path}: table {table.title!r} has rows of another width than its {len(table.columns)} columns")
+            raise ValueError(
+                f"{path}: table {table.title!r} has rows of another width than its {len(table.columns)} columns"
+            )
     for series in result.series:
         if any(len(line.x) != len(line.y) for line in series.lines):
             raise ValueError(f"{path}: series {series.title!r} has a line whose x and y differ in length")

@@ -92,13 +92,25 @@ def result_of(results: list[dict], seeds: int, target: float) -> BenchmarkResult
             result.figure(f"{app}: median steps to {target}", median_of(reached, "step"), "steps")
             result.figure(f"{app}: median seconds from launch to {target}", median_of(reached, "seconds"), "s")
     columns = [*COLUMNS, "reverse KL (first -> last 10 steps)"]
-    result.tables.append(Table(f"Per run: the first step whose 5-step mean reward reaches {target}", columns, [cells(r) for r in results]))
+    result.tables.append(
+        Table(
+            f"Per run: the first step whose 5-step mean reward reaches {target}", columns, [cells(r) for r in results]
+        )
+    )
     by_seed = {(r["app"], r["seed"]): r for r in results}
     both = [seed for seed in range(seeds) if all(by_seed[(app, seed)]["step"] is not None for app in APPS)]
     if both:
-        lines = [Line(app, [f"seed {seed}" for seed in both], [by_seed[(app, seed)]["step"] for seed in both]) for app in APPS]
-        result.series.append(Series(f"Steps to reward {target}, seeds where both reach it", "", "steps", lines, bars=True))
-    lines = [Line(app, [f"seed {seed}" for seed in range(seeds)], [by_seed[(app, seed)]["final"] for seed in range(seeds)]) for app in APPS]
+        lines = [
+            Line(app, [f"seed {seed}" for seed in both], [by_seed[(app, seed)]["step"] for seed in both])
+            for app in APPS
+        ]
+        result.series.append(
+            Series(f"Steps to reward {target}, seeds where both reach it", "", "steps", lines, bars=True)
+        )
+    lines = [
+        Line(app, [f"seed {seed}" for seed in range(seeds)], [by_seed[(app, seed)]["final"] for seed in range(seeds)])
+        for app in APPS
+    ]
     result.series.append(Series("Final reward (last 10 steps)", "", "reward", lines, bars=True))
     return result
 
@@ -121,8 +133,10 @@ def main() -> None:
                 print(line(cells(results[-1])), flush=True)
     for app in APPS:
         reached = reached_by(results, app)
-        print(f"{app}: {len(reached)}/{args.seeds} reach {args.target}; median step {median_of(reached, 'step')}, "
-              f"median seconds from launch {median_of(reached, 'seconds')}")
+        print(
+            f"{app}: {len(reached)}/{args.seeds} reach {args.target}; median step {median_of(reached, 'step')}, "
+            f"median seconds from launch {median_of(reached, 'seconds')}"
+        )
     if (ratio := steps_ratio(results)) is not None:
         print(f"distillation needs {ratio:.2f}x the steps of GRPO from scratch")
     if args.json:

@@ -24,7 +24,6 @@ from benchmarks.harness.results import BenchmarkResult, Line, Series, Table, add
 from forge_async.observability.metrics import read_rows
 
 
-
 def one_run(mode: str, seed: int, steps: int, target: float, overrides: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
@@ -50,7 +49,9 @@ def one_run(mode: str, seed: int, steps: int, target: float, overrides: list[str
 def _spread(values: list[float], fmt: str) -> str:
     if not values:
         return "none reached"
-    return f"median {fmt.format(statistics.median(values))} (min {fmt.format(min(values))}, max {fmt.format(max(values))})"
+    return (
+        f"median {fmt.format(statistics.median(values))} (min {fmt.format(min(values))}, max {fmt.format(max(values))})"
+    )
 
 
 COLUMNS = ("mode", "seed", "step", "s", "final", "eval", "entropy", "age", "stale", "other")
@@ -60,10 +61,17 @@ WIDTHS = (5, 4, 5, 6, 6, 5, 7, 4, 6, 6)
 def cells(r: dict) -> list[str]:
     """One run's row, as printed (the other drops' reasons last)."""
     return [
-        r["mode"], str(r["seed"]), str(r["step"]) if r["step"] is not None else "-",
-        f"{r['seconds']:.1f}" if r["seconds"] is not None else "-", f"{r['final']:.2f}",
-        f"{r['eval']:.2f}" if r["eval"] is not None else "-", f"{r['entropy']:.3f}", str(r["age_max"]),
-        str(r["dropped_stale"]), str(r["dropped_other"]), str(r["other_reasons"] or ""),
+        r["mode"],
+        str(r["seed"]),
+        str(r["step"]) if r["step"] is not None else "-",
+        f"{r['seconds']:.1f}" if r["seconds"] is not None else "-",
+        f"{r['final']:.2f}",
+        f"{r['eval']:.2f}" if r["eval"] is not None else "-",
+        f"{r['entropy']:.3f}",
+        str(r["age_max"]),
+        str(r["dropped_stale"]),
+        str(r["dropped_other"]),
+        str(r["other_reasons"] or ""),
     ]
 
 
@@ -81,8 +89,11 @@ def mode_cells(results: list[dict], mode: str) -> list[str]:
     """A mode's summary, as printed: runs reaching the target; spreads of steps, seconds, final reward."""
     runs, reached = of_mode(results, mode)
     return [
-        mode, f"{len(reached)}/{len(runs)}", _spread([r["step"] for r in reached], "{:.0f}"),
-        _spread([r["seconds"] for r in reached], "{:.1f}"), _spread([r["final"] for r in runs], "{:.2f}"),
+        mode,
+        f"{len(reached)}/{len(runs)}",
+        _spread([r["step"] for r in reached], "{:.0f}"),
+        _spread([r["seconds"] for r in reached], "{:.1f}"),
+        _spread([r["final"] for r in runs], "{:.2f}"),
     ]
 
 
@@ -100,9 +111,16 @@ def result_of(results: list[dict], modes: list[str], seeds: int, target: float) 
     if "async" in seconds and "sync" in seconds:
         result.figure(f"async / sync median seconds from launch to {target}", seconds["async"] / seconds["sync"], "x")
     columns = ["mode", "runs reaching", "steps", "seconds from launch", "final reward"]
-    result.tables.append(Table(f"Per mode: runs reaching {target}, and spreads", columns, [mode_cells(results, m) for m in modes]))
-    result.tables.append(Table(f"Per run: the first step whose 5-step mean reward reaches {target}", [*COLUMNS, "other reasons"],
-                               [cells(r) for r in results]))
+    result.tables.append(
+        Table(f"Per mode: runs reaching {target}, and spreads", columns, [mode_cells(results, m) for m in modes])
+    )
+    result.tables.append(
+        Table(
+            f"Per run: the first step whose 5-step mean reward reaches {target}",
+            [*COLUMNS, "other reasons"],
+            [cells(r) for r in results],
+        )
+    )
     by_run = {(r["mode"], r["seed"]): r for r in results}
     every = [seed for seed in range(seeds) if all(by_run[(mode, seed)]["step"] is not None for mode in modes)]
     for title, y_label, key, seeds_shown in (

@@ -64,9 +64,14 @@ def build_engine(checkpoint: Checkpoint, dtype: str, capture: bool) -> Versioned
 
     with plain_cpu_weights(platform.plain_weights):
         llm = LLM(
-            model=str(checkpoint.path), dtype=dtype, max_model_len=shape.max_seq_len, seed=0,
-            kv_cache_memory_bytes=2**27, **platform.llm_kwargs(),
-            **VersionedEngine.llm_kwargs("abort_resume"), **(routes.llm_kwargs() if routes else {}),
+            model=str(checkpoint.path),
+            dtype=dtype,
+            max_model_len=shape.max_seq_len,
+            seed=0,
+            kv_cache_memory_bytes=2**27,
+            **platform.llm_kwargs(),
+            **VersionedEngine.llm_kwargs("abort_resume"),
+            **(routes.llm_kwargs() if routes else {}),
         )
     return VersionedEngine(llm, "abort_resume", routes=routes)
 
@@ -79,7 +84,9 @@ def prompts(count: int, length: int, seed: int) -> list[list[int]]:
 def rollouts(engine: VersionedEngine, args, seed: int) -> list[Completion]:
     """args.prompts x args.samples completions (GRPO groups) of random digit prompts."""
     params = fixed_length(args.max_tokens)
-    requests = [engine.submit(p, params) for p in prompts(args.prompts, args.prompt_len, seed) for _ in range(args.samples)]
+    requests = [
+        engine.submit(p, params) for p in prompts(args.prompts, args.prompt_len, seed) for _ in range(args.samples)
+    ]
     while engine.has_work:
         engine.step()
     return [r.result for r in requests]
@@ -88,7 +95,10 @@ def rollouts(engine: VersionedEngine, args, seed: int) -> list[Completion]:
 def decode_cost(checkpoint: Checkpoint, args) -> dict[str, float]:
     """Median tokens/s of the rollouts' workload on two warm bf16 engines, with and without the
     route capture, timed in interleaved rounds (a shared box drifts)."""
-    engines = {kind: build_engine(checkpoint, "bfloat16", capture=kind == "with capture") for kind in ("with capture", "without")}
+    engines = {
+        kind: build_engine(checkpoint, "bfloat16", capture=kind == "with capture")
+        for kind in ("with capture", "without")
+    }
     rates: dict[str, list[float]] = {kind: [] for kind in engines}
     for round_ in range(args.rounds + 1):
         for kind, engine in engines.items():
@@ -156,8 +166,15 @@ def spread(values: list[float]) -> str:
     return f"{mean:.3g} ± {statistics.stdev(values):.2g}" if len(values) > 1 else f"{mean:.3g}"
 
 
-COLUMNS = ["generator -> trainer", "replay", "route mismatch", "k3 KL", "max abs dlogp", "p99 abs dlogp",
-           "ratio outside [0.8, 1.25]"]
+COLUMNS = [
+    "generator -> trainer",
+    "replay",
+    "route mismatch",
+    "k3 KL",
+    "max abs dlogp",
+    "p99 abs dlogp",
+    "ratio outside [0.8, 1.25]",
+]
 
 
 def table_rows(results: dict[tuple, list[dict]]) -> list[list[str]]:
@@ -186,13 +203,23 @@ def print_table(results: dict[tuple, list[dict]], seeds: int) -> None:
         print(f"  {gen} -> {train}: " + ", ".join(f"{c:.2f}x" for c in cuts) + f"; mean {statistics.fmean(cuts):.2f}x")
 
 
-def result_of(results: dict[tuple, list[dict]], cost: dict[str, float], decode: dict[str, float], seeds: int) -> BenchmarkResult:
+def result_of(
+    results: dict[tuple, list[dict]], cost: dict[str, float], decode: dict[str, float], seeds: int
+) -> BenchmarkResult:
     result = BenchmarkResult("routing_replay", "Rollout routing replay", this_command())
     for gen, train in PAIRS[:2]:
         result.figure(f"KL cut by replay, {gen} -> {train}", statistics.fmean(kl_cuts(results, gen, train)), "x")
     result.figure("trainer step with routes replayed vs none", cost["replayed"] / cost["none"] - 1, "fraction")
-    result.figure("generator decode with route capture vs without", decode["with capture"] / decode["without"] - 1, "fraction")
-    result.tables.append(Table(f"Trainer vs generator logprobs, same rollouts (mean ± stdev over {seeds} seeds)", COLUMNS, table_rows(results)))
+    result.figure(
+        "generator decode with route capture vs without", decode["with capture"] / decode["without"] - 1, "fraction"
+    )
+    result.tables.append(
+        Table(
+            f"Trainer vs generator logprobs, same rollouts (mean ± stdev over {seeds} seeds)",
+            COLUMNS,
+            table_rows(results),
+        )
+    )
     return result
 
 
@@ -216,8 +243,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.seeds):
             tiny = TinyModelConfig(
-                family="qwen3_moe", n_layers=args.layers, num_experts=args.experts, top_k=args.top_k,
-                dim=args.dim, seed=seed,
+                family="qwen3_moe",
+                n_layers=args.layers,
+                num_experts=args.experts,
+                top_k=args.top_k,
+                dim=args.dim,
+                seed=seed,
             )
             checkpoint = Checkpoint.open(create_tiny_checkpoint(Path(tmp) / f"seed{seed}", tiny))
             models = {dtype: trainer_model(checkpoint, dtype) for dtype in ("float32", "bfloat16")}
@@ -240,20 +271,28 @@ def main() -> None:
                 decode = decode_cost(checkpoint, args)
                 gc.collect()
             print(f"seed {seed} done", flush=True)
-    print(f"\nmodel: tiny Qwen3-MoE, {args.layers} layers x {args.experts} experts (top {args.top_k}), dim {args.dim}; "
-          f"{args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens per seed")
+    print(
+        f"\nmodel: tiny Qwen3-MoE, {args.layers} layers x {args.experts} experts (top {args.top_k}), dim {args.dim}; "
+        f"{args.prompts} prompts x {args.samples} samples x {args.max_tokens} tokens per seed"
+    )
     print_table(results, args.seeds)
     print("\n## Costs\n")
     per_token = args.layers * args.top_k
-    print(f"routes: {per_token} B per token fed ({args.layers} layers x top {args.top_k}, uint8); this batch "
-          f"{routes_bytes / 1024:.1f} KiB for {fed_tokens} tokens fed; Qwen3-30B-A3B: "
-          f"{QWEN3_30B_A3B[0] * QWEN3_30B_A3B[1]} B per token")
-    print(f"trainer forward + backward (fp32, median ms): no routes {cost['none']:.2f}, routes compared "
-          f"{cost['compared']:.2f} ({cost['compared'] / cost['none'] - 1:+.1%}), replayed {cost['replayed']:.2f} "
-          f"({cost['replayed'] / cost['none'] - 1:+.1%}; vs compared {cost['replayed'] / cost['compared'] - 1:+.1%})")
+    print(
+        f"routes: {per_token} B per token fed ({args.layers} layers x top {args.top_k}, uint8); this batch "
+        f"{routes_bytes / 1024:.1f} KiB for {fed_tokens} tokens fed; Qwen3-30B-A3B: "
+        f"{QWEN3_30B_A3B[0] * QWEN3_30B_A3B[1]} B per token"
+    )
+    print(
+        f"trainer forward + backward (fp32, median ms): no routes {cost['none']:.2f}, routes compared "
+        f"{cost['compared']:.2f} ({cost['compared'] / cost['none'] - 1:+.1%}), replayed {cost['replayed']:.2f} "
+        f"({cost['replayed'] / cost['none'] - 1:+.1%}; vs compared {cost['replayed'] / cost['compared'] - 1:+.1%})"
+    )
     with_capture, without = decode["with capture"], decode["without"]
-    print(f"generator decode (bf16, median tokens/s): with route capture {with_capture:.0f}, without "
-          f"{without:.0f} ({with_capture / without - 1:+.1%})")
+    print(
+        f"generator decode (bf16, median tokens/s): with route capture {with_capture:.0f}, without "
+        f"{without:.0f} ({with_capture / without - 1:+.1%})"
+    )
     if args.json:
         result_of(results, cost, decode, args.seeds).write(args.json)
 

@@ -120,10 +120,15 @@ def write_demos(args: argparse.Namespace, grpo_overrides: list[str], workdir: Pa
     demos_file, held_file = workdir / f"demos_{args.demos}.jsonl", workdir / "held_out.jsonl"
     demos_file.write_text("".join(json.dumps(d) + "\n" for d in demos))
     held_file.write_text("".join(json.dumps({**row(e), "answer": json.dumps(e)}) + "\n" for e in held))
-    print(f"--demos: {len(demos)} demonstrations -> {demos_file}; {len(held)} held-out prompts -> {held_file}",
-          flush=True)
-    return ["task.name=dataset", f"task.dataset={demos_file}", f"eval.dataset={held_file}",
-            "task.reward_fn=benchmarks.learning.sft_then_grpo:reasoning_gym_reward"]
+    print(
+        f"--demos: {len(demos)} demonstrations -> {demos_file}; {len(held)} held-out prompts -> {held_file}", flush=True
+    )
+    return [
+        "task.name=dataset",
+        f"task.dataset={demos_file}",
+        f"eval.dataset={held_file}",
+        "task.reward_fn=benchmarks.learning.sft_then_grpo:reasoning_gym_reward",
+    ]
 
 
 def run_or_fail(run_dir: Path, app: str, overrides: list[str]) -> AppRun:
@@ -139,21 +144,34 @@ def training_s(run: AppRun) -> float:
 
 
 def one_seed(seed: int, args: argparse.Namespace, overrides: dict[str, list[str]], workdir: Path) -> dict:
-    common = [f"seed={seed}", f"model.tiny.seed={seed}", f"eval.prompts={args.eval_prompts}",
-              f"eval.every_steps={EVAL_EVERY}"]
+    common = [
+        f"seed={seed}",
+        f"model.tiny.seed={seed}",
+        f"eval.prompts={args.eval_prompts}",
+        f"eval.every_steps={EVAL_EVERY}",
+    ]
     sft_args = [f"--config-name={args.sft_config}", *common, *overrides["sft"]]
     sft = run_or_fail(workdir / f"sft_{seed}", "apps.sft", [*sft_args, f"steps={args.sft_steps}"])
     sft_evals = sft.evaluations
     sft_s_per_step = training_s(sft) / args.sft_steps
 
-    grpo = run_or_fail(workdir / f"grpo_{seed}", "apps.grpo", [
-        f"--config-name={args.grpo_config}", *common, f"model.path={sft.run_dir / 'final_model'}",
-        f"steps={args.grpo_steps}", *overrides["grpo"],
-    ])
+    grpo = run_or_fail(
+        workdir / f"grpo_{seed}",
+        "apps.grpo",
+        [
+            f"--config-name={args.grpo_config}",
+            *common,
+            f"model.path={sft.run_dir / 'final_model'}",
+            f"steps={args.grpo_steps}",
+            *overrides["grpo"],
+        ],
+    )
     grpo_evals = grpo.evaluations
     if abs(grpo_evals[0]["eval/reward_mean"] - sft_evals[-1]["eval/reward_mean"]) > 1e-9:
-        print(f"  note: GRPO's v0 evaluation {grpo_evals[0]['eval/reward_mean']:.3f} differs from SFT's last "
-              f"{sft_evals[-1]['eval/reward_mean']:.3f} (not the same prompts, or not greedy?)")
+        print(
+            f"  note: GRPO's v0 evaluation {grpo_evals[0]['eval/reward_mean']:.3f} differs from SFT's last "
+            f"{sft_evals[-1]['eval/reward_mean']:.3f} (not the same prompts, or not greedy?)"
+        )
     grpo_s = training_s(grpo)
     extra = max(1, round(grpo_s / sft_s_per_step))
     alone = run_or_fail(workdir / f"sft_alone_{seed}", "apps.sft", [*sft_args, f"steps={args.sft_steps + extra}"])
@@ -245,8 +263,11 @@ def main() -> None:
     if args.demos:  # the files outlive the runs' temporary folder only with --keep
         demo_dir = Path(args.keep or tempfile.mkdtemp(prefix="sft_then_grpo_demos_"))
         overrides["sft"] = [*write_demos(args, overrides["grpo"], demo_dir), *overrides["sft"]]
-    print(f"SFT {args.sft_steps} steps, then GRPO {args.grpo_steps} steps; SFT alone for the same time. "
-          f"Overrides: sft {overrides['sft']}, grpo {overrides['grpo']}", flush=True)
+    print(
+        f"SFT {args.sft_steps} steps, then GRPO {args.grpo_steps} steps; SFT alone for the same time. "
+        f"Overrides: sft {overrides['sft']}, grpo {overrides['grpo']}",
+        flush=True,
+    )
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep) if args.keep else Path(tmp)
@@ -263,25 +284,35 @@ def main() -> None:
         speed = entries_per_s(task, args.entries)
 
     print(f"\nheld-out reward ({prompts} prompts, greedy); seconds: training time of the run (metrics.jsonl)")
-    header = (f"{'seed':>4} {'base':>5} {'SFT':>5} {'SFT+GRPO':>8} {'SFT alone':>9} {'gain':>6} "
-              f"{'SFT s':>6} {'GRPO s':>6} {'+k steps':>8} {'alone s':>7}")
+    header = (
+        f"{'seed':>4} {'base':>5} {'SFT':>5} {'SFT+GRPO':>8} {'SFT alone':>9} {'gain':>6} "
+        f"{'SFT s':>6} {'GRPO s':>6} {'+k steps':>8} {'alone s':>7}"
+    )
     print(header)
     for r in results:
-        print(f"{r['seed']:>4} {r['base']:>5.2f} {r['sft']:>5.2f} {r['grpo']:>8.2f} {r['alone']:>9.2f} "
-              f"{r['gain']:>+6.2f} {r['sft_s']:>6.1f} {r['grpo_s']:>6.1f} {r['extra_steps']:>8} "
-              f"{r['alone_s']:>7.1f}")
+        print(
+            f"{r['seed']:>4} {r['base']:>5.2f} {r['sft']:>5.2f} {r['grpo']:>8.2f} {r['alone']:>9.2f} "
+            f"{r['gain']:>+6.2f} {r['sft_s']:>6.1f} {r['grpo_s']:>6.1f} {r['extra_steps']:>8} "
+            f"{r['alone_s']:>7.1f}"
+        )
     mean = means(results)
-    print(f"{'mean':>4} {mean['base']:>5.2f} {mean['sft']:>5.2f} {mean['grpo']:>8.2f} {mean['alone']:>9.2f} "
-          f"{mean['gain']:>+6.2f} {mean['sft_s']:>6.1f} {mean['grpo_s']:>6.1f} {'':>8} "
-          f"{mean['alone_s']:>7.1f}")
+    print(
+        f"{'mean':>4} {mean['base']:>5.2f} {mean['sft']:>5.2f} {mean['grpo']:>8.2f} {mean['alone']:>9.2f} "
+        f"{mean['gain']:>+6.2f} {mean['sft_s']:>6.1f} {mean['grpo_s']:>6.1f} {'':>8} "
+        f"{mean['alone_s']:>7.1f}"
+    )
     gains = [r["gain"] for r in results]
-    print(f"GRPO's gain over SFT alone at equal time: min {min(gains):+.2f}, mean {mean['gain']:+.2f} "
-          f"({sum(g >= 0.3 for g in gains)}/{len(gains)} seeds >= +0.30)")
+    print(
+        f"GRPO's gain over SFT alone at equal time: min {min(gains):+.2f}, mean {mean['gain']:+.2f} "
+        f"({sum(g >= 0.3 for g in gains)}/{len(gains)} seeds >= +0.30)"
+    )
     grpo_rewards = ", ".join(f"{r['grpo_reward'][0]:.2f} -> {r['grpo_reward'][1]:.2f}" for r in results)
     print(f"GRPO training reward (sampled, first -> last 10 steps): {grpo_rewards}")
     print(f"tokens per held-out prompt: {prompt_tokens:.1f} (mean of {prompts})")
-    print(f"reasoning-gym: {speed:,.0f} entries/s ({args.entries} entries, in-process) vs GRPO's "
-          f"{mean['grpo_samples_per_s']:,.0f} samples/s: {speed / mean['grpo_samples_per_s']:,.0f}x")
+    print(
+        f"reasoning-gym: {speed:,.0f} entries/s ({args.entries} entries, in-process) vs GRPO's "
+        f"{mean['grpo_samples_per_s']:,.0f} samples/s: {speed / mean['grpo_samples_per_s']:,.0f}x"
+    )
     if args.json:
         result_of(results, mean, speed, prompts).write(args.json)
 
@@ -309,7 +340,9 @@ def result_of(results: list[dict], mean: dict[str, float], speed: float, prompts
     result.tables.append(Table(f"Held-out reward ({prompts} prompts, greedy); seconds of training", columns, rows))
     seeds = [str(r["seed"]) for r in results] + ["mean"]
     lines = [Line(label, seeds, [r[key] for r in results] + [mean[key]]) for key, label in EVALUATIONS.items()]
-    result.series.append(Series(f"Held-out reward per seed ({prompts} prompts, greedy)", "seed", "reward", lines, bars=True))
+    result.series.append(
+        Series(f"Held-out reward per seed ({prompts} prompts, greedy)", "seed", "reward", lines, bars=True)
+    )
     return result
 
 

@@ -221,23 +221,35 @@ SCENARIOS = {
     "tiny-2host": Scenario(
         "tiny CPU model, 2 simulated hosts: trainer on node 0, generators on node 1",
         Inputs(533_248, 20, 6, 1, 0.035, 0.04, 1, 2),
-        {"link_gbit": "placeholder: unshaped veth", "memcpy_gbs": PLACEHOLDER, "train_s": PLACEHOLDER,
-         "generate_s": PLACEHOLDER, "latency_ms": PLACEHOLDER},
+        {
+            "link_gbit": "placeholder: unshaped veth",
+            "memcpy_gbs": PLACEHOLDER,
+            "train_s": PLACEHOLDER,
+            "generate_s": PLACEHOLDER,
+            "latency_ms": PLACEHOLDER,
+        },
     ),
     "tiny-4host": Scenario(
         "tiny CPU model, 4 simulated hosts: trainer on node 0, generators on nodes 1-3",
         Inputs(533_248, 20, 6, 3, 0.035, 0.04, 1, 2),
-        {"link_gbit": "placeholder: unshaped veth", "memcpy_gbs": PLACEHOLDER, "train_s": PLACEHOLDER,
-         "generate_s": PLACEHOLDER, "latency_ms": PLACEHOLDER},
+        {
+            "link_gbit": "placeholder: unshaped veth",
+            "memcpy_gbs": PLACEHOLDER,
+            "train_s": PLACEHOLDER,
+            "generate_s": PLACEHOLDER,
+            "latency_ms": PLACEHOLDER,
+        },
     ),
     "8b-32node": Scenario(
         "8B-parameter bf16 policy, 32 nodes of 8 GPUs: 8 trainer nodes (the sender on one), 24 generator hosts",
         Inputs(16e9, 400, 20, 24, 20, 400, 1, 5),
-        {"link_gbit": "assumed: the NIC's rate; gloo pairs over TCP get less",
-         "memcpy_gbs": "assumed: a multi-threaded copy",
-         "train_s": "assumed: a 512-sample batch on 8 nodes",
-         "generate_s": "assumed: 512 long samples on 1 node, sized so G/H ~ T",
-         "latency_ms": "assumed"},
+        {
+            "link_gbit": "assumed: the NIC's rate; gloo pairs over TCP get less",
+            "memcpy_gbs": "assumed: a multi-threaded copy",
+            "train_s": "assumed: a 512-sample batch on 8 nodes",
+            "generate_s": "assumed: 512 long samples on 1 node, sized so G/H ~ T",
+            "latency_ms": "assumed",
+        },
     ),
 }
 
@@ -279,7 +291,8 @@ def input_lines(scenario: Scenario) -> str:
     rows = input_rows(scenario)
     lines = aligned([row[:2] for row in rows]).splitlines()
     return "\n".join(
-        " ".join(filter(None, (line, unit, f"({mark})" if mark else ""))) for line, (_, _, unit, mark) in zip(lines, rows)
+        " ".join(filter(None, (line, unit, f"({mark})" if mark else "")))
+        for line, (_, _, unit, mark) in zip(lines, rows)
     )
 
 
@@ -314,6 +327,7 @@ CHECK_KEYS = ("hosts", "model_bytes", "train_s", "generate_s", "link_gbit", "mea
 @dataclass(frozen=True)
 class Checked:
     """One measured run against its prediction."""
+
     name: str
     inputs: Inputs
     topology: str
@@ -336,18 +350,32 @@ def checked_runs(path: Path, defaults: Inputs) -> list[Checked]:
         given = {f.name: run[f.name] for f in fields(Inputs) if f.name in run}
         inputs = replace(defaults, **given)
         topology = run.get("topology", "star")
-        checked.append(Checked(
-            str(run.get("name", i)), inputs, topology, predict(inputs, topology),
-            simulated_steps_per_s(inputs, topology), run["measured_steps_per_s"],
-        ))
+        checked.append(
+            Checked(
+                str(run.get("name", i)),
+                inputs,
+                topology,
+                predict(inputs, topology),
+                simulated_steps_per_s(inputs, topology),
+                run["measured_steps_per_s"],
+            )
+        )
     return checked
 
 
 def check_rows(checked: list[Checked]) -> list[list[str]]:
     """A header, then a row per run."""
     return [["run", "hosts", "topology", "predicted", "simulated", "measured", "measured/predicted", "bottleneck"]] + [
-        [c.name, str(c.inputs.hosts), c.topology, num(c.prediction.steps_per_s), num(c.simulated_steps_per_s),
-         num(c.measured_steps_per_s), num(c.measured_over_predicted), c.prediction.bottleneck]
+        [
+            c.name,
+            str(c.inputs.hosts),
+            c.topology,
+            num(c.prediction.steps_per_s),
+            num(c.simulated_steps_per_s),
+            num(c.measured_steps_per_s),
+            num(c.measured_over_predicted),
+            c.prediction.bottleneck,
+        ]
         for c in checked
     ]
 
@@ -377,27 +405,49 @@ def scenarios_result(scenarios: dict[str, Scenario], topologies: tuple[str, ...]
     result = BenchmarkResult("cost_model", TITLE, this_command())
     for name, scenario in scenarios.items():
         for topology in topologies:
-            result.figure(f"predicted steps/s, {name}, {topology}", predict(scenario.inputs, topology).steps_per_s, "steps/s")
+            result.figure(
+                f"predicted steps/s, {name}, {topology}", predict(scenario.inputs, topology).steps_per_s, "steps/s"
+            )
         result.tables.append(Table(f"{name}: inputs", ["input", "value", "unit", "not measured"], input_rows(scenario)))
         header, *rows = prediction_rows(scenario.inputs, topologies)
         result.tables.append(Table(f"{name}: {scenario.about}", header, rows))
         lines = [
-            Line(topology, LINK_GBITS, [predict(replace(scenario.inputs, link_gbit=link), topology).steps_per_s for link in LINK_GBITS])
+            Line(
+                topology,
+                LINK_GBITS,
+                [predict(replace(scenario.inputs, link_gbit=link), topology).steps_per_s for link in LINK_GBITS],
+            )
             for topology in topologies
         ]
-        result.series.append(Series(f"{name}: predicted steps/s against the link rate", "link rate (Gbit/s per NIC)", "steps/s", lines, log_x=True))
+        result.series.append(
+            Series(
+                f"{name}: predicted steps/s against the link rate",
+                "link rate (Gbit/s per NIC)",
+                "steps/s",
+                lines,
+                log_x=True,
+            )
+        )
     return result
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS),
-                        help="a preset (repeatable; default: all); the flags below override its inputs")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=sorted(SCENARIOS),
+        help="a preset (repeatable; default: all); the flags below override its inputs",
+    )
     parser.add_argument("--topology", choices=(*TOPOLOGIES, "both"), default="both")
-    parser.add_argument("--check", type=Path, metavar="FILE.json",
-                        help='a JSON list of runs: {"hosts", "model_bytes", "train_s", "generate_s", '
-                             '"link_gbit", "measured_steps_per_s"} (optional: "memcpy_gbs", "max_policy_age", '
-                             '"latency_ms", "topology", "name"; missing ones: the flags, else tiny-2host\'s)')
+    parser.add_argument(
+        "--check",
+        type=Path,
+        metavar="FILE.json",
+        help='a JSON list of runs: {"hosts", "model_bytes", "train_s", "generate_s", '
+        '"link_gbit", "measured_steps_per_s"} (optional: "memcpy_gbs", "max_policy_age", '
+        '"latency_ms", "topology", "name"; missing ones: the flags, else tiny-2host\'s)',
+    )
     parser.add_argument("--model-bytes", type=float, help="B, bytes of one version")
     parser.add_argument("--link-gbit", type=float, help="L, Gbit/s per NIC")
     parser.add_argument("--memcpy-gbs", type=float, help="M, GB/s")

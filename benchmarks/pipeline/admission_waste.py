@@ -25,8 +25,14 @@ def wasted(summary: dict) -> float:
 def cells(age: int, admission: str, s: dict) -> list[str]:
     """One run's row, as printed."""
     return [
-        str(age), admission, str(s["generated"]), str(s["dropped_stale"]), f"{wasted(s):.1%}",
-        f"{s['samples_per_s']:.0f}", f"{s['trainer_idle_frac']:.0%}", f"{s['gen_paused_for_admission_s']:.1f}s",
+        str(age),
+        admission,
+        str(s["generated"]),
+        str(s["dropped_stale"]),
+        f"{wasted(s):.1%}",
+        f"{s['samples_per_s']:.0f}",
+        f"{s['trainer_idle_frac']:.0%}",
+        f"{s['gen_paused_for_admission_s']:.1f}s",
     ]
 
 
@@ -41,7 +47,9 @@ def result_of(summaries: dict[tuple[int, str], dict]) -> BenchmarkResult:
     for age in ages:
         on, off = summaries[(age, "true")], summaries[(age, "false")]
         result.figure(f"stale waste without admission, max_policy_age {age}", 100 * wasted(off), "%")
-        result.figure(f"samples/s with / without admission, max_policy_age {age}", on["samples_per_s"] / off["samples_per_s"], "x")
+        result.figure(
+            f"samples/s with / without admission, max_policy_age {age}", on["samples_per_s"] / off["samples_per_s"], "x"
+        )
     rows = [cells(age, admission, s) for (age, admission), s in summaries.items()]
     result.tables.append(Table("One run per max_policy_age and admission control", list(COLUMNS), rows))
     names = [f"max_policy_age {age}" for age in ages]
@@ -49,8 +57,10 @@ def result_of(summaries: dict[tuple[int, str], dict]) -> BenchmarkResult:
         ("Samples trained/s", "samples/s", lambda s: s["samples_per_s"]),
         ("Samples wasted (dropped stale / generated)", "% of generated", lambda s: 100 * wasted(s)),
     ):
-        lines = [Line(f"admission {label}", names, [value(summaries[(age, admission)]) for age in ages])
-                 for admission, label in (("true", "on"), ("false", "off"))]
+        lines = [
+            Line(f"admission {label}", names, [value(summaries[(age, admission)]) for age in ages])
+            for admission, label in (("true", "on"), ("false", "off"))
+        ]
         result.series.append(Series(title, "", y_label, lines, bars=True))
     return result
 
@@ -68,8 +78,12 @@ def main() -> None:
         for age in args.ages:
             for admission in ("true", "false"):
                 run = run_app(
-                    Path(tmp) / f"{age}-{admission}", f"steps={args.steps}", f"max_policy_age={age}",
-                    f"admission_control={admission}", *args.overrides, timeout=1800,
+                    Path(tmp) / f"{age}-{admission}",
+                    f"steps={args.steps}",
+                    f"max_policy_age={age}",
+                    f"admission_control={admission}",
+                    *args.overrides,
+                    timeout=1800,
                 )
                 if run.returncode != 0:
                     raise SystemExit(run.output[-3000:])

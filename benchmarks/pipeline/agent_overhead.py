@@ -58,16 +58,35 @@ def ratio(round_: dict[str, dict], agent: str) -> float:
 
 def result_of(rounds: list[dict[str, dict]], agents: list[str]) -> BenchmarkResult:
     """`rounds`: per round, "native" and each agent -> one_run's figures."""
-    result = BenchmarkResult("agent_overhead", "Agent program through the endpoint vs the native environment", this_command())
+    result = BenchmarkResult(
+        "agent_overhead", "Agent program through the endpoint vs the native environment", this_command()
+    )
     for agent in agents:
-        result.figure(f"{agent} agent / native episodes/s (median over rounds)", statistics.median(ratio(r, agent) for r in rounds), "x")
+        result.figure(
+            f"{agent} agent / native episodes/s (median over rounds)",
+            statistics.median(ratio(r, agent) for r in rounds),
+            "x",
+        )
     for name in ("native", *agents):
-        result.figure(f"{name} episodes/s (median over rounds)", statistics.median(r[name]["episodes_per_s"] for r in rounds), "episodes/s")
+        result.figure(
+            f"{name} episodes/s (median over rounds)",
+            statistics.median(r[name]["episodes_per_s"] for r in rounds),
+            "episodes/s",
+        )
     rows = []
     for i, r in enumerate(rounds):
         for name in ("native", *agents):
             against = "" if name == "native" else f"{ratio(r, name):.2f}"
-            rows.append([i, name, f"{r[name]['episodes_per_s']:.1f}", against, f"{r[name]['reward_last']:.2f}", f"{r[name]['dropped'] or 0}"])
+            rows.append(
+                [
+                    i,
+                    name,
+                    f"{r[name]['episodes_per_s']:.1f}",
+                    against,
+                    f"{r[name]['reward_last']:.2f}",
+                    f"{r[name]['dropped'] or 0}",
+                ]
+            )
     columns = ["round", "episodes", "episodes/s", "against native", "final reward", "dropped"]
     result.tables.append(Table(f"Episodes/s over the steps after the first {WARM_UP_STEPS}", columns, rows))
     names = [f"round {i}" for i in range(len(rounds))]
@@ -98,7 +117,9 @@ def main() -> None:
                 flush=True,
             )
     for agent in args.agents:
-        print(f"{agent} agent / native episodes/s over {args.rounds} rounds: median {statistics.median(ratio(r, agent) for r in rounds):.2f}")
+        print(
+            f"{agent} agent / native episodes/s over {args.rounds} rounds: median {statistics.median(ratio(r, agent) for r in rounds):.2f}"
+        )
     if args.json:
         result_of(rounds, args.agents).write(args.json)
 

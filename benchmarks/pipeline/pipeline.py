@@ -118,7 +118,11 @@ def main() -> None:
         result.figure("step / max(generate, train)", m["step"] / max(generate, train), "x")
         result.tables.append(Table("Steady state", ["", "value"], [list(row) for row in rows]))
         budget_bars = Line("median per step", ["step", "generate", "train"], [m["step"], generate, train])
-        result.series.append(Series("Pipeline budget: one step against what each side spends on a batch", "", "ms", [budget_bars], bars=True))
+        result.series.append(
+            Series(
+                "Pipeline budget: one step against what each side spends on a batch", "", "ms", [budget_bars], bars=True
+            )
+        )
         result.write(args.json)
 
 

@@ -115,8 +115,12 @@ def memory(samples: list[Sample], warmup_steps: int) -> Memory:
     for role in sorted(last.rss_kb):
         points = [(s.step, s.rss_kb[role]) for s in after if role in s.rss_kb]
         half = len(points) // 2
-        roles[role] = RoleMemory(points[0][1] / 1024, points[-1][1] / 1024, kb_per_step(points),
-                                 (kb_per_step(points[:half]), kb_per_step(points[half:])))
+        roles[role] = RoleMemory(
+            points[0][1] / 1024,
+            points[-1][1] / 1024,
+            kb_per_step(points),
+            (kb_per_step(points[:half]), kb_per_step(points[half:])),
+        )
     steps_per_hour = (last.step - first.step) / (last.seconds - first.seconds) * 3600
     return Memory(first.step, last.step, len(after), steps_per_hour, roles)
 
@@ -125,17 +129,25 @@ MEMORY_COLUMNS = ["role", "warm-up end MB", "end MB", "KB/step", "MB/h", "1st ha
 
 
 def memory_rows(m: Memory) -> list[list]:
-    return [[role, r.start_mb, r.end_mb, r.kb_per_step, r.kb_per_step * m.steps_per_hour / 1024, *r.halves]
-            for role, r in m.roles.items()]
+    return [
+        [role, r.start_mb, r.end_mb, r.kb_per_step, r.kb_per_step * m.steps_per_hour / 1024, *r.halves]
+        for role, r in m.roles.items()
+    ]
 
 
 def print_memory(m: Memory) -> None:
-    print(f"\nresident set per role, after the warm-up (steps {m.first_step}-{m.last_step}, "
-          f"{m.samples} samples, {m.steps_per_hour:,.0f} steps/h)")
-    print(f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7} {'1st half':>9} {'2nd half':>9}")
+    print(
+        f"\nresident set per role, after the warm-up (steps {m.first_step}-{m.last_step}, "
+        f"{m.samples} samples, {m.steps_per_hour:,.0f} steps/h)"
+    )
+    print(
+        f"{'role':<18} {'warm-up end MB':>14} {'end MB':>8} {'KB/step':>8} {'MB/h':>7} {'1st half':>9} {'2nd half':>9}"
+    )
     for role, start_mb, end_mb, slope, mb_per_hour, first_half, second_half in memory_rows(m):
-        print(f"{role:<18} {start_mb:>14.0f} {end_mb:>8.0f} {slope:>8.2f} {mb_per_hour:>7.1f} "
-              f"{first_half:>9.2f} {second_half:>9.2f}")
+        print(
+            f"{role:<18} {start_mb:>14.0f} {end_mb:>8.0f} {slope:>8.2f} {mb_per_hour:>7.1f} "
+            f"{first_half:>9.2f} {second_half:>9.2f}"
+        )
     print("(KB/step: the slope after the warm-up; each half's slope: a plateau shows as a lower second half)")
 
 
@@ -173,10 +185,12 @@ def print_run_dir(run_dir: Path, sizes: list[tuple[str, int]], steps: int) -> No
 
 def print_summary(run_dir: Path) -> None:
     s = json.loads((run_dir / "summary.json").read_text())
-    print(f"\nreward {s['reward_first']:.2f} -> {s['reward_last']:.2f} in {s['wall_s']:.0f} s; "
-          f"generated {s['generated']:,} = trained {s['trained']:,} + dropped stale {s['dropped_stale']:,} "
-          f"+ dropped other {s['dropped_other']:,} + left in buffer {s['left_in_buffer']:,} "
-          f"+ in flight {s['in_flight']:,} (accounting {'ok' if s['accounting_ok'] else 'does NOT add up'})")
+    print(
+        f"\nreward {s['reward_first']:.2f} -> {s['reward_last']:.2f} in {s['wall_s']:.0f} s; "
+        f"generated {s['generated']:,} = trained {s['trained']:,} + dropped stale {s['dropped_stale']:,} "
+        f"+ dropped other {s['dropped_other']:,} + left in buffer {s['left_in_buffer']:,} "
+        f"+ in flight {s['in_flight']:,} (accounting {'ok' if s['accounting_ok'] else 'does NOT add up'})"
+    )
 
 
 def result_of(samples: list[Sample], measured: Memory, sizes: list[tuple[str, int]], steps: int) -> BenchmarkResult:
@@ -184,10 +198,13 @@ def result_of(samples: list[Sample], measured: Memory, sizes: list[tuple[str, in
     for role, r in measured.roles.items():
         result.figure(f"{role} resident set growth after the warm-up", r.kb_per_step, "KB/step")
     result.figure("pace after the warm-up", measured.steps_per_hour, "steps/h")
-    result.tables.append(Table(
-        f"Resident set per role, steps {measured.first_step}-{measured.last_step} ({measured.samples} samples)",
-        MEMORY_COLUMNS, memory_rows(measured),
-    ))
+    result.tables.append(
+        Table(
+            f"Resident set per role, steps {measured.first_step}-{measured.last_step} ({measured.samples} samples)",
+            MEMORY_COLUMNS,
+            memory_rows(measured),
+        )
+    )
     rows = [[label, size / 2**20, per_thousand_steps(label, size, steps)] for label, size in sizes]
     result.tables.append(Table(f"Run directory after {steps} steps", ["path", "MB", "KB per 1,000 steps"], rows))
     lines = [Line(role, *rss_mb_by_step(samples, role)) for role in measured.roles]

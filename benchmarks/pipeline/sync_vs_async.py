@@ -65,11 +65,17 @@ def result_of(summaries: dict, metrics: dict, rows: list, speedup: float) -> Ben
     table = [[label] + [fmt.format(summaries[m][key]) for m in modes] for label, key, fmt in rows]
     table.append(["time to target"] + [time_to_target(summaries[m]) for m in modes])
     result.tables.append(Table("Both runs", ["", *modes], table))
-    result.series.append(Series("Steps/s over the run", "step", "steps/s", [Line(m, *step_rate(metrics[m])) for m in modes]))
-    result.series.append(Series(
-        "Reward against wall time", "wall time (s)", "reward (mean over batch)",
-        [Line(m, [r["time/wall_s"] for r in metrics[m]], [r["reward/mean"] for r in metrics[m]]) for m in modes],
-    ))
+    result.series.append(
+        Series("Steps/s over the run", "step", "steps/s", [Line(m, *step_rate(metrics[m])) for m in modes])
+    )
+    result.series.append(
+        Series(
+            "Reward against wall time",
+            "wall time (s)",
+            "reward (mean over batch)",
+            [Line(m, [r["time/wall_s"] for r in metrics[m]], [r["reward/mean"] for r in metrics[m]]) for m in modes],
+        )
+    )
     return result
 
 

@@ -71,7 +71,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--completion-tokens", type=int, default=None,
+        "--completion-tokens",
+        type=int,
+        default=None,
         help="every completion exactly this long (EOS held back until then); default: the answer's 3",
     )
     args = parser.parse_args()

@@ -43,7 +43,9 @@ _TRL_STEP = re.compile(r"^step (\d+) reward ([0-9.]+)$")
 COMPLETIONS_PER_STEP = 16 * 8  # both sides: 16 prompts x 8 completions
 
 
-def forge_async_run(checkpoint: Path, num_digits: int, steps: int, seed: int, target: float, overrides: list[str]) -> dict:
+def forge_async_run(
+    checkpoint: Path, num_digits: int, steps: int, seed: int, target: float, overrides: list[str]
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         overrides = [f"model.path={checkpoint}", f"task.num_digits={num_digits}", f"seed={seed}", *overrides]
@@ -58,15 +60,24 @@ def forge_async_run(checkpoint: Path, num_digits: int, steps: int, seed: int, ta
 
 def trl_run(checkpoint: Path, num_digits: int, steps: int, seed: int, target: float, tokens: int | None) -> dict:
     command = [
-        sys.executable, "-m", "benchmarks.pipeline.trl_grpo", str(checkpoint),
-        f"--num-digits={num_digits}", f"--steps={steps}", f"--seed={seed}",
+        sys.executable,
+        "-m",
+        "benchmarks.pipeline.trl_grpo",
+        str(checkpoint),
+        f"--num-digits={num_digits}",
+        f"--steps={steps}",
+        f"--seed={seed}",
         *([f"--completion-tokens={tokens}"] if tokens else []),
     ]
     start = time.perf_counter()
     # TRL gets the user's environment, without forge_async's process defaults (OMP_WAIT_POLICY=PASSIVE
     # slows a single process that uses both cores for its small parallel regions).
     proc = subprocess.Popen(
-        command, cwd=REPO, env=environment_without_defaults(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        command,
+        cwd=REPO,
+        env=environment_without_defaults(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
     )
     step_times, rewards, tail = [], [], []
@@ -151,8 +162,10 @@ def token_rates(results: dict[str, list[dict]], tokens: int) -> dict[str, dict[s
     """Trained and generated tokens/s of each side, medians over the runs (`trained`, `generated`:
     side -> tokens/s). TRL generates what it trains; forge_async's generated figure is its
     generator's, left out where no run measured it."""
-    trained = {name: statistics.median(r["steps_per_s"] for r in runs) * COMPLETIONS_PER_STEP * tokens
-               for name, runs in results.items()}
+    trained = {
+        name: statistics.median(r["steps_per_s"] for r in runs) * COMPLETIONS_PER_STEP * tokens
+        for name, runs in results.items()
+    }
     forge_async = median_of(results["forge_async"], "generated_tokens_per_s")
     generated = ({"forge_async": forge_async} if forge_async is not None else {}) | {"TRL": trained["TRL"]}
     return {"trained": trained, "generated": generated}
@@ -161,17 +174,23 @@ def token_rates(results: dict[str, list[dict]], tokens: int) -> dict[str, dict[s
 def print_token_rates(rates: dict[str, dict[str, float]], tokens: int) -> None:
     trained, generated = rates["trained"], rates["generated"]
     print(f"\ncompletions of exactly {tokens} tokens, {COMPLETIONS_PER_STEP} per step:")
-    print(f"  trained tokens/s: forge_async {trained['forge_async']:.0f}, TRL {trained['TRL']:.0f} "
-          f"({trained['forge_async'] / trained['TRL']:.2f}x)")
+    print(
+        f"  trained tokens/s: forge_async {trained['forge_async']:.0f}, TRL {trained['TRL']:.0f} "
+        f"({trained['forge_async'] / trained['TRL']:.2f}x)"
+    )
     if "forge_async" in generated:
-        print(f"  generated tokens/s: forge_async {generated['forge_async']:.0f} (its generator, steady state), "
-              f"TRL {generated['TRL']:.0f} (it trains all it generates)")
+        print(
+            f"  generated tokens/s: forge_async {generated['forge_async']:.0f} (its generator, steady state), "
+            f"TRL {generated['TRL']:.0f} (it trains all it generates)"
+        )
 
 
 RUN_COLUMNS = ["side", "seed", "first step (s)", "steps/s", "step at target", "s at target"]
 
 
-def result_of(results: dict[str, list[dict]], target: float, rates: dict[str, dict[str, float]] | None) -> BenchmarkResult:
+def result_of(
+    results: dict[str, list[dict]], target: float, rates: dict[str, dict[str, float]] | None
+) -> BenchmarkResult:
     result = BenchmarkResult("vs_trl", "Against TRL's synchronous GRPOTrainer", this_command())
     at_target = {name: median_of(runs, "seconds") for name, runs in results.items()}
     for name, runs in results.items():
@@ -180,19 +199,31 @@ def result_of(results: dict[str, list[dict]], target: float, rates: dict[str, di
         result.figure(f"{name}: steps/s (median)", median_of(runs, "steps_per_s"), "steps/s")
         result.figure(f"{name}: launch -> first step (median)", median_of(runs, "first_step_s"), "s")
     if None not in at_target.values():
-        result.figure(f"forge_async speed-up to reward {target} (TRL's median s / forge_async's)",
-                      at_target["TRL"] / at_target["forge_async"], "x")
+        result.figure(
+            f"forge_async speed-up to reward {target} (TRL's median s / forge_async's)",
+            at_target["TRL"] / at_target["forge_async"],
+            "x",
+        )
     for kind, by_side in (rates or {}).items():
         for name, value in by_side.items():
             result.figure(f"{name}: {kind} tokens/s (median)", value, "tokens/s")
         if len(by_side) == 2:
             result.figure(f"forge_async / TRL, {kind} tokens/s", by_side["forge_async"] / by_side["TRL"], "x")
-    rows = [[name, seed, r["first_step_s"], r["steps_per_s"], r["step"], r["seconds"]]
-            for name, runs in results.items() for seed, r in enumerate(runs)]
+    rows = [
+        [name, seed, r["first_step_s"], r["steps_per_s"], r["step"], r["seconds"]]
+        for name, runs in results.items()
+        for seed, r in enumerate(runs)
+    ]
     result.tables.append(Table("Every run (seconds from launch)", RUN_COLUMNS, rows))
     lines = [Line(name, *runs[0]["reward_curve"]) for name, runs in results.items()]
-    result.series.append(Series("Reward against wall time (each side's seed 0)", "seconds from launch",
-                                "reward (mean over the batch)", lines))
+    result.series.append(
+        Series(
+            "Reward against wall time (each side's seed 0)",
+            "seconds from launch",
+            "reward (mean over the batch)",
+            lines,
+        )
+    )
     return result
 
 

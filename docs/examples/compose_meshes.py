@@ -50,7 +50,10 @@ async def compose(steps: int, trainer_procs: int, workdir: Path, log_dir: Path) 
     learner = LearnerSpec(str(checkpoint.path), trainer_config, tokenizer.pad_token_id)
     trainer_procs_mesh, trainer = await meshes.spawn_trainer(learner, weights, log_dir=log_dir)
     generator_procs, generator, timing = await meshes.spawn_generator(
-        checkpoint, GeneratorConfig(kv_cache_gib=0.25), weights, log_dir=log_dir  # a tiny model needs little KV
+        checkpoint,
+        GeneratorConfig(kv_cache_gib=0.25),
+        weights,
+        log_dir=log_dir,  # a tiny model needs little KV
     )
     buffer_procs, buffer = await meshes.spawn_replay_buffer(max_policy_age=0, capacity=1024, log_dir=log_dir)
     print(f"meshes up (engine start {timing['engine_start_s']:.1f}s); proc logs in {log_dir}")

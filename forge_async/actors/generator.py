@@ -81,9 +81,7 @@ class Generator(ProcActor):
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.lora = lora if lora is not None and lora.enabled else None
         self.config = config
-        self.channel = (
-            SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
-        )
+        self.channel = SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
         self.scratch_dir = weights.channel_dir
         self._work = asyncio.Event()
         calls_at_once = 1 if config.calls_at_once is None else config.calls_at_once
@@ -127,7 +125,8 @@ class Generator(ProcActor):
         if platform.plain_weights and adapter is None and not self.engine.loads_in_place:
             logging.getLogger(__name__).warning(
                 "generator.cpu_weights=plain: vLLM's CPU kernels for %s packed the linear layers "
-                "anyway; every weight swap reloads them layer by layer", dtype,
+                "anyway; every weight swap reloads them layer by layer",
+                dtype,
             )
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
@@ -137,7 +136,9 @@ class Generator(ProcActor):
         """For an MoE model, the record of each token's experts (always: the trainer reports how
         often its routers differ, whether or not it replays them)."""
         shape = self.checkpoint.shape
-        return route_capture(shape.moe, shape.n_layers, on_gpu, self.config.swap_mode) if shape.moe is not None else None
+        return (
+            route_capture(shape.moe, shape.n_layers, on_gpu, self.config.swap_mode) if shape.moe is not None else None
+        )
 
     def _adapter_slot(self, dtype: str, on_gpu: bool):
         """With LoRA, the adapter every request runs with (zero until a version arrives)."""
@@ -210,7 +211,9 @@ class Generator(ProcActor):
         async with self._call_slots:  # calls start in the order they came (the semaphore is FIFO)
             return await self._generate(prompts, sampling, n)
 
-    async def _generate(self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
+    async def _generate(
+        self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int
+    ) -> list[list[Completion]]:
         params = sampling_params(sampling)
         all_ids = [self._prompt_ids(p, sampling.max_tokens) for p in prompts]
         loop = asyncio.get_running_loop()
@@ -254,7 +257,7 @@ class Generator(ProcActor):
         self._work.clear()
         try:
             await asyncio.wait_for(self._work.wait(), timeout=_IDLE_POLL_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     @endpoint
@@ -346,7 +349,9 @@ class Generator(ProcActor):
             out
             for batch in batches
             for out in self.engine.llm.generate(
-                [{"prompt_token_ids": seq} for seq in batch], params, use_tqdm=False,
+                [{"prompt_token_ids": seq} for seq in batch],
+                params,
+                use_tqdm=False,
                 lora_request=self.engine.lora_request,
             )
         ]

@@ -45,7 +45,9 @@ class WeightRelay(ProcActor):
         """Open this relay's side of its pair with the sender and receive over it from now on;
         LinkFailed if it does not open."""
         try:
-            pair = await asyncio.to_thread(open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s)
+            pair = await asyncio.to_thread(
+                open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s
+            )
         except RuntimeError as err:
             return LinkFailed(f"could not connect: {err}")
         threading.Thread(target=self._receive_forever, args=(pair,), name=f"relay pair {attempt}", daemon=True).start()

@@ -49,10 +49,14 @@ class WeightSender(ProcActor):
         a new pair). Returns LinkFailed if the pair does not open."""
         self.attempts[relay] = attempt  # an older pair's thread stops before its next version
         try:
-            pair = await asyncio.to_thread(open_pair, self.store, relay, attempt, SENDER, node_address(), self.timeout_s)
+            pair = await asyncio.to_thread(
+                open_pair, self.store, relay, attempt, SENDER, node_address(), self.timeout_s
+            )
         except RuntimeError as err:
             return LinkFailed(f"could not connect: {err}")
-        threading.Thread(target=self._send_forever, args=(relay, attempt, pair, reports), name=f"pair {relay}.{attempt}", daemon=True).start()
+        threading.Thread(
+            target=self._send_forever, args=(relay, attempt, pair, reports), name=f"pair {relay}.{attempt}", daemon=True
+        ).start()
         return None
 
     def _send_forever(self, relay: int, attempt: int, pair, reports: Port) -> None:

@@ -48,11 +48,7 @@ class CheckpointDirectory:
 
     def commit(self, staging: Path) -> Path:
         """Seal a fully written staging directory under its final name; prune old checkpoints."""
-        files = {
-            str(f.relative_to(staging)): f.stat().st_size
-            for f in sorted(staging.rglob("*"))
-            if f.is_file()
-        }
+        files = {str(f.relative_to(staging)): f.stat().st_size for f in sorted(staging.rglob("*")) if f.is_file()}
         (staging / MANIFEST).write_text(json.dumps(files, indent=1))
         final = staging.with_suffix("")
         shutil.rmtree(final, ignore_errors=True)  # a checkpoint of this step from a rewound run

@@ -33,7 +33,8 @@ def selected(key: str, selectors: list[str]) -> bool:
 def table(schema_keys: list[Key], selectors: list[str]) -> str:
     rows = [
         (f"`{k.name}`", default_text(k.default), accepts_text(k), k.help)
-        for k in schema_keys if selected(k.name, selectors)
+        for k in schema_keys
+        if selected(k.name, selectors)
     ]
     return HEADER + "".join("| " + " | ".join(cell.replace("|", r"\|") for cell in row) + " |\n" for row in rows)
 

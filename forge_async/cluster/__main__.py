@@ -61,7 +61,12 @@ def start_worker(node: NodeSpec, rendezvous: Rendezvous) -> subprocess.Popen:
     address = own_address(node.master_addr) if node.node_rank else node.master_addr
     worker_address = f"tcp://{address}:{free_port(address)}"
     # This process owns the run's scratch directory on this node (weights/scratch.py).
-    env = {**os.environ, NODE_RANK_ENV: str(node.node_rank), NODE_ADDR_ENV: address, scratch.OWNER_ENV: str(os.getpid())}
+    env = {
+        **os.environ,
+        NODE_RANK_ENV: str(node.node_rank),
+        NODE_ADDR_ENV: address,
+        scratch.OWNER_ENV: str(os.getpid()),
+    }
     worker = subprocess.Popen(
         [sys.executable, "-m", "forge_async.cluster.worker", worker_address], env=env, start_new_session=True
     )
@@ -79,7 +84,10 @@ def run_controller(node: NodeSpec, app: list[str]) -> None:
     rendezvous = Rendezvous(node)
     worker = start_worker(node, rendezvous)
     try:
-        print(f"node 0: waiting for {node.nnodes - 1} more node(s) at {node.master_addr}:{node.master_port} ...", flush=True)
+        print(
+            f"node 0: waiting for {node.nnodes - 1} more node(s) at {node.master_addr}:{node.master_port} ...",
+            flush=True,
+        )
         os.environ[WORKERS_ENV] = ",".join(rendezvous.wait_for_workers())
         os.environ[RENDEZVOUS_ENV] = f"{node.master_addr}:{node.master_port}"  # nodes that come back register there
         os.environ[NODE_ADDR_ENV] = node.master_addr

@@ -61,8 +61,20 @@ class Cluster:
             _ip("-n", ns, "addr", "add", f"{address(i)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             holder = subprocess.Popen(
-                ["ip", "netns", "exec", ns, "unshare", "-m", "-u", "--propagation", "private", "sh", "-c",
-                 f"mount -t tmpfs -o size=1g tmpfs /dev/shm && hostname node{i} && exec sleep infinity"],
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "unshare",
+                    "-m",
+                    "-u",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    f"mount -t tmpfs -o size=1g tmpfs /dev/shm && hostname node{i} && exec sleep infinity",
+                ],
                 start_new_session=True,
             )
             self.holders.append(holder)
@@ -134,7 +146,19 @@ def simulated_hosts(nodes: int):
 def launch_command(nnodes: int, node: int, *app_args: str, port: int = 29400, join_timeout: int = 120) -> list[str]:
     """`python -m forge_async.cluster` for node `node` of a simulated cluster (master: node 0)."""
     return [
-        sys.executable, "-m", "forge_async.cluster", "--nnodes", str(nnodes), "--node-rank", str(node),
-        "--master-addr", address(0), "--master-port", str(port), "--join-timeout", str(join_timeout),
-        "--", *app_args,
+        sys.executable,
+        "-m",
+        "forge_async.cluster",
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node),
+        "--master-addr",
+        address(0),
+        "--master-port",
+        str(port),
+        "--join-timeout",
+        str(join_timeout),
+        "--",
+        *app_args,
     ]

@@ -56,8 +56,7 @@ class NodeSpec:
             or environ.get("MASTER_ADDR")
             or (first_host(nodelist) if nodelist else "127.0.0.1"),
             master_port=_first_int(master_port, environ, "MASTER_PORT", default=DEFAULT_PORT),
-            join_timeout_s=join_timeout_s
-            or float(environ.get("FORGE_ASYNC_JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S)),
+            join_timeout_s=join_timeout_s or float(environ.get("FORGE_ASYNC_JOIN_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S)),
         )
 
 

@@ -5,7 +5,7 @@ name code this way.
 """
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 from forge_async.errors import UserError
 

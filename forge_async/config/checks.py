@@ -35,9 +35,7 @@ POSITIVE = Range(0, low_open=True)
 FRACTION = Range(0, 1, low_open=True)  # (0, 1]
 
 
-def check_range(
-    key: str, value: float | None, allowed: Range, *, nullable: bool = False, note: str = ""
-) -> None:
+def check_range(key: str, value: float | None, allowed: Range, *, nullable: bool = False, note: str = "") -> None:
     """Raise ConfigError unless `value` is in `allowed` (a float also finite), or None where `nullable`.
 
     `note` says why the range is what it is, or what the edge values mean ("0 = off").
@@ -51,4 +49,3 @@ def check_range(
     if nullable:
         accepted += " or null"
     raise ConfigError(f"{key}={value}: must be {accepted}" + (f" ({note})" if note else ""))
-

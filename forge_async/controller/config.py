@@ -45,7 +45,6 @@ from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.weights.config import WeightsConfig
 
 
-
 @dataclass
 class RunConfig:
     """The sections every app's run has (apps.grpo, apps.sft): the model, where prompts come from,
@@ -54,18 +53,12 @@ class RunConfig:
     seed: int = key(0, help="prompt sampling seed")
     resume: str | None = key(
         None,
-        help=(
-            "continue that run from its newest checkpoint, with its saved config "
-            "([checkpoints.md](checkpoints.md))"
-        ),
+        help=("continue that run from its newest checkpoint, with its saved config ([checkpoints.md](checkpoints.md))"),
         accepts="a run directory, or null",
     )
     verbose: bool = key(
         False,
-        help=(
-            "show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to "
-            "`RUN_DIR/logs/`"
-        ),
+        help=("show third-party output (vLLM, Monarch, torch) on the console; otherwise it goes to `RUN_DIR/logs/`"),
         resumable=True,
     )
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -97,7 +90,6 @@ class RunConfig:
                 f"the {self.trainer.lr_schedule} decay must span the run"
             )
 
-
     def check_sections(self) -> None:
         """What spans sections: GPUs for the trainer and generators, a trainer on several hosts and its
         weight channel, a held-out file and its task."""
@@ -117,7 +109,11 @@ class RunConfig:
     def check_paths(self) -> None:
         """Fail naming the key if an input file or directory is missing, or a reward function cannot
         be imported: called before any proc starts, so a typo costs a second, not a start-up (the
-        loaders check again, in detail)."""
+        loaders check again, in detail). Then whether the tokenizer can read the inputs."""
+        self._check_inputs()
+        self.check_text_on_digits()
+
+    def _check_inputs(self) -> None:
         if self.model.path is not None and not Path(self.model.path).expanduser().is_dir():
             raise ConfigError(f"model.path: checkpoint directory not found: {self.model.path}")
         self.check_model()
@@ -133,7 +129,6 @@ class RunConfig:
             )
 
             check_config(self.task.reasoning_gym)
-        self.check_text_on_digits()
 
     def check_text_on_digits(self) -> None:
         """Text prompts or observations on the tiny model's digit tokenizer, which reads digits only:
@@ -204,6 +199,7 @@ class RunConfig:
                 "(each rank holds an equal share of every layer's experts)"
             )
 
+
 @dataclass
 class GRPOConfig(RunConfig):
     mode: Literal["async", "sync"] = key(
@@ -213,18 +209,12 @@ class GRPOConfig(RunConfig):
     steps: int = key(400, help="optimizer steps", accepts=">= 1", resumable=True)
     max_policy_age: int = key(
         1,
-        help=(
-            "samples whose oldest token is more than this many versions behind the trainer are dropped "
-            "(counted)"
-        ),
+        help=("samples whose oldest token is more than this many versions behind the trainer are dropped (counted)"),
         accepts=">= 0",
     )
     admission_control: bool = key(
         True,
-        help=(
-            "admit generation only when it can be trained within `max_policy_age` "
-            "([staleness.md](staleness.md))"
-        ),
+        help=("admit generation only when it can be trained within `max_policy_age` ([staleness.md](staleness.md))"),
     )
     group_size: int = key(
         8,
@@ -287,7 +277,9 @@ class GRPOConfig(RunConfig):
         for name in ("steps", "prompts_per_step", "rollout_workers", "prompts_per_rollout", "buffer_capacity"):
             check_range(name, getattr(self, name), AT_LEAST_1)
         check_range(
-            "group_size", self.group_size, Range(2),
+            "group_size",
+            self.group_size,
+            Range(2),
             note="group-relative advantages need at least two completions per prompt",
         )
         check_range("max_policy_age", self.max_policy_age, AT_LEAST_0)
@@ -295,8 +287,7 @@ class GRPOConfig(RunConfig):
         if self.prompts_per_rollout > self.prompts_per_step:
             # A rollout larger than a batch could never be admitted at max_policy_age=0.
             raise ConfigError(
-                f"prompts_per_rollout={self.prompts_per_rollout} must be <= "
-                f"prompts_per_step={self.prompts_per_step}"
+                f"prompts_per_rollout={self.prompts_per_rollout} must be <= prompts_per_step={self.prompts_per_step}"
             )
         if self.loss.objective != "grpo":
             raise ConfigError(
@@ -332,9 +323,9 @@ class GRPOConfig(RunConfig):
                 f"({self.batch_size} = prompts_per_step * group_size)"
             )
 
-    def check_paths(self) -> None:
+    def _check_inputs(self) -> None:
         """RunConfig's, and the scorers' checkpoints and functions, and the environment's name."""
-        super().check_paths()
+        super()._check_inputs()
         for index, scorer in enumerate(self.scorers):
             if scorer.path is not None and not Path(scorer.path).expanduser().is_dir():
                 raise ConfigError(f"scorers[{index}].path: checkpoint directory not found: {scorer.path}")
@@ -352,7 +343,9 @@ class GRPOConfig(RunConfig):
         """What a GRPO run brings up beside its trainer and generators: a replay buffer, the
         scorers, environment procs, importance correction and the reference's KL."""
         buffer = BufferSpec(
-            self.max_policy_age, self.buffer_capacity, self.filter.zero_variance_groups,
+            self.max_policy_age,
+            self.buffer_capacity,
+            self.filter.zero_variance_groups,
             self.filter.max_drops(self.batch_size),
         )
         return RunRoles(

@@ -76,8 +76,15 @@ class GRPOLoop(TrainingLoop):
         None, never evaluate. `record` is updated as the run goes (a resumed run's is restored
         by `run`)."""
         super().__init__(
-            config.steps, config.checkpoint.every_steps, config.checkpoint.stop_grace_s, handles, delivery, metrics,
-            record, checkpointer, evaluations,
+            config.steps,
+            config.checkpoint.every_steps,
+            config.checkpoint.stop_grace_s,
+            handles,
+            delivery,
+            metrics,
+            record,
+            checkpointer,
+            evaluations,
         )
         self.config = config
         self.rollouts = rollouts
@@ -136,11 +143,22 @@ class GRPOLoop(TrainingLoop):
         """Rollout worker `index`, its calls routed over the generators as `rollout_routing` says."""
         shape, group = self.rollouts.shape, self.config.group_size
         router = WorkerRouting(
-            self.handles.generators, index, self.config.rollout_routing, shape.samples_per_call(group),
-            self.delivery, self.admission, shape.least_admitted(group),
+            self.handles.generators,
+            index,
+            self.config.rollout_routing,
+            shape.samples_per_call(group),
+            self.delivery,
+            self.admission,
+            shape.least_admitted(group),
         )
         await run_worker(
-            router, self.rollouts.for_worker(), shape, group, self.handles.buffer, self.admission, stop,
+            router,
+            self.rollouts.for_worker(),
+            shape,
+            group,
+            self.handles.buffer,
+            self.admission,
+            stop,
             lane=f"rollout worker {index}",
         )
 
@@ -197,7 +215,9 @@ class GRPOLoop(TrainingLoop):
     async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, BufferStats]:
         """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""
         per_call = self.config.prompts_per_rollout
-        calls = [self._produce_on(i, min(per_call, prompts - start)) for i, start in enumerate(range(0, prompts, per_call))]
+        calls = [
+            self._produce_on(i, min(per_call, prompts - start)) for i, start in enumerate(range(0, prompts, per_call))
+        ]
         for episodes, dropped in await asyncio.gather(*calls):
             await self.handles.buffer.add(episodes, dropped)
         return await self.handles.buffer.sample(self.config.batch_size, self.record.version)
@@ -205,7 +225,9 @@ class GRPOLoop(TrainingLoop):
     async def _produce_on(self, call: int, prompts: int):
         """Sync mode's call `call`, on generator call % count, or on a stand-in once that one is lost."""
         generators = self.handles.generators
-        return await generators.on_live(call % generators.count, lambda generator: self.rollouts.produce(generator, prompts))
+        return await generators.on_live(
+            call % generators.count, lambda generator: self.rollouts.produce(generator, prompts)
+        )
 
     # One step, for both loops
 

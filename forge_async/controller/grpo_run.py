@@ -93,7 +93,13 @@ async def train_on(
 
     async def summarise(final_model: str | None) -> dict:
         return await write_summary(
-            run_dir, config, record, handles, admission.paused_s, task.skipped_rows, final_model,
+            run_dir,
+            config,
+            record,
+            handles,
+            admission.paused_s,
+            task.skipped_rows,
+            final_model,
             delivery.receivers_report(),
         )
 

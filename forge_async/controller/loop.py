@@ -187,8 +187,7 @@ class TrainingLoop:
             return
         self.record.checkpoint_s += saved.seconds
         print(
-            f"checkpoint step {self.record.step}: {saved.seconds:.2f}s, "
-            f"{saved.bytes / 2**20:.1f} MiB -> {saved.path}",
+            f"checkpoint step {self.record.step}: {saved.seconds:.2f}s, {saved.bytes / 2**20:.1f} MiB -> {saved.path}",
             flush=True,
         )
 

@@ -68,7 +68,14 @@ class SFTLoop(TrainingLoop):
         evaluations: EvaluationSchedule | None = None,
     ):
         super().__init__(
-            steps, checkpoint.every_steps, checkpoint.stop_grace_s, handles, delivery, metrics, record, checkpointer,
+            steps,
+            checkpoint.every_steps,
+            checkpoint.stop_grace_s,
+            handles,
+            delivery,
+            metrics,
+            record,
+            checkpointer,
             evaluations,
         )
         self.prompts_per_step = prompts_per_step
@@ -98,19 +105,21 @@ class SFTLoop(TrainingLoop):
         record.trained += len(batch)
         tokens = sum(len(e.completion.token_ids) for e in batch)
         self.loss_ends.append(result.metrics["train/loss"])
-        self.metrics.log({
-            "step": record.step,
-            **result.metrics,
-            "train/tokens_per_s": tokens / seconds,
-            "policy/version": record.version,
-            "samples/trained": record.trained,
-            "train/tokens_trained": self.demonstrations.tokens,
-            "completion/length_mean": tokens / len(batch),
-            "prompt/length_mean": statistics.fmean(len(e.completion.prompt_ids) for e in batch),
-            "weights/push_ms": result.push_ms,
-            "weights/bytes": result.weight_bytes,
-            "time/wall_s": record.wall_s(),
-        })
+        self.metrics.log(
+            {
+                "step": record.step,
+                **result.metrics,
+                "train/tokens_per_s": tokens / seconds,
+                "policy/version": record.version,
+                "samples/trained": record.trained,
+                "train/tokens_trained": self.demonstrations.tokens,
+                "completion/length_mean": tokens / len(batch),
+                "prompt/length_mean": statistics.fmean(len(e.completion.prompt_ids) for e in batch),
+                "weights/push_ms": result.push_ms,
+                "weights/bytes": result.weight_bytes,
+                "time/wall_s": record.wall_s(),
+            }
+        )
 
     def _state(self) -> dict:
         return {"demonstrations": self.demonstrations.state_dict(), "losses": self.loss_ends.state_dict()}

@@ -75,8 +75,16 @@ async def train_on(
         )
     checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
     loop = SFTLoop(
-        config.steps, config.prompts_per_step, config.checkpoint, handles, demonstrations, delivery, metrics, record,
-        checkpointer, evaluations,
+        config.steps,
+        config.prompts_per_step,
+        config.checkpoint,
+        handles,
+        demonstrations,
+        delivery,
+        metrics,
+        record,
+        checkpointer,
+        evaluations,
     )
 
     async def summarise(final_model: str | None) -> dict:

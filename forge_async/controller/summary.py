@@ -104,8 +104,12 @@ async def write_summary(
         "skipped_rows": skipped_rows,
     }
     accounted = (
-        summary["trained"] + summary["dropped_stale"] + summary["dropped_other"]
-        + summary["left_in_buffer"] + summary["in_flight"] + summary["lost_in_failed_step"]
+        summary["trained"]
+        + summary["dropped_stale"]
+        + summary["dropped_other"]
+        + summary["left_in_buffer"]
+        + summary["in_flight"]
+        + summary["lost_in_failed_step"]
     )
     summary["accounting_ok"] = accounted == summary["generated"]
     summary["final_model"] = final_model

@@ -198,12 +198,14 @@ def stale_drops_by_length(added: Counter[int], stale: Counter[int]) -> dict:
     quartiles = []
     for lengths in length_quartiles(added):
         n_added, n_stale = sum(added[n] for n in lengths), sum(stale[n] for n in lengths)
-        quartiles.append({
-            "lengths": [lengths[0], lengths[-1]],
-            "added": n_added,
-            "dropped_stale": n_stale,
-            "drop_rate": n_stale / n_added,
-        })
+        quartiles.append(
+            {
+                "lengths": [lengths[0], lengths[-1]],
+                "added": n_added,
+                "dropped_stale": n_stale,
+                "drop_rate": n_stale / n_added,
+            }
+        )
     shortest = quartiles[0]["drop_rate"] if len(quartiles) > 1 else 0
     ratio = quartiles[-1]["drop_rate"] / shortest if shortest else None
     return {"quartiles": quartiles, "longest_to_shortest": ratio}

@@ -112,8 +112,11 @@ class Demonstrations:
 
     def state_dict(self) -> dict:
         return {
-            "rng": self.rng.getstate(), "drawn": self.drawn, "tokens": self.tokens,
-            "skipped": dict(self.skipped), "next_group": self._next_group,
+            "rng": self.rng.getstate(),
+            "drawn": self.drawn,
+            "tokens": self.tokens,
+            "skipped": dict(self.skipped),
+            "next_group": self._next_group,
         }
 
     def load_state_dict(self, state: dict) -> None:

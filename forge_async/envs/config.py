@@ -41,24 +41,20 @@ class OpenEnvConfig:
     session_wait_s: float = key(
         600.0,
         help=(
-            "longest an episode waits for a free session; past it, dropped before it starts "
-            "(`openenv_session_wait`)"
+            "longest an episode waits for a free session; past it, dropped before it starts (`openenv_session_wait`)"
         ),
         accepts="> 0",
     )
     refused_retry_s: float = key(
         10.0,
-        help=(
-            "a session refused all the same is asked for again, backing off, this long; then "
-            "`openenv_refused`"
-        ),
+        help=("a session refused all the same is asked for again, backing off, this long; then `openenv_refused`"),
         accepts=">= 0, below `env.timeout_s`",
     )
     reset_kwargs: dict[str, Any] = key(
         {},
         help=(
-            "merged into `reset`'s arguments; a string `\"{seed}\"`, `\"{text}\"`, `\"{answer}\"`, "
-            "`\"{meta.KEY}\"` takes that field of the prompt "
+            'merged into `reset`\'s arguments; a string `"{seed}"`, `"{text}"`, `"{answer}"`, '
+            '`"{meta.KEY}"` takes that field of the prompt '
             "([environments.md](environments.md#openenv-reset-arguments))"
         ),
         accepts="a mapping",
@@ -103,10 +99,7 @@ class OpenEnvConfig:
     )
     tool_parser: str = key(
         "hermes",
-        help=(
-            "a server whose actions are MCP tool calls (`CallToolAction`): the parser that reads a turn's "
-            "tool call"
-        ),
+        help=("a server whose actions are MCP tool calls (`CallToolAction`): the parser that reads a turn's tool call"),
         accepts="a vLLM tool parser name",
     )
 
@@ -140,8 +133,6 @@ def _check_custom(key: str, function: str | None, field_key: str, field_name: st
 
 
 @dataclass
-
-
 class TextArenaConfig:
     """env.textarena: how env.name=textarena:GAME plays its game (envs/textarena.py)."""
 
@@ -225,8 +216,11 @@ class EnvConfig:
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)
         check_range(
-            "env.max_episode_tokens", self.max_episode_tokens, AT_LEAST_1,
-            nullable=True, note="null = the context",
+            "env.max_episode_tokens",
+            self.max_episode_tokens,
+            AT_LEAST_1,
+            nullable=True,
+            note="null = the context",
         )
         check_range("env.timeout_s", self.timeout_s, POSITIVE)
         check_range("env.turn_batch_wait_s", self.turn_batch_wait_s, AT_LEAST_0)

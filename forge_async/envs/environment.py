@@ -47,4 +47,3 @@ class Environment(Protocol):
     def step(self, turn: ModelTurn) -> EnvStep | Awaitable[EnvStep]: ...
 
     # Optional: `close()` (sync or async), called when the episode ends, however it ends.
-

@@ -196,7 +196,7 @@ class EnvRunner:
             return method(*args)
         except (EnvironmentFailed, EpisodeDropped):  # an environment may drop its episode by a reason of its own
             raise
-        except asyncio.TimeoutError as err:
+        except TimeoutError as err:
             raise EpisodeDropped("env_timeout", f"{name}() took longer than env.timeout_s={self.timeout_s}") from err
         except Exception as err:
             raise EpisodeDropped("env_error", f"{name}() raised {type(err).__name__}: {err}") from err
@@ -245,7 +245,9 @@ class EnvironmentTask:
     def _said(self, answer: str, prompt: Prompt) -> Completion:
         """`answer` as a completion the model ended with EOS: what the task's reward reads."""
         ids = self.tokenizer.encode(answer, add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        return Completion(prompt.token_ids, ids, [0.0] * len(ids), [ENV_TOKEN] * len(ids), answer, "stop", env_reward=0.0)
+        return Completion(
+            prompt.token_ids, ids, [0.0] * len(ids), [ENV_TOKEN] * len(ids), answer, "stop", env_reward=0.0
+        )
 
     def demonstration(self, prompt: Prompt) -> str:
         raise TaskError(f"env.name plays {self.name}'s prompts as episodes: there is no single completion to imitate")

@@ -30,4 +30,4 @@ def observation_ids(tokenizer, observation: Observation, role: str = "tool") -> 
             f"the tokenizer's chat template renders a conversation differently once a {role!r} message "
             "follows it; return token ids from the environment instead of text"
         )
-    return tokenizer.encode(after[len(before):], add_special_tokens=False)
+    return tokenizer.encode(after[len(before) :], add_special_tokens=False)

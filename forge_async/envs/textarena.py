@@ -140,7 +140,9 @@ def _hosted_models(env) -> list[str]:
 
     while isinstance(env, textarena.Wrapper):
         env = env.env
-    return [f"{name}: {type(value).__name__}" for name, value in vars(env).items() if isinstance(value, textarena.Agent)]
+    return [
+        f"{name}: {type(value).__name__}" for name, value in vars(env).items() if isinstance(value, textarena.Agent)
+    ]
 
 
 def _why(err: Exception) -> str:
@@ -190,7 +192,9 @@ class TextArenaEnv:
         if reward is None:
             raise EpisodeDropped("textarena_error", f"{self.name} ended without a reward for its player")
         if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
-            raise EpisodeDropped("textarena_error", f"{self.name} ended with reward {reward!r} for its player, not a number")
+            raise EpisodeDropped(
+                "textarena_error", f"{self.name} ended with reward {reward!r} for its player, not a number"
+            )
         return float(reward)
 
     def close(self) -> None:
@@ -219,9 +223,7 @@ class TextArenaEnv:
         except EpisodeDropped:
             raise
         except Exception as err:
-            raise EpisodeDropped(
-                "textarena_error", f"{self.name} {what}() raised {type(err).__name__}: {err}"
-            ) from err
+            raise EpisodeDropped("textarena_error", f"{self.name} {what}() raised {type(err).__name__}: {err}") from err
         finally:
             self.random_state = random.getstate()
             random.setstate(outer)

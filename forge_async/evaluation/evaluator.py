@@ -34,6 +34,7 @@ from forge_async.rollout.types import Generate
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.tier import ScoringTier, build_tier
 
+
 class Evaluator:
     def __init__(
         self,
@@ -86,7 +87,9 @@ class Evaluator:
 
         k = self.config.samples_per_prompt
         played = await asyncio.gather(*(play(p) for p in self.prompts for _ in range(k)))
-        groups = [[c for c in played[i * k : (i + 1) * k] if isinstance(c, Completion)] for i in range(len(self.prompts))]
+        groups = [
+            [c for c in played[i * k : (i + 1) * k] if isinstance(c, Completion)] for i in range(len(self.prompts))
+        ]
         return groups, Counter(drop.reason for drop in played if isinstance(drop, EpisodeDropped))
 
     def _figures(self, episodes: list[Episode], scored: list[Prompt]) -> dict[str, float]:

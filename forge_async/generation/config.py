@@ -60,8 +60,8 @@ class GeneratorConfig:
     )
     cpu_threads_bind: str = key(
         "0",
-        help="vLLM's OpenMP threads on CPU; `\"0\"`: on core 0, the other cores left to the trainer",
-        accepts="cores (`\"0\"`, `\"0-3\"`), `auto`, `nobind`",
+        help='vLLM\'s OpenMP threads on CPU; `"0"`: on core 0, the other cores left to the trainer',
+        accepts='cores (`"0"`, `"0-3"`), `auto`, `nobind`',
     )
     gpu_memory_utilization: float = key(
         0.5,
@@ -122,16 +122,17 @@ class GeneratorConfig:
         check_range("generator.count", self.count, AT_LEAST_1)
         check_range("generator.max_restarts", self.max_restarts, AT_LEAST_0)
         check_range(
-            "generator.max_model_len", self.max_model_len, AT_LEAST_1,
-            nullable=True, note="null = the checkpoint's context length",
+            "generator.max_model_len",
+            self.max_model_len,
+            AT_LEAST_1,
+            nullable=True,
+            note="null = the checkpoint's context length",
         )
         # vLLM seeds numpy with it, which takes 32-bit unsigned seeds only.
         check_range("generator.seed", self.seed, Range(0, 2**32 - 1))
         check_range("generator.calls_at_once", self.calls_at_once, AT_LEAST_0, nullable=True, note="0 = no limit")
         check_range("generator.gpu_memory_utilization", self.gpu_memory_utilization, FRACTION)
-        check_range(
-            "generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default"
-        )
+        check_range("generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default")
         if self.enforce_eager and self.compile:
             # vLLM's enforce_eager sets its compilation mode to none, whatever was asked.
             raise ConfigError(
@@ -171,10 +172,7 @@ class SamplingConfig:
     )
     min_tokens: int = key(
         0,
-        help=(
-            "EOS is not sampled before this many tokens (vLLM's `min_tokens`); `configs/grpo_long.yaml` "
-            "sets 256"
-        ),
+        help=("EOS is not sampled before this many tokens (vLLM's `min_tokens`); `configs/grpo_long.yaml` sets 256"),
         accepts="in [0, `max_tokens`]",
     )
 

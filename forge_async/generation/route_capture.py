@@ -76,7 +76,7 @@ class KvSlotRoutes:
         self.num_layers = num_layers
         self.top_k = top_k
         self._runner = None
-        self._step: "torch.Tensor | None" = None  # this forward's routes, by token of the batch
+        self._step: torch.Tensor | None = None  # this forward's routes, by token of the batch
         self._step_rows = 0
         self._slots: np.ndarray | None = None  # [KV slots, layers, top_k]
 
@@ -90,9 +90,7 @@ class KvSlotRoutes:
 
         runner = _in_process_runner(llm)
         self._runner = runner
-        self._step = torch.full(
-            (runner.max_num_tokens, self.num_layers, self.top_k), UNKNOWN_ROUTE, dtype=torch.uint8
-        )
+        self._step = torch.full((runner.max_num_tokens, self.num_layers, self.top_k), UNKNOWN_ROUTE, dtype=torch.uint8)
         slots = runner.kv_cache_config.num_blocks * runner.cache_config.block_size
         self._slots = np.full((slots, self.num_layers, self.top_k), UNKNOWN_ROUTE, dtype=np.uint8)
         bind_routed_experts_capturer(runner.get_model(), self)

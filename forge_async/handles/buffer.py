@@ -35,9 +35,11 @@ class BufferHandle(RoleHandle):
     ) -> tuple[list[Episode] | None, BufferStats]:
         """A batch (None: not enough fresh episodes yet, after waiting up to `wait_s` for the next
         add) and the buffer's stats after taking it."""
-        batch, stats = await self._call(lambda: self._replies.call_one(
-            self.actor.sample_with_stats, batch_size, trainer_version, wait_s, alive=self.actor.where
-        ))
+        batch, stats = await self._call(
+            lambda: self._replies.call_one(
+                self.actor.sample_with_stats, batch_size, trainer_version, wait_s, alive=self.actor.where
+            )
+        )
         if batch is not None:
             self._counters["sampled"] += len(batch)
         return batch, self._noted(stats)

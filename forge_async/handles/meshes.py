@@ -78,9 +78,7 @@ async def spawn_generator(
     LoRA, serving them through an adapter that starts at zero)."""
     if procs is None:
         procs = spawn_procs(host, 1, f"generator{index}", log_dir)
-    generator = procs.spawn(
-        f"generator{index}", Generator, str(checkpoint.path), config, weights, lora
-    )
+    generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config, weights, lora)
     timing = await generator.setup.call_one()
     return procs, generator, timing
 
@@ -138,7 +136,10 @@ async def spawn_weight_sender(
 
 
 def spawn_environment_host(
-    new_environment, name: str = "environment", host: HostMesh | None = None, log_dir: Path | None = None,
+    new_environment,
+    name: str = "environment",
+    host: HostMesh | None = None,
+    log_dir: Path | None = None,
     procs: ProcMesh | None = None,
 ):
     """An EnvironmentHost on one proc, making environments with `new_environment()`."""

@@ -13,6 +13,7 @@ from forge_async.cluster.hosts import Hosts
 from forge_async.mesh.roles import Role
 from forge_async.observability.outputs import replace_text
 
+
 def located(where: Where) -> str:
     """A proc, as error messages name it."""
     return f"pid {where.pid} on node {where.node}: {where.host}, {where.addr}"

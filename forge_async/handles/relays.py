@@ -33,7 +33,9 @@ class _ServingGenerators(RoleHandle):
     never get another version (GeneratorFailed)."""
 
     async def _failed(self, err: Exception, called) -> None:
-        raise GeneratorFailed(f"the {self.role.kind.value.replace('_', ' ')} ({self.located()}) failed: {err}") from None
+        raise GeneratorFailed(
+            f"the {self.role.kind.value.replace('_', ' ')} ({self.located()}) failed: {err}"
+        ) from None
 
 
 class WeightSender(_ServingGenerators):
@@ -68,7 +70,9 @@ class WeightRelay(_ServingGenerators):
 
     async def load_version(self, version: int) -> LoadOutcome:
         """torchstore: `version` loaded into its node's channel."""
-        return await self._call(lambda: self._replies.call_one(self.actor.load_version, version, alive=self.actor.where))
+        return await self._call(
+            lambda: self._replies.call_one(self.actor.load_version, version, alive=self.actor.where)
+        )
 
     async def open_pair(self, attempt: int) -> LinkFailed | None:
         return await self._call(lambda: self.actor.open_pair.call_one(attempt))
@@ -132,7 +136,9 @@ class WeightRelays:
         if not self._paired[index] and (failed := await self._open_pair(index)) is not None:
             return self._link_error(index, failed.why)
         report = await self._arrival(index, version)
-        if isinstance(report, LinkFailed):  # the relay's end of the pair ends with it; a dead relay shows at the next open
+        if isinstance(
+            report, LinkFailed
+        ):  # the relay's end of the pair ends with it; a dead relay shows at the next open
             self._paired[index] = False
             return self._link_error(index, report.why)
         return Loaded(report.version)  # the relay has it in its channel (weights/link.py)

@@ -62,7 +62,11 @@ class ReturningNodes:
             await within(self._spawn_again(node, address), _TAKE_BACK_TIMEOUT_S)
         except Exception as err:
             self._tried.add(address)
-            print(f"warning: node {node} could not be taken back: {type(err).__name__} {err}; it stays lost", file=sys.stderr, flush=True)
+            print(
+                f"warning: node {node} could not be taken back: {type(err).__name__} {err}; it stays lost",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         print(
             f"node {node} taken back in {asyncio.get_running_loop().time() - started:.1f}s: "

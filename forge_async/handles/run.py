@@ -57,8 +57,11 @@ class RunHandles:
     async def stop(self) -> None:
         """Stop every proc that can still be reached, all at once, then the store."""
         await asyncio.gather(
-            self.relays.stop(), self.trainer.stop(), self.generators.stop(),
-            *([] if self.buffer is None else [self.buffer.stop()]), *(s.stop() for s in self.scorers.values()),
+            self.relays.stop(),
+            self.trainer.stop(),
+            self.generators.stop(),
+            *([] if self.buffer is None else [self.buffer.stop()]),
+            *(s.stop() for s in self.scorers.values()),
             self.environments.stop(),
         )
         if self.uses_torchstore:

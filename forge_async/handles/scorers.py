@@ -23,7 +23,9 @@ class ScorerModelHandle(RoleHandle):
     async def _spawn(self) -> tuple:
         return await self.spawner.scorer(self.index)
 
-    async def completion_logprobs(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[list[float]]:
+    async def completion_logprobs(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]]
+    ) -> list[list[float]]:
         """log p of each completion token given its prompt, under the scorer's model."""
         return await self._call(lambda: self.actor.completion_logprobs.call_one(prompt_ids, completion_ids))
 

@@ -35,7 +35,10 @@ class RoleSpawner:
     async def trainer(self):
         """(procs, Trainer) with torch.distributed up and the initial weights loaded."""
         return await meshes.spawn_trainer(
-            self.learner_spec(), self.config.weights, self.procs.host(roles.TRAINER), procs=self.procs.take(roles.TRAINER)
+            self.learner_spec(),
+            self.config.weights,
+            self.procs.host(roles.TRAINER),
+            procs=self.procs.take(roles.TRAINER),
         )
 
     def learner_spec(self) -> LearnerSpec:
@@ -43,23 +46,37 @@ class RoleSpawner:
         c, r = self.config, self.roles
         reference = None if r.trainer_reference is None else str(self.scorer_checkpoint(r.trainer_reference).path)
         return LearnerSpec(
-            str(self.checkpoint.path), c.trainer, self.pad_id, r.loss, r.importance, r.kl_coef, reference,
-            c.model.lora, c.moe,
+            str(self.checkpoint.path),
+            c.trainer,
+            self.pad_id,
+            r.loss,
+            r.importance,
+            r.kl_coef,
+            reference,
+            c.model.lora,
+            c.moe,
         )
 
     async def generator(self, index: int):
         """(procs, Generator, its start-up timing) with the initial weights loaded."""
         c = self.config
         return await meshes.spawn_generator(
-            self.checkpoint, c.generator, c.weights, index, procs=self.procs.take(roles.generator(index)),
+            self.checkpoint,
+            c.generator,
+            c.weights,
+            index,
+            procs=self.procs.take(roles.generator(index)),
             lora=c.model.lora,
         )
 
     async def replay_buffer(self):
         b = self.roles.replay_buffer
         return await meshes.spawn_replay_buffer(
-            b.max_policy_age, b.capacity, procs=self.procs.take(roles.REPLAY_BUFFER),
-            drop_zero_variance=b.drop_zero_variance, max_zero_variance_drops=b.max_zero_variance_drops,
+            b.max_policy_age,
+            b.capacity,
+            procs=self.procs.take(roles.REPLAY_BUFFER),
+            drop_zero_variance=b.drop_zero_variance,
+            max_zero_variance_drops=b.max_zero_variance_drops,
         )
 
     async def weight_relay(self, node: int):
@@ -71,20 +88,28 @@ class RoleSpawner:
     async def weight_sender(self):
         w = self.config.weights
         return await meshes.spawn_weight_sender(
-            w.channel_dir, w.link_timeout_s, self.procs.host(roles.WEIGHT_SENDER), procs=self.procs.take(roles.WEIGHT_SENDER)
+            w.channel_dir,
+            w.link_timeout_s,
+            self.procs.host(roles.WEIGHT_SENDER),
+            procs=self.procs.take(roles.WEIGHT_SENDER),
         )
 
     async def scorer(self, index: int):
         """(procs, LogprobModel) for model scorer `index`: its checkpoint, or the initial policy's."""
         role = roles.scorer(index)
         return await meshes.spawn_logprob_model(
-            self.scorer_checkpoint(index), self.pad_id, str(role), self.roles.scorers[index].threads,
+            self.scorer_checkpoint(index),
+            self.pad_id,
+            str(role),
+            self.roles.scorers[index].threads,
             procs=self.procs.take(role),
         )
 
     def environment_host(self, index: int, new_environment: Callable[[], object]):
         """(procs, EnvironmentHost) making environments with `new_environment`."""
-        return meshes.spawn_environment_host(new_environment, str(roles.environment(index)), procs=self.procs.take(roles.environment(index)))
+        return meshes.spawn_environment_host(
+            new_environment, str(roles.environment(index)), procs=self.procs.take(roles.environment(index))
+        )
 
     def scorer_checkpoint(self, index: int) -> Checkpoint:
         """Scorer `index`'s checkpoint, checked to share the policy's vocabulary."""

@@ -42,7 +42,11 @@ class TrainerHandle(RoleHandle):
 
     async def train_and_push(self, batch: list[Episode], targets: tuple[str, ...]) -> StepResult:
         """One optimizer step on `batch`, then the new weights published to `targets`."""
-        return await self._call(lambda: self._replies.call(self.actor.train_and_push, batch, targets, alive=self.actor.where, ranks=len(self.where)))
+        return await self._call(
+            lambda: self._replies.call(
+                self.actor.train_and_push, batch, targets, alive=self.actor.where, ranks=len(self.where)
+            )
+        )
 
     async def push_weights(self, targets: tuple[str, ...]) -> Published:
         return await self._call(lambda: self.actor.push_weights.call(targets))

@@ -147,13 +147,18 @@ class TrainerConfig:
         check_range("trainer.grad_clip", self.grad_clip, POSITIVE)
         check_range("trainer.threads", self.threads, AT_LEAST_1)
         check_range(
-            "trainer.micro_batch_tokens", self.micro_batch_tokens, AT_LEAST_1,
-            nullable=True, note="null = the whole batch in one forward",
+            "trainer.micro_batch_tokens",
+            self.micro_batch_tokens,
+            AT_LEAST_1,
+            nullable=True,
+            note="null = the whole batch in one forward",
         )
         check_range("trainer.warmup_steps", self.warmup_steps, AT_LEAST_0)
         check_range("trainer.min_lr_factor", self.min_lr_factor, Range(0, 1))
         check_range("trainer.lr_total_steps", self.lr_total_steps, AT_LEAST_1, nullable=True, note="null = steps")
-        check_range("trainer.decay_ratio", self.decay_ratio, Range(0, 1), nullable=True, note="null = all after the warmup")
+        check_range(
+            "trainer.decay_ratio", self.decay_ratio, Range(0, 1), nullable=True, note="null = all after the warmup"
+        )
         check_range("trainer.expert_parallel", self.expert_parallel, AT_LEAST_1)
         if self.procs % self.expert_parallel:
             raise ConfigError(

@@ -87,7 +87,9 @@ class Learner:
         self.moe = shape.moe is not None
         self.adapter = state_dict_adapter(shape)
         model = build_titan_model(
-            shape, seed=INIT_SEED if self.lora else None, lora=self.lora,
+            shape,
+            seed=INIT_SEED if self.lora else None,
+            lora=self.lora,
             expert_parallel=config.expert_parallel > 1,
         )
         weights = self.adapter.from_hf(self.checkpoint.load_hf_state_dict())
@@ -100,7 +102,8 @@ class Learner:
         # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            self.trainable, lr=config.lr,
+            self.trainable,
+            lr=config.lr,
             betas=(config.beta1, config.beta2),
             eps=config.eps,
             weight_decay=config.weight_decay,
@@ -132,8 +135,11 @@ class Learner:
         """`model` on this rank's device, checkpointed, compiled and sharded as trainer.* says."""
         c = self.config
         return parallelize(
-            model.to(self.device_type), self.device_type,
-            dtype=c.dtype, activation_checkpointing=c.activation_checkpointing, compile=c.compile,
+            model.to(self.device_type),
+            self.device_type,
+            dtype=c.dtype,
+            activation_checkpointing=c.activation_checkpointing,
+            compile=c.compile,
             expert_parallel=c.expert_parallel,
         )
 
@@ -327,9 +333,7 @@ class Learner:
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "version": 0}
         dcp.load(state, checkpoint_id=directory)
-        set_state_dict(
-            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
-        )
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.version = state["version"]
         self.lr_scheduler.load_state_dict({"last_epoch": self.version})  # a function of the step
         return self.version
@@ -406,4 +410,3 @@ def _all_reduce_sum(*scalars: torch.Tensor) -> list[float]:
     totals = torch.stack([s.detach().float() for s in scalars])
     dist.all_reduce(totals)
     return totals.tolist()
-

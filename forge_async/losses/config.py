@@ -83,8 +83,6 @@ class LossConfig:
         return self.clip_low is not None
 
 
-
-
 @dataclass
 class ImportanceConfig:
     """Off-policy correction of the policy-gradient loss, by the ratio r = pi_theta / pi_behaviour
@@ -92,10 +90,7 @@ class ImportanceConfig:
 
     level: Literal["token", "sequence"] = key(
         "token",
-        help=(
-            "the ratio pi_theta / pi_behaviour per token, or per sequence (exp of the sum of its token "
-            "log-ratios)"
-        ),
+        help=("the ratio pi_theta / pi_behaviour per token, or per sequence (exp of the sum of its token log-ratios)"),
     )
     mode: Literal["truncate", "mask"] = key(
         "truncate",

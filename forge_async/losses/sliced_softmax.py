@@ -56,7 +56,9 @@ class _SampledLogSoftmax(torch.autograd.Function):
         return grad, None, None, None
 
 
-def _log_softmax_slices(logits: torch.Tensor, index: torch.Tensor, slice_tokens: int) -> Iterator[tuple[slice, torch.Tensor]]:
+def _log_softmax_slices(
+    logits: torch.Tensor, index: torch.Tensor, slice_tokens: int
+) -> Iterator[tuple[slice, torch.Tensor]]:
     """Each slice of `index`, and log p over the vocabulary at the outputs it chooses, in fp32."""
     for start in range(0, index.numel(), slice_tokens):
         rows = slice(start, min(start + slice_tokens, index.numel()))

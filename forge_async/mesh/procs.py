@@ -35,8 +35,10 @@ from forge_async.observability.spans import TRACER
 # The actor modules leave TorchTitan and DCP to the procs (the controller imports them to spawn).
 PRELOAD = {
     Kind.TRAINER: (
-        "forge_async.actors.trainer", "forge_async.models.titan",
-        "torchtitan.components.optimizer.lr_scheduler", "torch.distributed.checkpoint",
+        "forge_async.actors.trainer",
+        "forge_async.models.titan",
+        "torchtitan.components.optimizer.lr_scheduler",
+        "torch.distributed.checkpoint",
     ),
     Kind.GENERATOR: ("forge_async.actors.generator", "vllm.entrypoints.llm"),
     Kind.REPLAY_BUFFER: ("forge_async.actors.replay_buffer",),
@@ -139,7 +141,8 @@ def shut_down_monarch(timeout_s: float = 60.0) -> None:
     except TimeoutError:
         print(
             f"warning: Monarch's shutdown did not finish within {timeout_s:g} s; not waiting for it",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
 
 
@@ -172,7 +175,12 @@ class RunProcs:
         """New procs for `role`, importing what its actor needs as they start."""
         procs = self.config.trainer.procs if role.kind is Kind.TRAINER else 1
         return spawn_procs(
-            self.host(role), procs, str(role), self.log_dir, PRELOAD[role.kind], self.config.trace.enabled,
+            self.host(role),
+            procs,
+            str(role),
+            self.log_dir,
+            PRELOAD[role.kind],
+            self.config.trace.enabled,
             self.prepare(role),
         )
 
@@ -202,8 +210,10 @@ class RunProcs:
         """Trainer, generators, replay buffer, model scorers and environment procs, all at once (weight relays are
         spawned when needed)."""
         early = [
-            TRAINER, *([REPLAY_BUFFER] if self.roles.replay_buffer else []),
-            *(generator(i) for i in range(self.config.generator.count)), *map(scorer, self.roles.model_scorers),
+            TRAINER,
+            *([REPLAY_BUFFER] if self.roles.replay_buffer else []),
+            *(generator(i) for i in range(self.config.generator.count)),
+            *map(scorer, self.roles.model_scorers),
             *(environment(i) for i in range(self.roles.environment_procs)),
         ]
         self._early = {role: self.spawn(role) for role in early}

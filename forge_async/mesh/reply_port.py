@@ -47,7 +47,9 @@ def answers_on_port(method: Callable[..., Awaitable]) -> Callable[..., Awaitable
             reply.send((request, rank, result, None))
 
     signature = inspect.signature(method)  # Monarch checks a call's arguments against it
-    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in (("reply", None), ("request", 0))]
+    extra = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d) for n, d in (("reply", None), ("request", 0))
+    ]
     params = list(signature.parameters.values())
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     rest = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]

@@ -104,7 +104,7 @@ class LoraConfig:
         help=(
             "null: LoRA off (every weight trains). A number: LoRA adapters of that rank on "
             "`model.lora.targets`, base weights frozen, only adapters trained and synced "
-            "([lora.md](lora.md)). 0 or negative is an error, not \"off\""
+            '([lora.md](lora.md)). 0 or negative is an error, not "off"'
         ),
         accepts="1-512, or null",
     )
@@ -125,7 +125,10 @@ class LoraConfig:
 
     def __post_init__(self) -> None:
         check_range(
-            "model.lora.rank", self.rank, Range(1, MAX_LORA_RANK), nullable=True,
+            "model.lora.rank",
+            self.rank,
+            Range(1, MAX_LORA_RANK),
+            nullable=True,
             note="null = LoRA off; vLLM serves ranks up to 512",
         )
         check_range("model.lora.alpha", self.alpha, POSITIVE)
@@ -134,7 +137,9 @@ class LoraConfig:
         check_choices(self, "model.lora")
         if ("k_proj" in self.targets) != ("v_proj" in self.targets):
             # TorchTitan builds both from one module config, which LoRA converts as a whole.
-            raise ConfigError(f"model.lora.targets={self.targets}: k_proj and v_proj are adapted together; name both or neither")
+            raise ConfigError(
+                f"model.lora.targets={self.targets}: k_proj and v_proj are adapted together; name both or neither"
+            )
 
     @property
     def enabled(self) -> bool:
@@ -144,8 +149,6 @@ class LoraConfig:
     def scale(self) -> float:
         """The adapter product's factor in the forward: alpha / rank."""
         return self.alpha / self.rank
-
-
 
 
 @dataclass

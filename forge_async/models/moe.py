@@ -94,12 +94,18 @@ def moe_config(dim: int, moe: MoeShape, linear_init: dict) -> MoE.Config:
     """A Qwen3-MoE block's MoE: softmax scores, top-k, renormalised when the checkpoint says so,
     no shared expert, no expert bias."""
     routed = make_routed_experts_config(
-        dim=dim, hidden_dim=moe.ffn_dim, num_experts=moe.num_experts, top_k=moe.top_k,
-        param_init=linear_init, comm_backend="standard",
+        dim=dim,
+        hidden_dim=moe.ffn_dim,
+        num_experts=moe.num_experts,
+        top_k=moe.top_k,
+        param_init=linear_init,
+        comm_backend="standard",
     )
     inner = routed.inner_experts
     routed.inner_experts = ExactGroupedExperts.Config(
-        dim=inner.dim, hidden_dim=inner.hidden_dim, num_experts=inner.num_experts,
+        dim=inner.dim,
+        hidden_dim=inner.hidden_dim,
+        num_experts=inner.num_experts,
         param_init={"w1_EFD": linear_init["weight"], "w2_EDF": linear_init["weight"], "w3_EFD": linear_init["weight"]},
     )
     router = ReplayableRouter.Config(

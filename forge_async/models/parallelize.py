@@ -81,8 +81,14 @@ def _expert_parallel_dims(device_type: str, expert_parallel: int) -> "ParallelDi
     # a CPU trainer's meshes are CPU (gloo) ones.
     parallel_dims.device_type = device_type
     dims = ParallelDims(
-        dp_replicate=1, dp_shard=-1, cp=1, tp=1, pp=1, ep=expert_parallel,
-        world_size=dist.get_world_size(), spmd_backend="partial_dtensor",
+        dp_replicate=1,
+        dp_shard=-1,
+        cp=1,
+        tp=1,
+        pp=1,
+        ep=expert_parallel,
+        world_size=dist.get_world_size(),
+        spmd_backend="partial_dtensor",
     )
     dims.build_mesh()
     return dims
@@ -130,9 +136,7 @@ def _apply_fsdp(
         mesh, experts = init_device_mesh(device_type, (dist.get_world_size(),), mesh_dim_names=("dp",)), {}
     else:
         mesh, experts = dims.get_mesh("fsdp"), {"ep_degree": dims.ep, "edp_mesh": dims.get_mesh("efsdp")}
-    apply_fsdp_to_decoder(
-        model, mesh, param_dtype=param_dtype, reduce_dtype=torch.float32, pp_enabled=False, **experts
-    )
+    apply_fsdp_to_decoder(model, mesh, param_dtype=param_dtype, reduce_dtype=torch.float32, pp_enabled=False, **experts)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_force_sum_reduction_for_comms(True)

@@ -67,9 +67,7 @@ def write_adapter_weights(directory: str | Path, tensors: dict[str, torch.Tensor
     save_file(contiguous, str(Path(directory) / WEIGHTS_FILE), metadata={"format": "pt"})
 
 
-def save_adapter(
-    directory: str | Path, tensors: dict[str, torch.Tensor], lora: LoraConfig, base_model: str
-) -> Path:
+def save_adapter(directory: str | Path, tensors: dict[str, torch.Tensor], lora: LoraConfig, base_model: str) -> Path:
     """Write a PEFT adapter directory: adapter_config.json and adapter_model.safetensors."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ whose `router` is one, with TorchTitan's `tokens_per_expert_E` count.
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 from torch import nn

@@ -71,16 +71,18 @@ def _norm(dim: int, eps: float) -> RMSNorm.Config:
 
 def _rope(shape: ModelShape, rope: type[RoPE]) -> RoPE.Config:
     scaling = shape.rope_scaling
-    llama3_scaling = {} if scaling is None else {
-        "scaling": "llama",
-        "scaling_factor": scaling.factor,
-        "low_freq_factor": scaling.low_freq_factor,
-        "high_freq_factor": scaling.high_freq_factor,
-        "original_max_position_embeddings": scaling.original_max_position_embeddings,
-    }
-    return rope.Config(
-        dim=shape.head_dim, max_seq_len=shape.max_seq_len, theta=shape.rope_theta, **llama3_scaling
+    llama3_scaling = (
+        {}
+        if scaling is None
+        else {
+            "scaling": "llama",
+            "scaling_factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position_embeddings,
+        }
     )
+    return rope.Config(dim=shape.head_dim, max_seq_len=shape.max_seq_len, theta=shape.rope_theta, **llama3_scaling)
 
 
 def _block(shape: ModelShape, family: _Family) -> TransformerBlock.Config:
@@ -99,9 +101,11 @@ def _block(shape: ModelShape, family: _Family) -> TransformerBlock.Config:
     if shape.moe is not None:
         feed_forward = {"moe": moe_config(shape.dim, shape.moe, _LINEAR_INIT)}
     else:
-        feed_forward = {"feed_forward": make_ffn_config(
-            dim=shape.dim, hidden_dim=shape.ffn_dim, w1_param_init=_LINEAR_INIT, w2w3_param_init=_LINEAR_INIT
-        )}
+        feed_forward = {
+            "feed_forward": make_ffn_config(
+                dim=shape.dim, hidden_dim=shape.ffn_dim, w1_param_init=_LINEAR_INIT, w2w3_param_init=_LINEAR_INIT
+            )
+        }
     return family.block.Config(
         attention_norm=_norm(shape.dim, shape.norm_eps),
         ffn_norm=_norm(shape.dim, shape.norm_eps),
@@ -122,9 +126,7 @@ def titan_config(shape: ModelShape) -> Decoder.Config:
             embedding_dim=shape.dim,
             param_init={"weight": partial(nn.init.normal_, std=_INIT_STD)},
         ),
-        lm_head=Linear.Config(
-            in_features=shape.dim, out_features=shape.vocab_size, param_init=_LINEAR_INIT
-        ),
+        lm_head=Linear.Config(in_features=shape.dim, out_features=shape.vocab_size, param_init=_LINEAR_INIT),
         layers=[_block(shape, family) for _ in range(shape.n_layers)],
     )
 

@@ -67,7 +67,8 @@ BYTE_CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message['role'] not in ['" + "', '".join(CHAT_ROLES) + "'] %}"
     "{{ raise_exception('unknown chat role ' ~ message['role'] ~ '; the byte tokenizer knows "
-    + ", ".join(CHAT_ROLES) + "') }}"
+    + ", ".join(CHAT_ROLES)
+    + "') }}"
     "{% endif %}"
     "{{ '<|' ~ message['role'] ~ '|>' ~ (message['content'] or '') }}"
     "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}"

@@ -7,7 +7,6 @@ from forge_async.config.choices import check_choices
 from forge_async.config.keys import key
 
 
-
 @dataclass
 class LoggingConfig:
     tensorboard: bool = key(False, help="TensorBoard event files in `RUN_DIR/tensorboard`", resumable=True)

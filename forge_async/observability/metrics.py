@@ -34,9 +34,7 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
         "policy/version_spread_max": max(e.completion.version_spread for e in episodes),
         "completion/length_mean": statistics.fmean(lengths),
         "completion/length_max": max(lengths),
-        "completion/truncated_frac": statistics.fmean(
-            e.completion.finish_reason == "length" for e in episodes
-        ),
+        "completion/truncated_frac": statistics.fmean(e.completion.finish_reason == "length" for e in episodes),
     }
 
 
@@ -135,7 +133,9 @@ class MetricsLog:
         for sink in self.sinks:
             sink.write(step, row)
         if measured_nothing(row):
-            reasons = ", ".join(f"{k.removeprefix(EVAL_DROPPED)} {n}" for k, n in row.items() if k.startswith(EVAL_DROPPED))
+            reasons = ", ".join(
+                f"{k.removeprefix(EVAL_DROPPED)} {n}" for k, n in row.items() if k.startswith(EVAL_DROPPED)
+            )
             print(
                 f"eval v{row['eval/version']} | all {row['eval/dropped']} episodes dropped ({reasons}) | "
                 f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",

@@ -132,9 +132,13 @@ def panels_for(rows: list[dict]) -> tuple[Panel, ...]:
 
 def moe_panels(steps: list[dict]) -> tuple[Panel, Panel]:
     """Route mismatch, overall and per MoE layer, and the busiest expert's load."""
-    layers = sorted({key for row in steps for key in row if key.startswith("moe/route_mismatch/layer_")},
-                    key=lambda key: int(key.rsplit("_", 1)[1]))
-    per_layer = tuple(Line(key, key.rsplit("/", 1)[1].replace("_", " "), scale=100, width=1.0, alpha=0.5) for key in layers)
+    layers = sorted(
+        {key for row in steps for key in row if key.startswith("moe/route_mismatch/layer_")},
+        key=lambda key: int(key.rsplit("_", 1)[1]),
+    )
+    per_layer = tuple(
+        Line(key, key.rsplit("/", 1)[1].replace("_", " "), scale=100, width=1.0, alpha=0.5) for key in layers
+    )
     return (
         Panel(
             "MoE: routes the trainer's routers would choose differently",

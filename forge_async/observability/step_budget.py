@@ -27,8 +27,12 @@ from forge_async.observability.span_names import HELD_BACK, TRAINER_LOOP_LANE
 
 STEP = ("controller", TRAINER_LOOP_LANE, span_names.STEP)
 USEFUL = {
-    span_names.FORWARD, span_names.BACKWARD, span_names.OPTIMIZER, span_names.PUBLISH_WEIGHTS,
-    span_names.DECODE, span_names.SWAP_WEIGHTS,
+    span_names.FORWARD,
+    span_names.BACKWARD,
+    span_names.OPTIMIZER,
+    span_names.PUBLISH_WEIGHTS,
+    span_names.DECODE,
+    span_names.SWAP_WEIGHTS,
 }
 
 Interval = tuple[float, float]  # microseconds
@@ -106,8 +110,13 @@ def step_budget(lanes: dict, window: Interval) -> dict[str, float]:
         busy = [(s, e) for _, s, e in inside]
         budget[f"{track} | {lane} | idle"] += (length - union_length(busy)) / 1e3
         busy_by_track[track].append(busy)
-    held = [(s, e) for (track, _), spans in lanes.items() if track == "controller"
-            for name, s, e in _clip(spans, window) if name == HELD_BACK]
+    held = [
+        (s, e)
+        for (track, _), spans in lanes.items()
+        if track == "controller"
+        for name, s, e in _clip(spans, window)
+        if name == HELD_BACK
+    ]
     for track in {track for track, _ in lanes} - {"controller"}:  # a generator with no span this step too
         budget.update(_actor_idle(track, busy_by_track.get(track, []), held, length))
     budget["step"] = length / 1e3

@@ -15,7 +15,9 @@ Dropped = dict[str, int]  # samples lost before the buffer, by reason
 class Generator(Protocol):
     """What rollouts ask of one generator (handles/generators/generator.py: GeneratorHandle)."""
 
-    async def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]: ...
+    async def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, n: int
+    ) -> list[list[Completion]]: ...
 
 
 @dataclass(frozen=True)

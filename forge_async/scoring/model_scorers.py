@@ -18,6 +18,7 @@ from forge_async.tasks.task import Prompt
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, ScorerFailed, flatten, regroup
 
+
 class ScorerModel(Protocol):
     """The scorer's model on its mesh (handles/scorers.py); a dead proc raises ScorerFailed."""
 

@@ -71,9 +71,7 @@ class ScoringTier:
         self, prompts: list[Prompt], groups: list[list[Completion]], first_group_id: int
     ) -> tuple[list[Episode], int]:
         """Episodes of every completion the scorers could score, and how many they could not."""
-        verdicts = await asyncio.gather(
-            *(self.clocks[s.name].timed(s.score(prompts, groups)) for s in self.scorers)
-        )
+        verdicts = await asyncio.gather(*(self.clocks[s.name].timed(s.score(prompts, groups)) for s in self.scorers))
         episodes, unscored = [], 0
         for offset, (prompt, completions) in enumerate(zip(prompts, groups, strict=True)):
             scored = []

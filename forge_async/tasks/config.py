@@ -56,7 +56,9 @@ class ReasoningGymConfig:
         names = [d.name for d in self.datasets]
         for i, dataset in enumerate(self.datasets):
             if not dataset.weight > 0:
-                raise ConfigError(f"task.reasoning_gym.datasets[{i}].weight={dataset.weight}: must be > 0 ({dataset.name})")
+                raise ConfigError(
+                    f"task.reasoning_gym.datasets[{i}].weight={dataset.weight}: must be > 0 ({dataset.name})"
+                )
             if dataset.name in names[:i]:
                 raise ConfigError(f"task.reasoning_gym.datasets[{i}]: {dataset.name} is in the mix twice")
         check_range("task.reasoning_gym.size", self.size, Range(1))
@@ -127,7 +129,10 @@ class TaskConfig:
 
     def __post_init__(self) -> None:
         check_range(
-            "task.min_digits", self.min_digits, Range(1, self.num_digits), nullable=True,
+            "task.min_digits",
+            self.min_digits,
+            Range(1, self.num_digits),
+            nullable=True,
             note="at most task.num_digits",
         )
 

@@ -15,7 +15,7 @@ import random
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import datasets
 
@@ -225,8 +225,7 @@ def row_prompt(row: dict, config: TaskConfig, tokenizer, max_prompt_tokens: int)
     if len(token_ids) > max_prompt_tokens:
         raise BadRow(
             "too_long",
-            f"the prompt is {len(token_ids)} tokens; the context leaves {max_prompt_tokens} "
-            "after sampling.max_tokens",
+            f"the prompt is {len(token_ids)} tokens; the context leaves {max_prompt_tokens} after sampling.max_tokens",
         )
     return Prompt(token_ids=token_ids, answer=str(answer), text=text)
 

@@ -5,7 +5,7 @@ alone lifts it (docs/tasks.md has the measured step counts).
 """
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from forge_async.data.episode import Completion
 from forge_async.tasks.task import HeldOutSplit, Prompt, Sampled, TaskError, prompt_token_ids
@@ -42,14 +42,10 @@ class DigitTask:
     """Prompt = BOS d1..dn SEP, n from min_digits to num_digits; the answer is computed from the
     prompt's digits (`DIGIT_RULES`)."""
 
-    def __init__(
-        self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int, min_digits: int | None = None
-    ):
+    def __init__(self, name: str, num_digits: int, tokenizer, max_prompt_tokens: int, min_digits: int | None = None):
         rules = DIGIT_RULES
         if name not in rules:
-            raise TaskError(
-                f"unknown task {name!r}; built-in tasks: {', '.join(rules)}, tool_lookup, or 'dataset'"
-            )
+            raise TaskError(f"unknown task {name!r}; built-in tasks: {', '.join(rules)}, tool_lookup, or 'dataset'")
         if num_digits < 1:
             raise TaskError(f"task.num_digits must be >= 1, got {num_digits}")
         prompt_tokens = len(prompt_token_ids(tokenizer, "9" * num_digits))

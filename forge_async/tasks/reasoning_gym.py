@@ -88,7 +88,9 @@ class ReasoningGymTask:
                 f"leaves {self.max_prompt_tokens} after sampling.max_tokens (question: {entry['question']!r})"
             )
         source = entry["metadata"]["source_dataset"]
-        return Prompt(token_ids=ids, answer=entry["answer"], text=entry["question"], meta={"source": source, "entry": entry})
+        return Prompt(
+            token_ids=ids, answer=entry["answer"], text=entry["question"], meta={"source": source, "entry": entry}
+        )
 
     def extract_answer(self, text: str) -> str | None:
         """The completion's answer: its last <answer_tag> block (None without one), or all of it."""

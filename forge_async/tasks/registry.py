@@ -8,6 +8,7 @@ from forge_async.tasks.seeds import SeedsTask
 from forge_async.tasks.task import Task, TaskError
 from forge_async.tasks.tool_lookup import ToolLookupTask
 
+
 def _digits(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
     return DigitTask(config.name, config.num_digits, tokenizer, max_prompt_tokens, config.min_digits)
 
@@ -54,9 +55,7 @@ def build_task(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
     may take so that a full-length completion still fits.
     """
     if max_prompt_tokens < 1:
-        raise TaskError(
-            f"sampling.max_tokens leaves no room for a prompt in the context ({max_prompt_tokens} tokens)"
-        )
+        raise TaskError(f"sampling.max_tokens leaves no room for a prompt in the context ({max_prompt_tokens} tokens)")
     if config.name not in TASKS:
         raise TaskError(f"unknown task {config.name!r}; built-in tasks: {', '.join(TASKS)}")
     return TASKS[config.name](config, tokenizer, max_prompt_tokens)

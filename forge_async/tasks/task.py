@@ -3,7 +3,8 @@ a completion, and the helpers every task family shares."""
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 from forge_async.data.episode import Completion
 from forge_async.errors import UserError

@@ -13,7 +13,6 @@ from forge_async.config.keys import key
 from forge_async.config.checks import POSITIVE, check_range
 
 
-
 def default_root() -> Path:
     """/dev/shm where it can be written (memory), else the temporary directory."""
     shm = Path("/dev/shm")

@@ -43,9 +43,7 @@ class Generators(Protocol):
 
 
 class WeightDelivery:
-    def __init__(
-        self, generators: Generators, route: WeightRoute, on_loaded: Callable[[], Awaitable] | None = None
-    ):
+    def __init__(self, generators: Generators, route: WeightRoute, on_loaded: Callable[[], Awaitable] | None = None):
         """`on_loaded()`: after a receiver loads a version, or a pin ends (admission control
         learns that generators moved on)."""
         self.generators = generators
@@ -208,7 +206,8 @@ class WeightDelivery:
         self.link_failures[index] += 1
         print(
             f"warning: {error}; that host keeps version {self.loaded[index]}, and is sent the newest again",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
         asyncio.get_running_loop().call_later(_RETRY_S, self._wake[index].set)
 

@@ -49,7 +49,9 @@ def join_rendezvous(point: Rendezvous, timeout_s: float) -> TCPStore:
     return TCPStore(point.address, point.port, is_master=False, timeout=_delta(timeout_s))
 
 
-def open_pair(store: Store, relay: int, attempt: int, rank: int, own_address: str, timeout_s: float) -> ProcessGroupGloo:
+def open_pair(
+    store: Store, relay: int, attempt: int, rank: int, own_address: str, timeout_s: float
+) -> ProcessGroupGloo:
     """The gloo pair of relay `relay` (blocks until the other side opens it too)."""
     options = ProcessGroupGloo._Options()
     options._timeout = _delta(timeout_s)
@@ -170,7 +172,9 @@ class ReceivedVersion:
         return version, header.numpy().tobytes()
 
 
-def relay_version(pair: ProcessGroupGloo, received: ReceivedVersion, channel: SharedMemoryChannel, writing: Lock) -> int:
+def relay_version(
+    pair: ProcessGroupGloo, received: ReceivedVersion, channel: SharedMemoryChannel, writing: Lock
+) -> int:
     """The next version over `pair` into `channel` once whole, then its number back to the sender;
     returns it. `writing` serialises the writes of a relay's pairs (an old pair's thread may still
     be receiving as a new one starts), and a version never goes over a newer one."""

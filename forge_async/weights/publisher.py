@@ -86,7 +86,9 @@ class WeightPublisher:
         error = cudart.cudaHostRegister(mapping.data_ptr(), mapping.numel(), 0)  # a uint8 mapping
         if error != 0:
             self._may_page_lock = False
-            logger.warning("weights: page-locking the shared-memory slot failed (CUDA error %s); publishing unpinned", int(error))
+            logger.warning(
+                "weights: page-locking the shared-memory slot failed (CUDA error %s); publishing unpinned", int(error)
+            )
             return False
         self._page_locked[slot] = mapping
         return True

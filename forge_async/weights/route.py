@@ -55,7 +55,11 @@ def relay_nodes(config: RunConfig) -> list[int]:
 
 def uses_torchstore(config: RunConfig) -> bool:
     """Whether weights travel through torchstore: its transport, or relays fed from it."""
-    return config.weights.transport == "torchstore" or bool(relay_nodes(config)) and config.weights.cross_host == "torchstore"
+    return (
+        config.weights.transport == "torchstore"
+        or bool(relay_nodes(config))
+        and config.weights.cross_host == "torchstore"
+    )
 
 
 def plan_route(config: RunConfig, generators: VersionLoader, relays: VersionLoader) -> WeightRoute:

@@ -90,7 +90,9 @@ class SharedMemoryChannel:
         self._latest_path = str(self.directory / _LATEST)
         self._doorbell_path = str(self.directory / _DOORBELL)  # rung at every publish
         self._maps: dict[int, tuple[int, torch.Tensor]] = {}  # slot -> (inode, mapping)
-        self._views: dict[int, tuple[torch.Tensor, bytes, dict[str, torch.Tensor]]] = {}  # slot -> (mapping, header, views)
+        self._views: dict[
+            int, tuple[torch.Tensor, bytes, dict[str, torch.Tensor]]
+        ] = {}  # slot -> (mapping, header, views)
         self._write_lock: int | None = None
 
     def slot_path(self, slot: int) -> Path:

@@ -59,9 +59,7 @@ def policy_key(version: int) -> str:
     return f"{_POLICY_PREFIX}/v{version}"
 
 
-async def put_policy(
-    state_dict: dict[str, torch.Tensor], version: int, store_name: str = STORE_NAME
-) -> None:
+async def put_policy(state_dict: dict[str, torch.Tensor], version: int, store_name: str = STORE_NAME) -> None:
     await ts.put_state_dict(state_dict, policy_key(version), store_name=store_name)
 
 

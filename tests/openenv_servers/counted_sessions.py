@@ -75,7 +75,9 @@ def _log(record: dict) -> None:
 
 
 def _app(environment: type[CountedSessionsEnv], sessions: int):
-    return create_app(environment, TurnAction, ReceivedObservation, env_name="counted_sessions", max_concurrent_envs=sessions)
+    return create_app(
+        environment, TurnAction, ReceivedObservation, env_name="counted_sessions", max_concurrent_envs=sessions
+    )
 
 
 one_session = _app(CountedSessionsEnv, 1)

@@ -24,10 +24,16 @@ def spawn_generator(
 
 
 def spawn_trainer(
-    checkpoint: Checkpoint, procs: int, weights: WeightsConfig | None = None, lora: LoraConfig | None = None,
-    moe: MoeConfig | None = None, **overrides,
+    checkpoint: Checkpoint,
+    procs: int,
+    weights: WeightsConfig | None = None,
+    lora: LoraConfig | None = None,
+    moe: MoeConfig | None = None,
+    **overrides,
 ):
     """A fresh trainer mesh (the caller stops it with `meshes.stop_all`)."""
     config = TrainerConfig(procs=procs, lr_schedule="constant", **overrides)  # no run for a decay to span
     weights = weights or WeightsConfig("torchstore")
-    return asyncio.run(meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, PAD_ID, lora=lora, moe=moe), weights))
+    return asyncio.run(
+        meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, PAD_ID, lora=lora, moe=moe), weights)
+    )

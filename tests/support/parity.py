@@ -43,9 +43,7 @@ def sampled_parity(generator, trainer) -> float:
         [[11, 3, 1, 4, 13], [11, 9, 2, 6, 13]], SamplingConfig(max_tokens=6), n=4
     ).get()
     completions = [c for group in groups for c in group]
-    scored = trainer.sequence_logprobs.call_one(
-        [c.prompt_ids + c.token_ids for c in completions]
-    ).get()
+    scored = trainer.sequence_logprobs.call_one([c.prompt_ids + c.token_ids for c in completions]).get()
     return max_diff(
         [c.logprobs for c in completions],
         [s[len(c.prompt_ids) - 1 :] for c, s in zip(completions, scored)],
@@ -53,13 +51,8 @@ def sampled_parity(generator, trainer) -> float:
 
 
 def toy_episodes(generator) -> list[Episode]:
-    groups = generator.generate.call_one(
-        [[11, 5, 2, 8, 13]], SamplingConfig(max_tokens=4), n=8
-    ).get()
-    return [
-        Episode(c, reward=float(i % 2), advantage=1.0 if i % 2 else -1.0)
-        for i, c in enumerate(groups[0])
-    ]
+    groups = generator.generate.call_one([[11, 5, 2, 8, 13]], SamplingConfig(max_tokens=4), n=8).get()
+    return [Episode(c, reward=float(i % 2), advantage=1.0 if i % 2 else -1.0) for i, c in enumerate(groups[0])]
 
 
 def assert_parity_across_one_step(generator, trainer, tolerance: float = TOLERANCE) -> list[list[float]]:
@@ -105,7 +98,7 @@ def assert_vllm_matches_transformers(model_dir: Path, model, adapter_dir: Path |
         [sys.executable, "-c", VLLM_SCORE, str(model_dir), *adapter], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("LOGPROBS"))
+    line = next(out for out in proc.stdout.splitlines() if out.startswith("LOGPROBS"))
     vllm_logprobs = json.loads(line.split(" ", 1)[1])
     tokens = torch.tensor([[11, 3, 1, 4, 13, 4, 12]])
     with torch.no_grad():

@@ -70,7 +70,7 @@ class Conversation:
                 "agent_template_not_append_only",
                 "the chat template renders the earlier messages differently once new ones follow",
             )
-        return after[len(before):]
+        return after[len(before) :]
 
     def _render(self, messages: list[dict], tools: list | None, generation_prompt: bool) -> str:
         try:

@@ -124,7 +124,7 @@ class AgentEnvironment:
         remaining = self.deadline - asyncio.get_running_loop().time()
         try:
             event = await asyncio.wait_for(self.session.events.get(), max(remaining, 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             timeout = self.episodes.config.episode_timeout_s
             raise EpisodeDropped("agent_timeout", f"the agent ran past env.agent.episode_timeout_s={timeout}") from None
         if isinstance(event, HistoryEdited):
@@ -137,7 +137,8 @@ class AgentEnvironment:
 def _reward(value) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise EpisodeDropped(
-            "agent_error", f"the agent returned {value!r}; an agent returns its reward (a finite number) or its answer (text)"
+            "agent_error",
+            f"the agent returned {value!r}; an agent returns its reward (a finite number) or its answer (text)",
         )
     return float(value)
 
@@ -147,7 +148,7 @@ async def agent_environments(name: str, config: AgentConfig, tokenizer) -> Async
     """env.name=agent:...'s episodes; this process's endpoint stopped after the block."""
     episodes = AgentEpisodes(name, config, tokenizer)
     try:
-        episodes.tool_calls  # an unknown env.agent.tool_parser fails now, not in every episode
+        _ = episodes.tool_calls  # an unknown env.agent.tool_parser fails now, not in every episode
     except KeyError as err:
         raise ConfigError(f"env.agent.tool_parser={config.tool_parser!r}: not a vLLM tool parser ({err})") from None
     try:

@@ -146,7 +146,9 @@ class ToolCallAction:
     @cached_property
     def _request(self):
         """The request the parser reads a turn for: it offers the server's tools."""
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # seconds to import: MCP only
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            ChatCompletionRequest,
+        )  # seconds to import: MCP only
 
         return ChatCompletionRequest(model="policy", messages=[{"role": "user", "content": ""}], tools=list(self.tools))
 

@@ -69,7 +69,7 @@ class _SessionClient(GenericEnvClient):
         try:
             await self._send({"type": "close"})
             await asyncio.wait_for(self._ws.wait_closed(), _CLOSE_WAIT_S)
-        except (ConnectionClosed, OSError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionClosed, OSError):
             pass  # gone already, or slow to go: closed from this end below
         finally:
             await self._ws.close()
@@ -106,7 +106,12 @@ class OpenEnvEpisode:
 
     async def reset(self, prompt: Prompt) -> Observation:
         seed = zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode())
-        arguments = {"prompt": prompt.text, "meta": prompt.meta, "seed": seed, "eos_token_id": self.sessions.eos_token_id}
+        arguments = {
+            "prompt": prompt.text,
+            "meta": prompt.meta,
+            "seed": seed,
+            "eos_token_id": self.sessions.eos_token_id,
+        }
         reply = await self._call("reset", **arguments | reset_arguments(self.config.reset_kwargs, prompt, seed))
         # A server whose opening shows nothing (an MCP server's): the task's prompt opens the episode.
         return opening(self.sessions.actions, self.observation_text(reply.observation) or prompt.text)
@@ -172,6 +177,7 @@ class OpenEnvEpisode:
                 raise SessionRefused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
             reason = "openenv_refused" if code.group(1) == _FACTORY_ERROR else "openenv_error"
             raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
+
 
 async def _exits(pid: int) -> bool:
     """Whether process `pid` has exited, or does within _EXIT_WAIT_S: a dying process closes its

@@ -50,9 +50,9 @@ class ObservationText:
             return contents
         grown, last = contents[len(shown) - 1], shown[-1]
         if grown == last and len(contents) > len(shown):
-            return contents[len(shown):]
+            return contents[len(shown) :]
         if grown != last and grown.startswith(last):
-            return [grown[len(last):].strip()] + contents[len(shown):]
+            return [grown[len(last) :].strip()] + contents[len(shown) :]
         return contents
 
 

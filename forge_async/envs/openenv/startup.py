@@ -43,7 +43,7 @@ def check_tool_parser(actions: ToolCallAction) -> None:
     if actions.tokenizer is None:
         raise ConfigError("env.name=openenv: the server's actions are MCP tool calls, read with the model's tokenizer")
     try:
-        actions.reader
+        _ = actions.reader  # an unknown parser fails now, not at the first turn
     except KeyError as err:
         raise ConfigError(f"env.openenv.tool_parser={actions.parser!r}: not a vLLM tool parser ({err})") from None
 
@@ -53,7 +53,7 @@ async def check_opening(sessions: OpenEnvSessions, tokenizer, context: int) -> N
     episode = sessions()
     try:
         opening = await asyncio.wait_for(episode.reset(_PROBE), sessions.timeout_s)
-    except (EpisodeDropped, EnvironmentFailed, asyncio.TimeoutError):
+    except (TimeoutError, EpisodeDropped, EnvironmentFailed):
         return  # its first episodes show what is wrong, by reason
     finally:
         await episode.close()

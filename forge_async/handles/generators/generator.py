@@ -54,7 +54,9 @@ class GeneratorHandle(RoleHandle):
         with self.pace.generating(len(prompt_ids) * n):
             return await self._call(lambda: self._generate_once(prompt_ids, sampling, n))
 
-    async def _generate_once(self, prompt_ids: list[list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
+    async def _generate_once(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, n: int
+    ) -> list[list[Completion]]:
         """One try of a generate call; its samples are counted lost if its proc dies meanwhile."""
         try:
             return await self._replies.call_one(self.actor.generate, prompt_ids, sampling, n, alive=self.actor.where)
@@ -74,7 +76,9 @@ class GeneratorHandle(RoleHandle):
     async def load_version(self, version: int) -> Loaded | ReceiverLost:
         """Load `version` from torchstore, or be lost (its node is gone)."""
         try:
-            loaded = await self._call(lambda: self._replies.call_one(self.actor.load_version, version, alive=self.actor.where))
+            loaded = await self._call(
+                lambda: self._replies.call_one(self.actor.load_version, version, alive=self.actor.where)
+            )
         except GeneratorLost as lost:
             return ReceiverLost(str(lost))
         return Loaded(loaded["version"])

@@ -45,7 +45,9 @@ class GeneratorLives:
         """Count a restart of the generator `failed` names (it failed with `err`); GeneratorFailed
         once they are used up."""
         if self.restarts >= self.max_restarts:
-            raise GeneratorFailed(f"{failed} and generator.max_restarts={self.max_restarts} restarts are used up: {err}")
+            raise GeneratorFailed(
+                f"{failed} and generator.max_restarts={self.max_restarts} restarts are used up: {err}"
+            )
         self.restarts += 1
 
     def lose(self, index: int, loss: str) -> None:
