@@ -1,4 +1,4 @@
-"""Several hosts, simulated with network namespaces (tests/netns.py): launch, placement, failures.
+"""Several hosts, simulated with network namespaces (forge_async/cluster/netns.py): launch, placement, failures.
 
 Every node runs `python -m forge_async.cluster ... -- apps.grpo ...` as a user would on a
 cluster; each has its own address (192.0.2.0/24), hostname and /dev/shm, so the
