@@ -192,7 +192,8 @@ class EnvRunner:
         name = method.__name__
         try:
             if inspect.iscoroutinefunction(method):
-                return await asyncio.wait_for(method(*args), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):
+                    return await method(*args)
             return method(*args)
         except (EnvironmentFailed, EpisodeDropped):  # an environment may drop its episode by a reason of its own
             raise

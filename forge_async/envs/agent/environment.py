@@ -123,7 +123,8 @@ class AgentEnvironment:
         """The agent's next request or its return; its failures as EpisodeDropped."""
         remaining = self.deadline - asyncio.get_running_loop().time()
         try:
-            event = await asyncio.wait_for(self.session.events.get(), max(remaining, 0.0))
+            async with asyncio.timeout(max(remaining, 0.0)):
+                event = await self.session.events.get()
         except TimeoutError:
             timeout = self.episodes.config.episode_timeout_s
             raise EpisodeDropped("agent_timeout", f"the agent ran past env.agent.episode_timeout_s={timeout}") from None

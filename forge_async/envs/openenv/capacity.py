@@ -111,7 +111,8 @@ async def _close_session(ws: ClientConnection) -> None:
     """End a session the way the server expects: a `close` message, then its close."""
     try:
         await ws.send(json.dumps({"type": "close"}))
-        await asyncio.wait_for(ws.wait_closed(), _CLOSE_WAIT_S)
+        async with asyncio.timeout(_CLOSE_WAIT_S):
+            await ws.wait_closed()
     except (ConnectionClosed, OSError, TimeoutError):
         pass
     finally:
@@ -143,7 +144,8 @@ class SessionLimit:
         if self._free is None:
             self._free = asyncio.Semaphore(self.sessions)
         try:
-            await asyncio.wait_for(self._free.acquire(), self.wait_s)
+            async with asyncio.timeout(self.wait_s):
+                await self._free.acquire()
         except TimeoutError:
             raise EpisodeDropped(
                 "openenv_session_wait",

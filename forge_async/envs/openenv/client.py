@@ -68,7 +68,8 @@ class _SessionClient(GenericEnvClient):
             return
         try:
             await self._send({"type": "close"})
-            await asyncio.wait_for(self._ws.wait_closed(), _CLOSE_WAIT_S)
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                await self._ws.wait_closed()
         except (TimeoutError, ConnectionClosed, OSError):
             pass  # gone already, or slow to go: closed from this end below
         finally:

@@ -52,7 +52,10 @@ async def check_opening(sessions: OpenEnvSessions, tokenizer, context: int) -> N
     """A ConfigError if the server's opening observation cannot be read or leaves no room in `context`."""
     episode = sessions()
     try:
-        opening = await asyncio.wait_for(episode.reset(_PROBE), sessions.timeout_s)
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for drops a cancellation (Ctrl-C, SIGTERM at
+        # start-up) that arrives as the awaited result does, and the run would go on.
+        async with asyncio.timeout(sessions.timeout_s):
+            opening = await episode.reset(_PROBE)
     except (TimeoutError, EpisodeDropped, EnvironmentFailed):
         return  # its first episodes show what is wrong, by reason
     finally:
