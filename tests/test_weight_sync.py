@@ -157,7 +157,7 @@ def test_drain_mode_loads_a_version_once_the_running_requests_end(unlimited_drai
         running = generator.generate.call_one([PROMPT], longest_completion(checkpoint))
         # Calls start in the order sent: once this one is answered, the first is in the engine.
         await generator.generate.call_one([PROMPT], SamplingConfig(max_tokens=1))
-        assert (await generator.load_version.call_one(7))["version"] == 7
+        assert (await generator.load_version.call_one(7)).version == 7
         return (await running)[0][0]
 
     try:

@@ -39,6 +39,7 @@ from forge_async.weights.config import WeightsConfig
 from forge_async.observability.span_names import DECODE, SWAP_WEIGHTS
 from forge_async.observability.spans import TRACER
 from forge_async.weights.scratch import temporary_files
+from forge_async.weights.outcomes import Loaded
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -93,7 +94,7 @@ class Generator(ProcActor):
         self._busy_s = 0.0
 
     @endpoint
-    async def setup(self) -> dict[str, float]:
+    async def setup(self) -> float:
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", self.config.cpu_threads_bind)
         if self.scratch_dir is not None:
             # The engine's temporary files (vLLM's rendezvous file) and the LoRA adapter's
@@ -130,7 +131,7 @@ class Generator(ProcActor):
             )
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
-        return {"engine_start_s": time.perf_counter() - start}
+        return time.perf_counter() - start  # the engine's start-up, in seconds
 
     def _route_capture(self, on_gpu: bool):
         """For an MoE model, the record of each token's experts (always: the trainer reports how
@@ -307,23 +308,20 @@ class Generator(ProcActor):
 
     @endpoint
     @answers_on_port
-    async def load_version(self, version: int) -> dict[str, float]:
+    async def load_version(self, version: int) -> Loaded:
         """Load policy `version` (or a newer one, from the shm channel) while generate calls run,
         as generator.swap_mode says: in drain mode once the running requests have finished."""
-        start = time.perf_counter()
         if self.channel is not None:
             await self._drain()
             with self.channel.reading(version) as (version, state_dict):
                 self._swap(state_dict, version)
-            return {"version": version, "load_ms": (time.perf_counter() - start) * 1e3}
+            return Loaded(version)
         from forge_async.weights import store  # heavy to import: only for its transport
 
         state_dict = await store.get_policy(version)
-        fetched = time.perf_counter()
         await self._drain()
         self._swap(state_dict, version)
-        end = time.perf_counter()
-        return {"version": version, "fetch_ms": (fetched - start) * 1e3, "load_ms": (end - fetched) * 1e3}
+        return Loaded(version)
 
     async def _drain(self) -> None:
         """In drain mode, before a swap: no new request starts until the running ones have

@@ -79,8 +79,8 @@ async def spawn_generator(
     if procs is None:
         procs = spawn_procs(host, 1, f"generator{index}", log_dir)
     generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config, weights, lora)
-    timing = await generator.setup.call_one()
-    return procs, generator, timing
+    engine_start_s = await generator.setup.call_one()
+    return procs, generator, engine_start_s
 
 
 async def spawn_replay_buffer(

@@ -58,7 +58,7 @@ class RoleSpawner:
         )
 
     async def generator(self, index: int):
-        """(procs, Generator, its start-up timing) with the initial weights loaded."""
+        """(procs, Generator, its engine's start-up in seconds) with the initial weights loaded."""
         c = self.config
         return await meshes.spawn_generator(
             self.checkpoint,

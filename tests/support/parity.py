@@ -69,7 +69,7 @@ def assert_parity_across_one_step(generator, trainer, tolerance: float = TOLERAN
     metrics = trainer.train_step.call_one(toy_episodes(generator)).get()
     assert metrics["version"] == 1
     assert trainer.push_weights.call_one().get().version == 1
-    assert generator.load_version.call_one(1).get()["version"] == 1
+    assert generator.load_version.call_one(1).get().version == 1
     assert generator.get_version.call_one().get() == 1
     v1 = generator.score.call_one(sequences).get()
     assert max_diff(v1, trainer.sequence_logprobs.call_one(sequences).get()) < tolerance

@@ -39,8 +39,7 @@ class GeneratorHandle(RoleHandle):
         self._replies = ReplyPort()  # generate calls, many a step, and loads: answered on one port
 
     async def _spawn(self) -> tuple:
-        procs, actor, timing = await self.spawner.generator(self.index)
-        self.engine_start_s = timing["engine_start_s"]
+        procs, actor, self.engine_start_s = await self.spawner.generator(self.index)
         return procs, actor
 
     def node(self) -> int:
@@ -76,12 +75,11 @@ class GeneratorHandle(RoleHandle):
     async def load_version(self, version: int) -> Loaded | ReceiverLost:
         """Load `version` from torchstore, or be lost (its node is gone)."""
         try:
-            loaded = await self._call(
+            return await self._call(
                 lambda: self._replies.call_one(self.actor.load_version, version, alive=self.actor.where)
             )
         except GeneratorLost as lost:
             return ReceiverLost(str(lost))
-        return Loaded(loaded["version"])
 
     async def set_rng_state(self, state) -> None:
         await self._call(lambda: self.actor.set_rng_state.call_one(state))
