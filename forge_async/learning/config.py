@@ -61,8 +61,8 @@ class TrainerConfig:
             "Logprobs and gradients are those of separate rows (to float rounding). A response joins its "
             "prompt's row only while the prompt's linear-layer FLOPs it saves exceed the attention FLOPs "
             "the longer masked row adds (long responses behind a short prompt keep rows of their own). "
-            "The CPU default's trainer step: ~40 -> ~19 ms "
-            "([benchmarks.md](benchmarks.md#pipeline-how-busy-both-sides-are-benchmarkspipelinepipelinepy)). "
+            "The CPU default's trainer step with and without it: "
+            "[benchmarks.md](benchmarks.md#pipeline-how-busy-both-sides-are-benchmarkspipelinepipelinepy). "
             "false: one row per sequence, plain causal attention"
         ),
     )
@@ -115,11 +115,9 @@ class TrainerConfig:
     compile: bool = key(
         False,
         help=(
-            "`torch.compile` each transformer block (meant for GPU; not run in CI). On one H100, "
-            "Qwen3-0.6B's shape: 1.5x the eager step, the first step ~30 s longer; batches of new shapes "
-            "recompile over the first steps, then shapes are dynamic (on CPU, toy model: 6 graphs over 8 "
-            "differently shaped batches) "
-            "([benchmarks.md](benchmarks.md#the-trainer-on-one-gpu-benchmarkscomponentsgpu_trainerpy))"
+            "`torch.compile` each transformer block (meant for GPU; not run in CI). Batches of new shapes "
+            "recompile over the first steps, then shapes are dynamic. What it gives and costs on one GPU: "
+            "[benchmarks.md](benchmarks.md#the-trainer-on-one-gpu-benchmarkscomponentsgpu_trainerpy)"
         ),
     )
     expert_parallel: int = key(
