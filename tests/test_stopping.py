@@ -185,18 +185,24 @@ def test_a_controller_killed_outright_leaves_no_process_of_the_run(tmp_path):
 
 
 @pytest.mark.e2e
-def test_sigterm_during_start_up_leaves_no_process_of_the_run(tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_during_start_up_leaves_no_process_of_the_run(tmp_path, sigint):
     """Before the training loop takes signals, SIGTERM is taken as Ctrl-C: the start is cancelled and
-    what was started stopped on the way out, where by default the process would die on the spot."""
+    what was started stopped on the way out, where by default the process would die on the spot.
+    Also for a run that inherits SIGINT ignored, as a script's background job does."""
     before: dict[int, str] = {}
 
     def sigterm(proc) -> None:
         before.update(descendants(proc.pid))
         os.killpg(proc.pid, signal.SIGTERM)
 
-    run = run_app_acting_at(
-        tmp_path / "run", {"OpenEnv server": sigterm}, "--config-name=tool_lookup_openenv", timeout=300
-    )
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
+    try:
+        run = run_app_acting_at(
+            tmp_path / "run", {"OpenEnv server": sigterm}, "--config-name=tool_lookup_openenv", timeout=300
+        )
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     assert run.returncode == 128 + signal.SIGINT and "interrupted during start-up" in run.output, run.output
     assert any("uvicorn" in command for command in before.values()), before
     assert still_running(before, within_s=30) == [], {p: before[p] for p in before if alive(p)}

@@ -56,5 +56,9 @@ def stop_on_signals(request_stop: Callable[[str], None], grace_s: float) -> Iter
 def take_sigterm_as_ctrl_c() -> None:
     """Outside the training loop (start-up, the procs' stop), SIGTERM does what Ctrl-C does there:
     what was started is stopped by the `finally` blocks on the way out (asyncio.run cancels its
-    task on SIGINT), where by default the process would die on the spot, leaving its children."""
+    task on SIGINT), where by default the process would die on the spot, leaving its children.
+    A run started as a script's background job inherits SIGINT ignored, which would make the
+    SIGTERM do nothing: SIGINT is taken back (no terminal's Ctrl-C reaches a background job)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
