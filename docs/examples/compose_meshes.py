@@ -49,14 +49,14 @@ async def compose(steps: int, trainer_procs: int, workdir: Path, log_dir: Path) 
     trainer_config = TrainerConfig(procs=trainer_procs, lr_schedule="constant")  # a decay would need lr_total_steps
     learner = LearnerSpec(str(checkpoint.path), trainer_config, tokenizer.pad_token_id)
     trainer_procs_mesh, trainer = await meshes.spawn_trainer(learner, weights, log_dir=log_dir)
-    generator_procs, generator, timing = await meshes.spawn_generator(
+    generator_procs, generator, engine_start_s = await meshes.spawn_generator(
         checkpoint,
         GeneratorConfig(kv_cache_gib=0.25),
         weights,
         log_dir=log_dir,  # a tiny model needs little KV
     )
     buffer_procs, buffer = await meshes.spawn_replay_buffer(max_policy_age=0, capacity=1024, log_dir=log_dir)
-    print(f"meshes up (engine start {timing['engine_start_s']:.1f}s); proc logs in {log_dir}")
+    print(f"meshes up (engine start {engine_start_s:.1f}s); proc logs in {log_dir}")
 
     rng = random.Random(0)
     try:
@@ -70,11 +70,11 @@ async def compose(steps: int, trainer_procs: int, workdir: Path, log_dir: Path) 
             result = (await trainer.train_step.call(batch)).item(procs=0)
             await trainer.push_weights.call()
             loaded = await generator.load_version.call_one(result["version"])
-            await store.delete_versions_before(loaded["version"])  # no one needs older ones
+            await store.delete_versions_before(loaded.version)  # no one needs older ones
             reward = sum(e.reward for e in batch) / len(batch)
             print(
                 f"step {step}: reward {reward:.2f}, loss {result['train/loss']:.4f}, "
-                f"trainer v{result['version']}, generator now v{loaded['version']}"
+                f"trainer v{result['version']}, generator now v{loaded.version}"
             )
         print("stored policy versions:", await store.stored_versions())
     finally:
