@@ -216,3 +216,41 @@ def test_environments_on_a_proc_of_their_own_drop_by_reason_and_a_killed_one_end
     assert summary["failure"].startswith("environment proc") and summary["steps"] < 30
     assert_accounting(summary)
     assert (run_dir / "final_model" / "config.json").is_file()
+
+
+@pytest.mark.procs
+def test_a_multi_turn_step_counts_the_model_s_tokens_in_every_per_token_figure(tiny_checkpoint):
+    """The trainer's loss, entropy, importance statistics and token count on a multi-turn episode
+    (environment tokens between the turns) against the same figures computed here over the model's
+    tokens alone, from the same weights."""
+    from forge_async.handles import meshes
+    from forge_async.models.titan import load_frozen_model
+    from tests.support.meshes import spawn_trainer
+
+    turns = [play(Echo, ScriptedModel(["12", "3"], versions=[0, 0])), play(Echo, ScriptedModel(["4", "56"], [0, 0]))]
+    episodes = [Episode(c, 1.0, advantage) for c, advantage in zip(turns, [1.0, -0.5])]
+    model_tokens = sum(c.model_tokens for c in turns)
+    assert model_tokens < sum(len(c.token_ids) for c in turns)  # the episodes hold environment tokens
+    mesh, trainer = spawn_trainer(tiny_checkpoint, procs=1)
+    try:
+        metrics = trainer.train_step.call_one(episodes).get()
+    finally:
+        asyncio.run(meshes.stop_all(mesh))
+
+    model = load_frozen_model(tiny_checkpoint)
+    batch = pack_episodes(episodes, PAD_ID)
+    mask = batch.response_mask.bool()
+    with torch.no_grad():
+        logprobs, entropy = (t[mask] for t in response_logprobs(model, batch))
+    behaviour, advantages = batch.behaviour_logprobs[mask], batch.advantages[mask]
+    log_ratio = logprobs - behaviour
+    weights = log_ratio.exp().clamp(max=ImportanceConfig().cap)  # truncated IS, the default
+    assert metrics["train/response_tokens"] == model_tokens
+    assert metrics["train/entropy"] == pytest.approx(entropy.mean().item(), rel=1e-4)
+    assert metrics["train/loss"] == pytest.approx(-(advantages * weights * logprobs).sum().item() / model_tokens, rel=1e-4)
+    assert metrics["is/weight_mean"] == pytest.approx(weights.mean().item(), rel=1e-4)
+    k3 = (log_ratio.exp() - 1 - log_ratio).mean().item()
+    assert metrics["is/mismatch_kl"] == pytest.approx(k3, rel=1e-4)
+    assert metrics["train/clip_frac"] == 0.0 and metrics["is/truncated_frac"] == pytest.approx(
+        (log_ratio.exp() > ImportanceConfig().cap * (1 + 1e-5)).float().mean().item()
+    )

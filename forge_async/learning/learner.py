@@ -167,7 +167,8 @@ class Learner:
         start = time.perf_counter()
         if self.device_type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        num_tokens = sum(len(e.completion.token_ids) for e in episodes)
+        # The model's own tokens: a multi-turn episode's environment tokens are in no per-token figure.
+        num_tokens = sum(e.completion.model_tokens for e in episodes)
         loss, entropy = torch.zeros(2, device=self.device_type)
         off_policy = []
         mismatch = RouteMismatch(self.model) if self.moe else None
