@@ -247,7 +247,9 @@ def test_a_multi_turn_step_counts_the_model_s_tokens_in_every_per_token_figure(t
     weights = log_ratio.exp().clamp(max=ImportanceConfig().cap)  # truncated IS, the default
     assert metrics["train/response_tokens"] == model_tokens
     assert metrics["train/entropy"] == pytest.approx(entropy.mean().item(), rel=1e-4)
-    assert metrics["train/loss"] == pytest.approx(-(advantages * weights * logprobs).sum().item() / model_tokens, rel=1e-4)
+    assert metrics["train/loss"] == pytest.approx(
+        -(advantages * weights * logprobs).sum().item() / model_tokens, rel=1e-4
+    )
     assert metrics["is/weight_mean"] == pytest.approx(weights.mean().item(), rel=1e-4)
     k3 = (log_ratio.exp() - 1 - log_ratio).mean().item()
     assert metrics["is/mismatch_kl"] == pytest.approx(k3, rel=1e-4)
