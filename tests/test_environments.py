@@ -241,7 +241,7 @@ def test_a_multi_turn_step_counts_the_model_s_tokens_in_every_per_token_figure(t
     batch = pack_episodes(episodes, PAD_ID)
     mask = batch.response_mask.bool()
     with torch.no_grad():
-        logprobs, entropy = (t[mask] for t in response_logprobs(model, batch))
+        logprobs, entropy = (t[mask] for t in response_logprobs(model, batch)[:2])
     behaviour, advantages = batch.behaviour_logprobs[mask], batch.advantages[mask]
     log_ratio = logprobs - behaviour
     weights = log_ratio.exp().clamp(max=ImportanceConfig().cap)  # truncated IS, the default

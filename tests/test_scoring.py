@@ -172,8 +172,8 @@ def teacher_tier(model):
     """The task reward at weight 0 (reported only) and `model` (a LogprobModel actor) as the teacher."""
 
     class Teacher:
-        async def completion_logprobs(self, prompt_ids, completion_ids):
-            return await model.completion_logprobs.call_one(prompt_ids, completion_ids)
+        async def completion_logprobs(self, prompt_ids, completion_ids, kept_sets=None):
+            return await model.completion_logprobs.call_one(prompt_ids, completion_ids, kept_sets)
 
     scorers = [
         ScorerConfig(fn="test_scoring:starts_with_answer", weight=0.0),

@@ -5,7 +5,13 @@ kept for the backward."""
 import pytest
 import torch
 
-from forge_async.losses.sliced_softmax import sampled_logprobs, sampled_logprobs_and_entropy, token_entropy
+from forge_async.losses.sliced_softmax import (
+    Distribution,
+    KeptIds,
+    sampled_logprobs,
+    sampled_logprobs_and_entropy,
+    token_entropy,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +38,7 @@ def gradient(fn, logits: torch.Tensor, targets: torch.Tensor, a: torch.Tensor | 
 
 
 def sliced(logits: torch.Tensor, targets: torch.Tensor):
-    return sampled_logprobs_and_entropy(logits, INDEX, targets, slice_tokens=SLICE)
+    return sampled_logprobs_and_entropy(logits, INDEX, targets, slice_tokens=SLICE)[:2]
 
 
 @pytest.mark.parametrize("terms", ["logprobs", "entropy", "both"])
@@ -92,3 +98,55 @@ def test_only_the_logits_and_per_token_vectors_are_kept_for_the_backward():
     kept = saved_shapes(sliced, logits, targets)
     assert chosen_fp32 not in kept
     assert all(shape == logits.shape or len(shape) == 1 for shape, _ in kept), kept
+
+
+def kept_sets(targets: torch.Tensor, gen: torch.Generator) -> tuple[KeptIds, torch.Tensor]:
+    """Random kept sets holding each target, for every other chosen token (the rest have none), as
+    KeptIds and as the [K, V] bool mask they stand for."""
+    allowed = torch.ones(len(INDEX), V, dtype=torch.bool)
+    tokens, ids = [], []
+    for k, target in enumerate(targets.tolist()):
+        if k % 2:
+            continue
+        chosen = sorted({target, *torch.randint(0, V, (k % 5,), generator=gen).tolist()})
+        allowed[k] = False
+        allowed[k, chosen] = True
+        tokens += [k] * len(chosen)
+        ids += chosen
+    return KeptIds(torch.tensor(tokens), torch.tensor(ids)), allowed
+
+
+def test_kept_sets_and_temperature_give_the_masked_tempered_softmax_and_its_gradients():
+    """Each token's p over its kept set (every other logit at -inf) of logits / T, computed plainly
+    here; masked logits get no gradient; the unmasked logprob is the whole vocabulary's."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(N, V, generator=gen) * 3
+    targets = torch.randint(0, V, (len(INDEX),), generator=gen)
+    kept, allowed = kept_sets(targets, gen)
+    temperature = 0.7
+    a, b = torch.randn(len(INDEX), generator=gen), torch.randn(len(INDEX), generator=gen)
+
+    def masked_plain(x, t):
+        z = x[INDEX].float() / temperature
+        log_p = z.masked_fill(~allowed, -torch.inf).log_softmax(-1)
+        entropy = -(log_p.exp() * log_p.masked_fill(~allowed, 0.0)).sum(-1)
+        return log_p.gather(-1, t[:, None]).squeeze(-1), entropy
+
+    distribution = Distribution(temperature, kept)
+
+    def masked_sliced(x, t):
+        return sampled_logprobs_and_entropy(x, INDEX, t, slice_tokens=SLICE, distribution=distribution)[:2]
+
+    want, got = gradient(masked_plain, logits, targets, a, b), gradient(masked_sliced, logits, targets, a, b)
+    for w, g in zip(want, got):
+        assert torch.allclose(g, w, atol=1e-5), (g - w).abs().max()
+    assert (got[1] <= allowed.sum(-1).log() + 1e-6).all()  # at most log(set size): the set bounds it
+    # every logit outside a kept set of a chosen token (each output chosen once) gets no gradient
+    once = [k for k in range(len(INDEX)) if (INDEX == INDEX[k]).sum() == 1]
+    assert all(got[2][INDEX[k]][~allowed[k]].abs().sum() == 0 for k in once)
+    unmasked = sampled_logprobs_and_entropy(logits, INDEX, targets, SLICE, distribution).unmasked
+    whole = (logits[INDEX] / temperature).log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
+    assert torch.allclose(unmasked, whole, atol=1e-5)
+    assert not torch.allclose(unmasked[::2], got[0][::2])  # a set changes the logprob
+    frozen = sampled_logprobs(logits, INDEX, targets, slice_tokens=SLICE, distribution=distribution)
+    assert torch.allclose(frozen, want[0], atol=1e-5)

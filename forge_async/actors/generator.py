@@ -30,6 +30,7 @@ from forge_async.generation.platform import prepare_process
 from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
+from forge_async.generation.kept_set_capture import KeptSetCapture
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -67,6 +68,8 @@ def sampling_params(sampling: SamplingConfig):
     return SamplingParams(
         temperature=sampling.temperature,
         top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        min_p=sampling.min_p,
         max_tokens=sampling.max_tokens,
         min_tokens=sampling.min_tokens,
         logprobs=0,  # the sampled token's own logprob
@@ -77,9 +80,19 @@ def sampling_params(sampling: SamplingConfig):
 
 class Generator(ProcActor):
     def __init__(
-        self, checkpoint_path: str, config: GeneratorConfig, weights: WeightsConfig, lora: LoraConfig | None = None
+        self,
+        checkpoint_path: str,
+        config: GeneratorConfig,
+        weights: WeightsConfig,
+        lora: LoraConfig | None = None,
+        sampling: SamplingConfig | None = None,
     ):
+        """`sampling`: the run's, which decides what the engine reports: with a temperature other
+        than 1 or a truncation, the logprobs of the distribution sampled from (vLLM's processed
+        logprobs), and with sampling.keep_mask each token's kept set. Calls may sample otherwise
+        (an evaluation); None: untempered, untruncated."""
         self.checkpoint = Checkpoint.open(checkpoint_path)
+        self.sampling = sampling or SamplingConfig()
         self.lora = lora if lora is not None and lora.enabled else None
         self.config = config
         self.channel = SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
@@ -109,6 +122,7 @@ class Generator(ProcActor):
         dtype = c.dtype or self.checkpoint.dtype  # null (composed alone): the checkpoint's own
         adapter = self._adapter_slot(dtype, platform.on_gpu)
         routes = self._route_capture(platform.on_gpu)
+        kept_sets = KeptSetCapture(self.sampling.kept_set_cap) if self.sampling.masks else None
         with plain_cpu_weights(platform.plain_weights):
             llm = LLM(
                 model=str(self.checkpoint.path),
@@ -121,8 +135,9 @@ class Generator(ProcActor):
                 **VersionedEngine.llm_kwargs(c.swap_mode),
                 **(adapter.llm_kwargs() if adapter else {}),
                 **(routes.llm_kwargs() if routes else {}),
+                **self._logprobs_kwargs(),
             )
-        self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter, routes=routes)
+        self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter, routes=routes, kept_sets=kept_sets)
         if platform.plain_weights and adapter is None and not self.engine.loads_in_place:
             logging.getLogger(__name__).warning(
                 "generator.cpu_weights=plain: vLLM's CPU kernels for %s packed the linear layers "
@@ -132,6 +147,13 @@ class Generator(ProcActor):
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
         return time.perf_counter() - start  # the engine's start-up, in seconds
+
+    def _logprobs_kwargs(self) -> dict:
+        """Which logprobs the engine reports: those of the distribution it sampled from (tempered,
+        truncated: what the trainer computes for such runs, losses/sliced_softmax.py) where that
+        differs from the raw logits' softmax; else vLLM's default, the raw ones (the same)."""
+        s = self.sampling
+        return KeptSetCapture.llm_kwargs() if s.truncates or s.logit_temperature != 1 else {}
 
     def _route_capture(self, on_gpu: bool):
         """For an MoE model, the record of each token's experts (always: the trainer reports how
@@ -215,6 +237,11 @@ class Generator(ProcActor):
     async def _generate(
         self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int
     ) -> list[list[Completion]]:
+        if sampling.masks and self.engine.kept_sets is None:
+            raise ConfigError(
+                "sampling.keep_mask: this generator was built without kept sets (its run's sampling "
+                "keeps every token); build it with the sampling it is called with"
+            )
         params = sampling_params(sampling)
         all_ids = [self._prompt_ids(p, sampling.max_tokens) for p in prompts]
         loop = asyncio.get_running_loop()

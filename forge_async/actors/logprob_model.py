@@ -14,6 +14,7 @@ from monarch.actor import endpoint
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.data.batch import pack_rows, prompt_rows
 from forge_async.data.episode import Completion, Episode
+from forge_async.data.kept_sets import KeptSets
 from forge_async.losses.grpo import frozen_logprobs
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.observability.span_names import FORWARD
@@ -23,10 +24,13 @@ SEQUENCES_PER_FORWARD = 64  # bounds the logits' memory: tokens x vocabulary flo
 
 
 class LogprobModel(ProcActor):
-    def __init__(self, checkpoint_path: str, pad_id: int, threads: int = 1):
+    def __init__(self, checkpoint_path: str, pad_id: int, threads: int = 1, temperature: float = 1.0):
+        """`temperature`: the policy's sampling temperature; the logprobs are those of the logits
+        divided by it, over each token's kept set where it has one, as the trainer's are."""
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.pad_id = pad_id
         self.threads = threads
+        self.temperature = temperature
 
     @endpoint
     async def setup(self) -> dict[str, float]:
@@ -40,22 +44,27 @@ class LogprobModel(ProcActor):
         return {"load_s": time.perf_counter() - start}
 
     @endpoint
-    async def completion_logprobs(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
-        """log p(each completion token | prompt, the completion's earlier tokens), per completion.
-        Completions of one prompt share a row behind it, as in the trainer (data/batch.py)."""
-        episodes = [_unscored(p, c) for p, c in zip(prompts, completions, strict=True)]
+    async def completion_logprobs(
+        self, prompts: list[list[int]], completions: list[list[int]], kept_sets: list[KeptSets | None] | None = None
+    ) -> list[list[float]]:
+        """log p(each completion token | prompt, the completion's earlier tokens), per completion
+        (p over the token's kept set where `kept_sets` gives one). Completions of one prompt share
+        a row behind it, as in the trainer (data/batch.py)."""
+        kept_sets = kept_sets or [None] * len(completions)
+        episodes = [_unscored(*given) for given in zip(prompts, completions, kept_sets, strict=True)]
         scored: dict[int, list[float]] = {}
         token_cost = self.checkpoint.shape.token_cost_in_attention_pairs
         with TRACER.span(FORWARD):
             for start in range(0, len(episodes), SEQUENCES_PER_FORWARD):
                 rows = prompt_rows(episodes[start : start + SEQUENCES_PER_FORWARD], token_cost)
                 batch = pack_rows(rows, self.pad_id).to(self.device)
-                logprobs = frozen_logprobs(self.model, batch).cpu()
+                logprobs = frozen_logprobs(self.model, batch, self.temperature).cpu()
                 for row, episode in zip(logprobs, (e for r in rows for e in r)):  # the batch's order
                     scored[id(episode)] = row[: len(episode.completion.token_ids)].tolist()
         return [scored[id(e)] for e in episodes]
 
 
-def _unscored(prompt: list[int], tokens: list[int]) -> Episode:
-    """The packer's unit for a completion to score: only its tokens are read."""
-    return Episode(Completion(prompt, tokens, [0.0] * len(tokens), [0] * len(tokens), "", "stop"), 0.0, 0.0)
+def _unscored(prompt: list[int], tokens: list[int], kept_sets: KeptSets | None) -> Episode:
+    """The packer's unit for a completion to score: only its tokens and kept sets are read."""
+    n = len(tokens)
+    return Episode(Completion(prompt, tokens, [0.0] * n, [0] * n, "", "stop", kept_sets=kept_sets), 0.0, 0.0)

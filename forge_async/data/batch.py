@@ -44,6 +44,10 @@ class TrainBatch:
     # [R, L, MoE layers, top_k] uint8: the experts the generator routed each row token to
     # (UNKNOWN_ROUTE where it recorded none); None: no episode brought routes
     routes: torch.Tensor | None = None
+    # The kept sets of the response tokens (sampling.keep_mask, data/kept_sets.py): [K] int64 each,
+    # which flattened [B * W] token each id belongs to (ascending) and the id; None: no set in the batch
+    kept_tokens: torch.Tensor | None = None
+    kept_ids: torch.Tensor | None = None
 
     @property
     def num_response_tokens(self) -> int:
@@ -140,6 +144,7 @@ def pack_rows(rows: list[Row], pad_id: int) -> TrainBatch:
         advantages=as_float(columns["advantage"]) + as_float(columns["token"]),
         reference_logprobs=as_float(columns["reference"]),
         routes=_packed_routes(rows, length),
+        **_packed_kept_sets([e for row in rows for e in row], width),
     )
 
 
@@ -164,6 +169,20 @@ def _packed_routes(rows: list[Row], length: int) -> torch.Tensor | None:
                 packed[r, start : start + len(response_routes)] = response_routes
             start += len(c.token_ids)
     return torch.from_numpy(packed)
+
+
+def _packed_kept_sets(episodes: list[Episode], width: int) -> dict[str, torch.Tensor | None]:
+    """The episodes' kept sets as `kept_tokens` and `kept_ids` (episode b's token k is flattened
+    token b * width + k, the order of the batch's [B, W] tensors)."""
+    sets = [(b, e.completion.kept_sets) for b, e in enumerate(episodes) if e.completion.kept_sets is not None]
+    if not any(len(kept.ids) for _, kept in sets):
+        return {"kept_tokens": None, "kept_ids": None}
+    tokens = [np.repeat(b * width + np.arange(len(kept)), kept.sizes) for b, kept in sets]
+    ids = [kept.ids for _, kept in sets]
+    return {
+        "kept_tokens": torch.from_numpy(np.concatenate(tokens).astype(np.int64)),
+        "kept_ids": torch.from_numpy(np.concatenate(ids).astype(np.int64)),
+    }
 
 
 def _append_columns(columns: dict[str, list[list]], episode: Episode, index: list[int], width: int) -> None:

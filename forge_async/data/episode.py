@@ -8,7 +8,9 @@ observations); those carry version -1 (ENV_TOKEN): no policy sampled them, they
 are masked from the loss and do not count towards the sample's age.
 
 A Mixture-of-Experts model's completion also carries the experts the generator routed
-each token to (`routes`), for the trainer to replay (models/moe.py).
+each token to (`routes`), for the trainer to replay (models/moe.py); a completion sampled with
+top-k / top-p / min-p, the token ids the sampler kept at each step (`kept_sets`,
+data/kept_sets.py), for the trainer to compute its log-probabilities over the same sets.
 """
 
 from dataclasses import dataclass
@@ -16,6 +18,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from forge_async.data.kept_sets import KeptSets
 
 ENV_TOKEN = -1  # the version of a token the environment wrote (not sampled by any policy)
 
@@ -39,6 +43,8 @@ class Completion:
     # last, never fed back) was routed to; models.moe.UNKNOWN_ROUTE where none was recorded.
     # None: a dense model, or no routes recorded.
     routes: "np.ndarray | None" = None
+    # The ids the sampler kept at each token (sampling.keep_mask); None: none recorded.
+    kept_sets: "KeptSets | None" = None
 
     def __post_init__(self) -> None:
         if not (len(self.token_ids) == len(self.logprobs) == len(self.versions)):
@@ -49,6 +55,11 @@ class Completion:
         rows = len(self.prompt_ids) + len(self.token_ids) - 1
         if self.routes is not None and len(self.routes) != rows:
             raise ValueError(f"completion has {rows} tokens that were fed to the model but {len(self.routes)} routes")
+        if self.kept_sets is not None:
+            if len(self.kept_sets) != len(self.token_ids):
+                raise ValueError(f"completion has {len(self.token_ids)} tokens but {len(self.kept_sets)} kept sets")
+            if not self.kept_sets.holds(self.token_ids):
+                raise ValueError("completion has a token outside the set its sampler kept")
 
     @property
     def model_mask(self) -> list[bool]:

@@ -24,11 +24,12 @@ import math
 import numbers
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import ENV_TOKEN, Completion
+from forge_async.data.kept_sets import KeptSets
 from forge_async.tasks.task import Prompt, Task, TaskError, prompt_token_ids
 from forge_async.envs.environment import EnvStep, Environment, ModelTurn, Observation
 from forge_async.envs.config import EnvConfig
@@ -72,17 +73,27 @@ class _Transcript:
     # MoE models: the last model turn's routes, which cover every token fed before its last one: the
     # routes of the computation whose KV cache that turn attended to (generation/route_capture.py)
     routes: "np.ndarray | None" = None
+    # The turns' kept sets (sampling.keep_mask) and the observations' none, stretch by stretch
+    kept_sets: list[KeptSets] = field(default_factory=list)
 
     def add_turn(self, completion: Completion) -> None:
         self.token_ids += completion.token_ids
         self.logprobs += completion.logprobs
         self.versions += completion.versions
         self.routes = completion.routes
+        self.kept_sets.append(completion.kept_sets or KeptSets.none(len(completion.token_ids)))
 
     def add_observation(self, ids: list[int]) -> None:
         self.token_ids += ids
         self.logprobs += [0.0] * len(ids)
         self.versions += [ENV_TOKEN] * len(ids)
+        self.kept_sets.append(KeptSets.none(len(ids)))
+
+    def joined_kept_sets(self) -> KeptSets | None:
+        """The episode's kept sets, token by token; None if no turn brought any."""
+        if not any(len(part.ids) or part.over_cap for part in self.kept_sets):
+            return None
+        return KeptSets.joined(self.kept_sets)
 
 
 class EnvRunner:
@@ -153,6 +164,7 @@ class EnvRunner:
             env_reward=reward,
             answer=answer,
             routes=transcript.routes,  # an episode ends with a model turn
+            kept_sets=transcript.joined_kept_sets(),
         )
 
     async def _first_observation(self, env: Environment, prompt: Prompt) -> list[int]:

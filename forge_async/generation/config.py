@@ -164,6 +164,33 @@ class SamplingConfig:
         help="nucleus sampling: sample from the smallest set of tokens whose probability reaches it",
         accepts="in (0, 1]",
     )
+    top_k: int = key(
+        0,
+        help="sample from the `top_k` most likely tokens only; 0 = every token",
+        accepts=">= 0",
+    )
+    min_p: float = key(
+        0.0,
+        help="drop the tokens less likely than `min_p` times the most likely one; 0 = none",
+        accepts="in [0, 1)",
+    )
+    keep_mask: bool | None = key(
+        None,
+        help=(
+            "record the tokens the sampler kept at each step (top-k / top-p / min-p) and compute the "
+            "trainer's log-probabilities over the same sets ([loss.md](loss.md#keep-sampling-mask)); "
+            "null = on whenever sampling truncates"
+        ),
+        accepts="true, false or null",
+    )
+    kept_set_cap: int = key(
+        1024,
+        help=(
+            "the largest kept set recorded (4 bytes an id); a token whose set is larger is trained over "
+            "the whole vocabulary, and counted (`sampling/kept_over_cap_frac`)"
+        ),
+        accepts=">= 1",
+    )
     max_tokens: int = key(
         3,
         help="completion length limit (default: answer digit + EOS + one spare)",
@@ -178,5 +205,29 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         check_range("sampling.temperature", self.temperature, AT_LEAST_0, note="0 = greedy")
         check_range("sampling.top_p", self.top_p, FRACTION)
+        check_range("sampling.top_k", self.top_k, AT_LEAST_0, note="0 = every token")
+        check_range("sampling.min_p", self.min_p, Range(0, 1, high_open=True), note="0 = none")
+        check_range("sampling.kept_set_cap", self.kept_set_cap, AT_LEAST_1)
+        if self.keep_mask and not self.truncates:
+            raise ConfigError(
+                "sampling.keep_mask=true: sampling keeps every token (top_p=1, top_k=0, min_p=0), so there is "
+                "no set to record; truncate with sampling.top_p, top_k or min_p, or leave keep_mask null"
+            )
         check_range("sampling.max_tokens", self.max_tokens, AT_LEAST_1)
         check_range("sampling.min_tokens", self.min_tokens, Range(0, self.max_tokens), note="<= sampling.max_tokens")
+
+    @property
+    def truncates(self) -> bool:
+        """Whether the sampler drops tokens before sampling (top-p, top-k or min-p)."""
+        return self.top_p < 1 or self.top_k > 0 or self.min_p > 0
+
+    @property
+    def masks(self) -> bool:
+        """Whether generators record the kept sets and the trainer trains over them."""
+        return self.truncates if self.keep_mask is None else self.keep_mask
+
+    @property
+    def logit_temperature(self) -> float:
+        """What the trainer divides the logits by to get the sampled distribution: the temperature,
+        or 1 for greedy sampling (whose logprobs vLLM reports untempered)."""
+        return self.temperature if self.temperature > 0 else 1.0

@@ -88,7 +88,7 @@ class KvSlotRoutes:
         import torch
         from vllm.model_executor.layers.fused_moe.routed_experts_capturer import bind_routed_experts_capturer
 
-        runner = _in_process_runner(llm)
+        runner = in_process_runner(llm, "moe routes on CPU")
         self._runner = runner
         self._step = torch.full((runner.max_num_tokens, self.num_layers, self.top_k), UNKNOWN_ROUTE, dtype=torch.uint8)
         slots = runner.kv_cache_config.num_blocks * runner.cache_config.block_size
@@ -129,14 +129,14 @@ class KvSlotRoutes:
         return self._slots[blocks[positions // block_size] * block_size + positions % block_size]
 
 
-def _in_process_runner(llm):
+def in_process_runner(llm, what: str):
     """The model runner of an engine whose worker lives in this process (an engine core in a
-    process of its own could not hand its runner over)."""
+    process of its own could not hand its runner over); `what` needs it."""
     import vllm.envs
 
     if vllm.envs.VLLM_ENABLE_V1_MULTIPROCESSING:
         raise ConfigError(
-            "moe routes on CPU are read beside vLLM's KV cache, in the engine's own process: "
+            f"{what} are read from vLLM's model runner, in the engine's own process: "
             "VLLM_ENABLE_V1_MULTIPROCESSING must be 0 (forge_async's runtime sets it)"
         )
     return llm.collective_rpc(_model_runner)[0]

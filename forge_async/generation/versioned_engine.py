@@ -36,7 +36,9 @@ sample is still its own `Request` here, finishing on its own.
 
 For a Mixture-of-Experts model a route capture (generation/route_capture.py) records the experts
 each token went to; a finished sample's routes travel on its Completion. With abort_resume they
-are those of the resumed computation, which prefilled the whole prefix again.
+are those of the resumed computation, which prefilled the whole prefix again. Likewise a kept-set
+capture (generation/kept_set_capture.py) records the tokens the sampler kept at each step; a
+resumed request's earlier tokens keep the sets they were sampled with.
 """
 
 import itertools
@@ -46,10 +48,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from forge_async.data.episode import Completion
+from forge_async.data.kept_sets import KeptSets
 from forge_async.generation import engine_weights
 from forge_async.generation.route_capture import sample_request_id
 
 if TYPE_CHECKING:
+    import numpy as np
     from vllm import SamplingParams
 
 SWAP_MODES = ("inflight", "drain", "abort_resume")
@@ -66,6 +70,8 @@ class Request:
     versions: list[int] = field(default_factory=list)
     result: Completion | None = None
     engine_id: str | None = None  # vLLM's id of the request running this sample
+    kept: list["np.ndarray | None"] = field(default_factory=list)  # with a kept-set capture: per token
+    kept_over_cap: int = 0
 
 
 @dataclass
@@ -83,10 +89,11 @@ class SwapPauses:
 
 
 class VersionedEngine:
-    def __init__(self, llm, swap_mode: str, version: int = 0, adapter=None, routes=None):
+    def __init__(self, llm, swap_mode: str, version: int = 0, adapter=None, routes=None, kept_sets=None):
         """`adapter`: an AdapterSlot (generation/adapter_slot.py) when serving LoRA, else None.
         `routes`: a route capture (generation/route_capture.py) for an MoE model, attached to
-        `llm` here (which was built with its `llm_kwargs`), else None."""
+        `llm` here (which was built with its `llm_kwargs`), else None. `kept_sets`: likewise a
+        KeptSetCapture (generation/kept_set_capture.py) when sampling keeps its mask."""
         if swap_mode not in SWAP_MODES:
             raise ValueError(f"swap_mode={swap_mode!r}: one of {', '.join(SWAP_MODES)}")
         self.llm = llm
@@ -99,6 +106,9 @@ class VersionedEngine:
         self.routes = routes
         if routes is not None:
             routes.attach(llm)
+        self.kept_sets = kept_sets
+        if kept_sets is not None:
+            kept_sets.attach(llm)
         self.version = version
         self.draining = False
         self.swap_pauses = SwapPauses()  # of the swaps made with requests running
@@ -164,10 +174,23 @@ class VersionedEngine:
             request.token_ids.extend(delta.token_ids)
             request.logprobs.extend(lp[tok].logprob for lp, tok in zip(delta.logprobs, delta.token_ids))
             request.versions.extend([self.version] * len(delta.token_ids))
+            if self.kept_sets is not None:
+                self._record_kept_sets(request, len(delta.token_ids))
             if delta.finish_reason is not None or (output.finished and request.result is None):
                 self._finish(request, delta.finish_reason or "length", delta)
         if output.finished:
             del self._running[output.request_id]
+
+    def _record_kept_sets(self, request: Request, new_tokens: int) -> None:
+        """The kept set of the token the last step sampled for `request` (one token a step: no
+        speculative decoding here)."""
+        if new_tokens == 0:
+            return
+        if new_tokens > 1:
+            raise RuntimeError(f"vLLM gave {new_tokens} tokens of one request in one step: kept sets are per step")
+        ids, over_cap = self.kept_sets.take(request.engine_id)
+        request.kept.append(ids)
+        request.kept_over_cap += over_cap
 
     def _finish(self, request: Request, finish_reason: str, output) -> None:
         routes = None
@@ -182,6 +205,7 @@ class VersionedEngine:
             text=self.tokenizer.decode(request.token_ids, skip_special_tokens=True),
             finish_reason=finish_reason,
             routes=routes,
+            kept_sets=KeptSets.of(request.kept, request.kept_over_cap) if self.kept_sets is not None else None,
         )
         if request.on_done is not None:
             request.on_done(request.result)

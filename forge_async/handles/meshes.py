@@ -14,7 +14,7 @@ from monarch.spmd import setup_torch_elastic_env_async
 
 from forge_async.actors.environment_host import EnvironmentHost
 from forge_async.actors.generator import Generator
-from forge_async.generation.config import GeneratorConfig
+from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.actors.logprob_model import LogprobModel
 from forge_async.actors.replay_buffer import ReplayBuffer
 from forge_async.actors.trainer import Trainer
@@ -73,12 +73,13 @@ async def spawn_generator(
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
     lora: LoraConfig | None = None,
+    sampling: SamplingConfig | None = None,
 ):
     """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights (and, with
-    LoRA, serving them through an adapter that starts at zero)."""
+    LoRA, serving them through an adapter that starts at zero); `sampling`: the run's (see Generator)."""
     if procs is None:
         procs = spawn_procs(host, 1, f"generator{index}", log_dir)
-    generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config, weights, lora)
+    generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config, weights, lora, sampling)
     engine_start_s = await generator.setup.call_one()
     return procs, generator, engine_start_s
 
@@ -108,11 +109,13 @@ async def spawn_logprob_model(
     host: HostMesh | None = None,
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
+    temperature: float = 1.0,
 ):
-    """A LogprobModel (a model scorer: reference policy or teacher) on one proc, loaded."""
+    """A LogprobModel (a model scorer: reference policy or teacher) on one proc, loaded;
+    `temperature`: the policy's sampling temperature, which its logprobs are taken at."""
     if procs is None:
         procs = spawn_procs(host, 1, name, log_dir)
-    model = procs.spawn(name, LogprobModel, str(checkpoint.path), pad_id, threads)
+    model = procs.spawn(name, LogprobModel, str(checkpoint.path), pad_id, threads, temperature)
     await model.setup.call_one()
     return procs, model
 

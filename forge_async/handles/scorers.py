@@ -4,6 +4,7 @@ A scorer whose proc dies ends the run with a ScorerFailed naming it (the trainer
 is fine: the run saves what it learned).
 """
 
+from forge_async.data.kept_sets import KeptSets
 from forge_async.handles.handle import RoleHandle
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.mesh.supervision import failure_cause
@@ -24,10 +25,15 @@ class ScorerModelHandle(RoleHandle):
         return await self.spawner.scorer(self.index)
 
     async def completion_logprobs(
-        self, prompt_ids: list[list[int]], completion_ids: list[list[int]]
+        self,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        kept_sets: "list[KeptSets | None] | None" = None,
     ) -> list[list[float]]:
-        """log p of each completion token given its prompt, under the scorer's model."""
-        return await self._call(lambda: self.actor.completion_logprobs.call_one(prompt_ids, completion_ids))
+        """log p of each completion token given its prompt, under the scorer's model (over the
+        token's kept set where it has one)."""
+        call = self.actor.completion_logprobs
+        return await self._call(lambda: call.call_one(prompt_ids, completion_ids, kept_sets))
 
     async def _failed(self, err: Exception, called) -> None:
         raise ScorerFailed(f"scorer {self.label!r} ({self.located()}) failed: {failure_cause(err)}") from None

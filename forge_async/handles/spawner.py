@@ -55,6 +55,7 @@ class RoleSpawner:
             reference,
             c.model.lora,
             c.moe,
+            c.sampling.logit_temperature,
         )
 
     async def generator(self, index: int):
@@ -67,6 +68,7 @@ class RoleSpawner:
             index,
             procs=self.procs.take(roles.generator(index)),
             lora=c.model.lora,
+            sampling=c.sampling,
         )
 
     async def replay_buffer(self):
@@ -103,6 +105,7 @@ class RoleSpawner:
             str(role),
             self.roles.scorers[index].threads,
             procs=self.procs.take(role),
+            temperature=self.config.sampling.logit_temperature,
         )
 
     def environment_host(self, index: int, new_environment: Callable[[], object]):

@@ -77,6 +77,8 @@ class Learner:
         self.loss = spec.loss
         self.importance = spec.importance
         self.kl_coef = spec.kl_coef
+        # Demonstrations (sft) were sampled by no policy: their NLL is of the model's own logits.
+        self.temperature = spec.temperature if spec.loss.objective == "grpo" else 1.0
         self.reference_path = spec.reference_path
         self.lora = spec.lora if spec.lora is not None and spec.lora.enabled else None
         self.replay_routes = spec.moe is not None and spec.moe.replay  # rollout routing replay (models/moe.py)
@@ -190,6 +192,8 @@ class Learner:
                 off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
                 if not self.kl_coef:
                     del off_policy_metrics["kl/reference"]  # no reference: no KL to report
+                if not any(e.completion.kept_sets is not None for e in episodes):
+                    del off_policy_metrics["is/mismatch_kl_unmasked"]  # no kept sets: the same as is/mismatch_kl
             moe_metrics = self._moe_metrics(mismatch) if mismatch is not None else {}
         return {
             **off_policy_metrics,
@@ -224,12 +228,13 @@ class Learner:
         with routes_given(self.model, batch.routes, self.replay_routes):
             with TRACER.span(FORWARD):
                 if self.reference is not None:
-                    batch = replace(batch, reference_logprobs=frozen_logprobs(self.reference, batch))
+                    reference = frozen_logprobs(self.reference, batch, self.temperature)
+                    batch = replace(batch, reference_logprobs=reference)
                 # The entropy has a gradient only if loss.entropy_coef puts it in the loss.
-                logprobs, entropy = response_logprobs(self.model, batch)
+                logprobs, entropy, unmasked = response_logprobs(self.model, batch, self.temperature)
                 if mismatch is not None:
                     mismatch.add_last_forward()
-                loss, off_policy = self._loss(logprobs, entropy, batch, num_sequences, num_tokens)
+                loss, off_policy = self._loss(logprobs, entropy, unmasked, batch, num_sequences, num_tokens)
                 entropy = (entropy.detach() * batch.response_mask).sum()
             with TRACER.span(BACKWARD):
                 loss.backward()
@@ -245,7 +250,13 @@ class Learner:
         return moe_step_metrics(totals[:layers], totals[layers : 2 * layers], totals[2 * layers :].view_as(load))
 
     def _loss(
-        self, logprobs: torch.Tensor, entropy: torch.Tensor, local: TrainBatch, num_sequences: int, num_tokens: int
+        self,
+        logprobs: torch.Tensor,
+        entropy: torch.Tensor,
+        unmasked: torch.Tensor,
+        local: TrainBatch,
+        num_sequences: int,
+        num_tokens: int,
     ):
         """This micro-batch's share of the loss (loss.*, the KL penalty, the entropy bonus; see
         losses/grpo.py) and its off-policy sums; with loss.objective=sft, the demonstrations'
@@ -256,10 +267,10 @@ class Learner:
             loss = demonstration_nll(logprobs, local, scale)
             return (loss + entropy_bonus(entropy, scale, c.entropy_coef) if c.entropy_coef else loss), None
         if not c.clipped:
-            weights, off_policy = importance_weights(logprobs, local, self.importance)
+            weights, off_policy = importance_weights(logprobs, local, self.importance, unmasked)
             loss = policy_gradient_loss(logprobs, local, scale, weights)
         else:
-            _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None))  # the statistics only
+            _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None), unmasked)  # statistics
             loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
         if self.kl_coef:
             kl = reference_kl(logprobs, local)

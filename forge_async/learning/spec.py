@@ -15,7 +15,9 @@ class LearnerSpec:
 
     `reference_path`: the reference policy's checkpoint when the trainer computes its logprobs
     itself (scorers[i].runs_on=trainer); None: episodes bring them from the scorer tier.
-    `kl_coef`: the reference_kl scorer's coef (0: no KL penalty).
+    `kl_coef`: the reference_kl scorer's coef (0: no KL penalty). `temperature`: what the logits
+    are divided by, the policy's and the reference's, to get the distribution the generators
+    sampled from (sampling.logit_temperature); kept sets come with the episodes.
     """
 
     checkpoint_path: str
@@ -27,3 +29,4 @@ class LearnerSpec:
     reference_path: str | None = None
     lora: LoraConfig | None = None
     moe: MoeConfig | None = None
+    temperature: float = 1.0

@@ -44,12 +44,22 @@ from forge_async.losses import sliced_softmax
 _TRUNCATION_TOLERANCE = 1e-5
 
 
-def response_logprobs(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p of each response token of the batch, and the entropy of its next-token distribution,
-    from one forward of its rows: two [B, W] fp32 tensors, both differentiable (the softmax over
-    the vocabulary is taken a slice of tokens at a time: losses/sliced_softmax.py)."""
-    logprobs, entropy = sliced_softmax.sampled_logprobs_and_entropy(*_response_logits(model, batch))
-    return logprobs.view_as(batch.logit_index), entropy.view_as(batch.logit_index)
+def response_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0) -> sliced_softmax.Sampled:
+    """log p of each response token of the batch and the entropy of its next-token distribution,
+    p the distribution the generator sampled from (the logits / `temperature`, over the token's
+    kept set where it has one), from one forward of its rows; and log p over the whole vocabulary:
+    three [B, W] fp32 tensors, the first two differentiable (the softmax over the vocabulary is
+    taken a slice of tokens at a time: losses/sliced_softmax.py)."""
+    sampled = sliced_softmax.sampled_logprobs_and_entropy(
+        *_response_logits(model, batch), distribution=sampling_distribution(batch, temperature)
+    )
+    return sliced_softmax.Sampled(*(t.view_as(batch.logit_index) for t in sampled))
+
+
+def sampling_distribution(batch: TrainBatch, temperature: float) -> sliced_softmax.Distribution:
+    """The distribution each response token was sampled from, as the sliced softmax takes it."""
+    kept = None if batch.kept_ids is None else sliced_softmax.KeptIds(batch.kept_tokens, batch.kept_ids)
+    return sliced_softmax.Distribution(temperature, kept)
 
 
 def _response_logits(model: torch.nn.Module, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -65,9 +75,13 @@ def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Te
 
 
 @torch.no_grad()
-def frozen_logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
-    """log p of each response token under a model that is not trained (a reference, a teacher): [B, W]."""
-    return sliced_softmax.sampled_logprobs(*_response_logits(model, batch)).view_as(batch.logit_index)
+def frozen_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
+    """log p of each response token under a model that is not trained (a reference, a teacher),
+    p over the same distribution as the policy's (`response_logprobs`): [B, W]."""
+    distribution = sampling_distribution(batch, temperature)
+    return sliced_softmax.sampled_logprobs(*_response_logits(model, batch), distribution=distribution).view_as(
+        batch.logit_index
+    )
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -97,6 +111,7 @@ class OffPolicySums:
     truncated: torch.Tensor  # weights the cap cut down
     masked: torch.Tensor  # tokens left out by importance.mode=mask
     mismatch_kl: torch.Tensor
+    mismatch_kl_unmasked: torch.Tensor  # the same against the trainer's logprobs over the whole vocabulary
     clipped: torch.Tensor  # cut off by the PPO clip
     reference_kl: torch.Tensor  # k3 estimate of KL(pi_theta || pi_ref) (0 without a reference)
 
@@ -123,6 +138,7 @@ class OffPolicySums:
             # Kish effective sample size of the token weights, as a fraction of the tokens.
             "is/ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
             "is/mismatch_kl": totals["mismatch_kl"] / tokens,
+            "is/mismatch_kl_unmasked": totals["mismatch_kl_unmasked"] / tokens,
             "train/clip_frac": totals["clipped"] / tokens,
             "kl/reference": totals["reference_kl"] / tokens,
         }
@@ -140,12 +156,14 @@ def importance_ratios(log_ratio: torch.Tensor, level: str) -> torch.Tensor:
 
 
 def importance_weights(
-    logprobs: torch.Tensor, batch: TrainBatch, importance: ImportanceConfig
+    logprobs: torch.Tensor, batch: TrainBatch, importance: ImportanceConfig, unmasked: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, OffPolicySums]:
-    """Detached token weights (truncated or masked ratios, see ImportanceConfig) and their statistics."""
+    """Detached token weights (truncated or masked ratios, see ImportanceConfig) and their statistics;
+    `unmasked`: the logprobs over the whole vocabulary, where `logprobs` are over kept sets."""
     mask = batch.response_mask
     zero = torch.zeros((), device=mask.device)
     log_ratio = (logprobs.detach() - batch.behaviour_logprobs) * mask
+    unmasked_ratio = log_ratio if unmasked is None else (unmasked.detach() - batch.behaviour_logprobs) * mask
     ratio = importance_ratios(log_ratio, importance.level)
     truncated = masked = zero
     if importance.mode == "mask":
@@ -164,12 +182,17 @@ def importance_weights(
         weight_max=(ratio * mask).max() if mask.any() else torch.ones((), device=mask.device),
         truncated=truncated,
         masked=masked,
-        # k3 estimator of KL(pi_behaviour || pi_theta) on tokens sampled from pi_behaviour.
-        mismatch_kl=((torch.exp(log_ratio) - 1 - log_ratio) * mask).sum(),
+        mismatch_kl=_k3(log_ratio, mask),
+        mismatch_kl_unmasked=_k3(unmasked_ratio, mask),
         clipped=zero,
         reference_kl=zero,
     )
     return weights, sums
+
+
+def _k3(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Summed k3 estimates of KL(pi_behaviour || pi_theta) on tokens sampled from pi_behaviour."""
+    return ((torch.exp(log_ratio) - 1 - log_ratio) * mask).sum()
 
 
 def token_scale(

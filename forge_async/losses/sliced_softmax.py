@@ -9,9 +9,16 @@ trainer's peak memory (benchmarks/components/gpu_trainer.py). Here the forward k
 only each token's log-probability and entropy, and the backward recomputes each slice's
 softmax to form its gradient, written straight into the logits' gradient. The math is the
 plain way's; only the order of the work differs.
+
+The distribution is the one the generator sampled from: the logits divided by the sampling
+temperature and, where a token carries the set of ids its sampler kept (top-k / top-p / min-p,
+data/kept_sets.py), every other logit masked out before the softmax ("keep sampling mask").
+Masked logits get no gradient. Each token's log-probability over the whole vocabulary comes
+back beside it, without gradient, for the metrics.
 """
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 
@@ -20,28 +27,68 @@ import torch
 SLICE_ELEMENTS = 2**25
 
 
+class KeptIds(NamedTuple):
+    """The kept sets of the chosen tokens: `tokens` [K] int64, which chosen token (the k of
+    `index[k]`, ascending) each id belongs to, and `ids` [K] int64, the kept vocabulary ids.
+    A chosen token with no ids here has no set: the whole vocabulary."""
+
+    tokens: torch.Tensor
+    ids: torch.Tensor
+
+
+class Sampled(NamedTuple):
+    """What `sampled_logprobs_and_entropy` gives, each [K] fp32."""
+
+    logprobs: torch.Tensor  # log p of each chosen token, p over its kept set
+    entropy: torch.Tensor  # the entropy of that p
+    unmasked: torch.Tensor  # log p over the whole vocabulary (no gradient; the logprobs where no set)
+
+
+class Distribution(NamedTuple):
+    """How the chosen outputs' logits become the distribution the generator sampled from."""
+
+    temperature: float = 1.0
+    kept: KeptIds | None = None
+
+
+UNTRUNCATED = Distribution()  # the logits' own softmax over the whole vocabulary
+
+
 class _SampledLogSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, slice_tokens: int):
+    def forward(ctx, logits, index, targets, slice_tokens: int, distribution: Distribution):
         logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-        entropy = torch.empty_like(logprobs)
-        for rows, log_p in _log_softmax_slices(logits, index, slice_tokens):
+        entropy, unmasked = torch.empty_like(logprobs), torch.empty_like(logprobs)
+        for rows, z, allowed in _slices(logits, index, slice_tokens, distribution):
+            chosen = z.gather(-1, targets[rows, None]).squeeze(-1)
+            unmasked[rows] = chosen - z.logsumexp(-1)
+            if allowed is not None:
+                z.masked_fill_(~allowed, -torch.inf)
+            log_p = z.log_softmax(-1)
             logprobs[rows] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
-            entropy[rows] = log_p.exp().mul_(log_p).sum(-1).neg_()
+            entropy[rows] = _entropy(log_p, allowed)
         ctx.save_for_backward(logits, index, targets, entropy)
-        ctx.slice_tokens = slice_tokens
+        ctx.slice_tokens, ctx.distribution = slice_tokens, distribution
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
-        return logprobs, entropy
+        ctx.mark_non_differentiable(unmasked)
+        return logprobs, entropy, unmasked
 
     @staticmethod
-    def backward(ctx, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None):
+    def backward(ctx, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None, _grad_unmasked=None):
         """d log p_y / dz = onehot(y) - p and dH / dz = -p (log p + H): with a and b the gradients
         of the log-probability and the entropy, dz = onehot(y) a - p (a + b (log p + H)),
-        formed in place in at most two [slice, vocabulary] buffers."""
+        formed in place in at most two [slice, vocabulary] buffers; then / temperature, and 0 at
+        masked logits (p = 0 there)."""
         logits, index, targets, entropy = ctx.saved_tensors
+        temperature = ctx.distribution.temperature
         grad = torch.zeros_like(logits)
-        for rows, g in _log_softmax_slices(logits, index, ctx.slice_tokens):
+        for rows, g, allowed in _slices(logits, index, ctx.slice_tokens, ctx.distribution):
+            if allowed is not None:
+                g.masked_fill_(~allowed, -torch.inf)
+            g = g.log_softmax(-1)
             p = g.exp()
+            if allowed is not None:
+                g.masked_fill_(~allowed, 0.0)  # log p there is -inf, and p 0: their product 0
             if grad_entropy is None:
                 g.zero_()
             else:
@@ -52,17 +99,45 @@ class _SampledLogSoftmax(torch.autograd.Function):
             del p
             if grad_logprobs is not None:
                 g.scatter_add_(-1, targets[rows, None], grad_logprobs[rows, None])
+            if temperature != 1:
+                g.div_(temperature)
             grad.index_put_((index[rows],), g.to(grad.dtype), accumulate=True)  # padding repeats an index
-        return grad, None, None, None
+        return grad, None, None, None, None
 
 
-def _log_softmax_slices(
-    logits: torch.Tensor, index: torch.Tensor, slice_tokens: int
-) -> Iterator[tuple[slice, torch.Tensor]]:
-    """Each slice of `index`, and log p over the vocabulary at the outputs it chooses, in fp32."""
+def _slices(
+    logits: torch.Tensor, index: torch.Tensor, slice_tokens: int, distribution: Distribution
+) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor | None]]:
+    """Each slice of `index`; the logits it chooses, in fp32 and divided by the temperature (a
+    fresh tensor, free to change in place); and which of them its tokens' kept sets allow
+    (None: every one)."""
     for start in range(0, index.numel(), slice_tokens):
         rows = slice(start, min(start + slice_tokens, index.numel()))
-        yield rows, logits[index[rows]].float().log_softmax(-1)
+        z = logits[index[rows]].float()
+        if distribution.temperature != 1:
+            z.div_(distribution.temperature)
+        allowed = _allowed(distribution.kept, rows, z.shape) if distribution.kept is not None else None
+        yield rows, z, allowed
+
+
+def _allowed(kept: KeptIds, rows: slice, shape: torch.Size) -> torch.Tensor | None:
+    """[slice, vocabulary] bool: True at the kept ids of the slice's tokens with a set, and
+    everywhere in the rows of those without one; None when no token of the slice has a set."""
+    bounds = torch.tensor([rows.start, rows.stop], device=kept.tokens.device)
+    low, high = torch.searchsorted(kept.tokens, bounds).tolist()
+    if low == high:
+        return None
+    tokens, ids = kept.tokens[low:high] - rows.start, kept.ids[low:high]
+    allowed = torch.ones(shape, dtype=torch.bool, device=kept.ids.device)
+    allowed[tokens] = False  # the rows of tokens with a set, each as often as its set has ids
+    allowed[tokens, ids] = True
+    return allowed
+
+
+def _entropy(log_p: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """The entropy of each row's distribution; masked entries (log p = -inf, p = 0) add nothing."""
+    terms = log_p.exp() * (log_p if allowed is None else log_p.masked_fill(~allowed, 0.0))
+    return terms.sum(-1).neg_()
 
 
 def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
@@ -71,24 +146,36 @@ def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
 
 
 def sampled_logprobs_and_entropy(
-    logits: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, slice_tokens: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p(targets[k]) and the entropy of p, where p = softmax(logits[index[k]]) in fp32:
-    `logits` [N, V] (any float dtype), `index` and `targets` [K] int64 -> two [K] fp32 tensors,
-    both differentiable with respect to `logits`. `slice_tokens`: tokens per slice (default:
-    SLICE_ELEMENTS' worth)."""
-    return _SampledLogSoftmax.apply(logits, index, targets, slice_tokens or _default_slice(logits))
+    logits: torch.Tensor,
+    index: torch.Tensor,
+    targets: torch.Tensor,
+    slice_tokens: int | None = None,
+    distribution: Distribution = UNTRUNCATED,
+) -> Sampled:
+    """log p(targets[k]) and the entropy of p, where p = softmax(logits[index[k]] / temperature)
+    in fp32 over the kept set of token k (`distribution`): `logits` [N, V] (any float dtype),
+    `index` and `targets` [K] int64 -> [K] fp32 tensors, the first two differentiable with respect
+    to `logits`. `slice_tokens`: tokens per slice (default: SLICE_ELEMENTS' worth)."""
+    return Sampled(
+        *_SampledLogSoftmax.apply(logits, index, targets, slice_tokens or _default_slice(logits), distribution)
+    )
 
 
 @torch.no_grad()
 def sampled_logprobs(
-    logits: torch.Tensor, index: torch.Tensor, targets: torch.Tensor, slice_tokens: int | None = None
+    logits: torch.Tensor,
+    index: torch.Tensor,
+    targets: torch.Tensor,
+    slice_tokens: int | None = None,
+    distribution: Distribution = UNTRUNCATED,
 ) -> torch.Tensor:
     """log p(targets[k]) alone, as `sampled_logprobs_and_entropy` gives it, with no gradient and no
     entropy (a frozen model's: a reference's, a teacher's)."""
     logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-    for rows, log_p in _log_softmax_slices(logits, index, slice_tokens or _default_slice(logits)):
-        logprobs[rows] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
+    for rows, z, allowed in _slices(logits, index, slice_tokens or _default_slice(logits), distribution):
+        if allowed is not None:
+            z.masked_fill_(~allowed, -torch.inf)
+        logprobs[rows] = z.log_softmax(-1).gather(-1, targets[rows, None]).squeeze(-1)
     return logprobs
 
 

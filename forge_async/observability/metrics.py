@@ -35,6 +35,23 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
         "completion/length_mean": statistics.fmean(lengths),
         "completion/length_max": max(lengths),
         "completion/truncated_frac": statistics.fmean(e.completion.finish_reason == "length" for e in episodes),
+        **kept_set_metrics(episodes),
+    }
+
+
+def kept_set_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """The kept sets' mean size (over the sampled tokens that have one), the share of sampled
+    tokens whose set was over sampling.kept_set_cap, and the bytes they take a sampled token;
+    nothing when no episode carries kept sets (sampling.keep_mask off)."""
+    sets = [e.completion.kept_sets for e in episodes if e.completion.kept_sets is not None]
+    if not sets:
+        return {}
+    sampled = sum(e.completion.model_tokens for e in episodes)
+    with_set = sum(int((k.sizes > 0).sum()) for k in sets)
+    return {
+        "sampling/kept_mean": sum(len(k.ids) for k in sets) / max(with_set, 1),
+        "sampling/kept_over_cap_frac": sum(k.over_cap for k in sets) / max(sampled, 1),
+        "sampling/kept_bytes_per_token": sum(k.nbytes for k in sets) / max(sampled, 1),
     }
 
 

@@ -70,7 +70,10 @@ PANELS = (
     Panel(
         "Importance sampling: generator/trainer mismatch",
         "KL (nats/token)",
-        (Line("is/mismatch_kl", "mismatch KL"),),
+        (
+            Line("is/mismatch_kl", "mismatch KL"),
+            Line("is/mismatch_kl_unmasked", "without the kept sets (sampling.keep_mask)"),
+        ),
     ),
     Panel(
         "Generation throughput",

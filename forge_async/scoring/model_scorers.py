@@ -14,6 +14,7 @@ import statistics
 from typing import Protocol
 
 from forge_async.data.episode import Completion
+from forge_async.data.kept_sets import KeptSets
 from forge_async.tasks.task import Prompt
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, ScorerFailed, flatten, regroup
@@ -23,7 +24,10 @@ class ScorerModel(Protocol):
     """The scorer's model on its mesh (handles/scorers.py); a dead proc raises ScorerFailed."""
 
     async def completion_logprobs(
-        self, prompt_ids: list[list[int]], completion_ids: list[list[int]]
+        self,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        kept_sets: "list[KeptSets | None] | None" = None,
     ) -> list[list[float]]: ...
 
 
@@ -38,7 +42,7 @@ class ModelScorer:
         pairs = flatten(prompts, groups)
         try:
             logprobs = await self.model.completion_logprobs(
-                [p.token_ids for p, _ in pairs], [c.token_ids for _, c in pairs]
+                [p.token_ids for p, _ in pairs], [c.token_ids for _, c in pairs], [c.kept_sets for _, c in pairs]
             )
         except ScorerFailed:
             raise
