@@ -147,6 +147,8 @@ class VersionedEngine:
             self._queue.clear()
         if not self.running:
             return
+        if self.kept_sets is not None:
+            self.kept_sets.clear()
         for output in self.engine.step():
             self._record(output)
 

@@ -59,14 +59,14 @@ class _SampledLogSoftmax(torch.autograd.Function):
     def forward(ctx, logits, index, targets, slice_tokens: int, distribution: Distribution):
         logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
         entropy, unmasked = torch.empty_like(logprobs), torch.empty_like(logprobs)
-        for rows, z, allowed in _slices(logits, index, slice_tokens, distribution):
+        for rows, z, masked in _slices(logits, index, slice_tokens, distribution):
             chosen = z.gather(-1, targets[rows, None]).squeeze(-1)
             unmasked[rows] = chosen - z.logsumexp(-1)
-            if allowed is not None:
-                z.masked_fill_(~allowed, -torch.inf)
+            if masked is not None:
+                z.masked_fill_(masked, -torch.inf)
             log_p = z.log_softmax(-1)
             logprobs[rows] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
-            entropy[rows] = _entropy(log_p, allowed)
+            entropy[rows] = _entropy(log_p, masked)
         ctx.save_for_backward(logits, index, targets, entropy)
         ctx.slice_tokens, ctx.distribution = slice_tokens, distribution
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
@@ -82,13 +82,13 @@ class _SampledLogSoftmax(torch.autograd.Function):
         logits, index, targets, entropy = ctx.saved_tensors
         temperature = ctx.distribution.temperature
         grad = torch.zeros_like(logits)
-        for rows, g, allowed in _slices(logits, index, ctx.slice_tokens, ctx.distribution):
-            if allowed is not None:
-                g.masked_fill_(~allowed, -torch.inf)
+        for rows, g, masked in _slices(logits, index, ctx.slice_tokens, ctx.distribution):
+            if masked is not None:
+                g.masked_fill_(masked, -torch.inf)
             g = g.log_softmax(-1)
             p = g.exp()
-            if allowed is not None:
-                g.masked_fill_(~allowed, 0.0)  # log p there is -inf, and p 0: their product 0
+            if masked is not None:
+                g.masked_fill_(masked, 0.0)  # log p there is -inf, and p 0: their product 0
             if grad_entropy is None:
                 g.zero_()
             else:
@@ -109,34 +109,43 @@ def _slices(
     logits: torch.Tensor, index: torch.Tensor, slice_tokens: int, distribution: Distribution
 ) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor | None]]:
     """Each slice of `index`; the logits it chooses, in fp32 and divided by the temperature (a
-    fresh tensor, free to change in place); and which of them its tokens' kept sets allow
-    (None: every one)."""
+    fresh tensor, free to change in place); and which of them its tokens' kept sets leave out
+    (None: none)."""
     for start in range(0, index.numel(), slice_tokens):
         rows = slice(start, min(start + slice_tokens, index.numel()))
         z = logits[index[rows]].float()
         if distribution.temperature != 1:
             z.div_(distribution.temperature)
-        allowed = _allowed(distribution.kept, rows, z.shape) if distribution.kept is not None else None
-        yield rows, z, allowed
+        masked = _masked(distribution.kept, rows, z.shape) if distribution.kept is not None else None
+        yield rows, z, masked
 
 
-def _allowed(kept: KeptIds, rows: slice, shape: torch.Size) -> torch.Tensor | None:
-    """[slice, vocabulary] bool: True at the kept ids of the slice's tokens with a set, and
-    everywhere in the rows of those without one; None when no token of the slice has a set."""
-    bounds = torch.tensor([rows.start, rows.stop], device=kept.tokens.device)
-    low, high = torch.searchsorted(kept.tokens, bounds).tolist()
+def _masked(kept: KeptIds, rows: slice, shape: torch.Size) -> torch.Tensor | None:
+    """[slice, vocabulary] bool: True at the ids outside the kept sets of the slice's tokens that
+    have one; None when no token of the slice has a set."""
+    low, high = _bounds(kept.tokens, rows)
     if low == high:
         return None
     tokens, ids = kept.tokens[low:high] - rows.start, kept.ids[low:high]
-    allowed = torch.ones(shape, dtype=torch.bool, device=kept.ids.device)
-    allowed[tokens] = False  # the rows of tokens with a set, each as often as its set has ids
-    allowed[tokens, ids] = True
-    return allowed
+    with_set = torch.zeros(shape[0], dtype=torch.bool, device=tokens.device)
+    with_set[tokens] = True
+    masked = with_set[:, None].expand(shape).clone()
+    masked.view(-1)[tokens * shape[1] + ids] = False  # one flat index: several times faster than two
+    return masked
 
 
-def _entropy(log_p: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+def _bounds(tokens: torch.Tensor, rows: slice) -> tuple[int, int]:
+    """Where the ids of the slice's tokens start and end in `tokens` (ascending)."""
+    if tokens.device.type == "cpu":  # no tensor round trip for two numbers
+        return int(torch.searchsorted(tokens, rows.start)), int(torch.searchsorted(tokens, rows.stop))
+    bounds = torch.tensor([rows.start, rows.stop], device=tokens.device)
+    low, high = torch.searchsorted(tokens, bounds).tolist()
+    return low, high
+
+
+def _entropy(log_p: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
     """The entropy of each row's distribution; masked entries (log p = -inf, p = 0) add nothing."""
-    terms = log_p.exp() * (log_p if allowed is None else log_p.masked_fill(~allowed, 0.0))
+    terms = log_p.exp() * (log_p if masked is None else log_p.masked_fill(masked, 0.0))
     return terms.sum(-1).neg_()
 
 
@@ -172,9 +181,9 @@ def sampled_logprobs(
     """log p(targets[k]) alone, as `sampled_logprobs_and_entropy` gives it, with no gradient and no
     entropy (a frozen model's: a reference's, a teacher's)."""
     logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-    for rows, z, allowed in _slices(logits, index, slice_tokens or _default_slice(logits), distribution):
-        if allowed is not None:
-            z.masked_fill_(~allowed, -torch.inf)
+    for rows, z, masked in _slices(logits, index, slice_tokens or _default_slice(logits), distribution):
+        if masked is not None:
+            z.masked_fill_(masked, -torch.inf)
         logprobs[rows] = z.log_softmax(-1).gather(-1, targets[rows, None]).squeeze(-1)
     return logprobs
 
