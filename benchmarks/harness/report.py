@@ -55,6 +55,7 @@ FULL = QUICK | {
     "gpu_trainer": [],  # the tiny scale where no GPU is seen
     "learning_reliability": ["--seeds", "5"],
     "distillation": ["--seeds", "3"],
+    "keep_mask": [],
     "sft_then_grpo": [],
     "agent_turn_cost": [],
     "agent_overhead": [],
