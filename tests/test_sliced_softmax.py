@@ -5,9 +5,9 @@ kept for the backward."""
 import pytest
 import torch
 
+from forge_async.losses.kept_softmax import KeptIds
 from forge_async.losses.sliced_softmax import (
     Distribution,
-    KeptIds,
     sampled_logprobs,
     sampled_logprobs_and_entropy,
     token_entropy,

@@ -52,5 +52,5 @@ def _commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    commit = git("rev-parse", "--short", "HEAD") or os.environ.get("BENCHMARK_COMMIT", "unknown")  # a copy, no .git
     return commit + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")

@@ -53,6 +53,7 @@ FULL = QUICK | {
     "checkpoint_cost": [],
     "trainer_memory": [],
     "gpu_trainer": [],  # the tiny scale where no GPU is seen
+    "kept_set_loss": [],
     "learning_reliability": ["--seeds", "5"],
     "distillation": ["--seeds", "3"],
     "keep_mask": [],

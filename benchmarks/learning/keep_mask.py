@@ -150,13 +150,13 @@ def decode_cost(checkpoint: Checkpoint, args) -> dict[str, float]:
     params.ignore_eos = True  # every completion the same length: the rounds do the same work
     prompt = PROMPTS["digits"]
     speeds: dict[str, list[float]] = {name: [] for name in engines}
-    for round in range(args.rounds + 1):  # the first round warms the engines up, uncounted
+    for i in range(args.rounds + 1):  # the first round warms the engines up, uncounted
         for name, engine in engines.items():
             requests = [engine.submit(prompt, params) for _ in range(args.decode_requests)]
             start = time.perf_counter()
             while engine.has_work:
                 engine.step()
-            if round:
+            if i:
                 speeds[name].append(sum(len(r.result.token_ids) for r in requests) / (time.perf_counter() - start))
     return {name: statistics.median(s) for name, s in speeds.items()}
 
@@ -168,10 +168,10 @@ def train_cost(checkpoint: Checkpoint, completions: list[Completion], args) -> d
     masked = pack_episodes([Episode(c, 0.0, 1.0) for c in completions], pad_id=0)
     batches = {"with kept sets": masked, "without": replace(masked, kept_tokens=None, kept_ids=None)}
     times: dict[str, list[float]] = {name: [] for name in batches}
-    for round in range(args.rounds * 4 + 1):  # the first round warms up, uncounted
+    for i in range(args.rounds * 4 + 1):  # the first round warms up, uncounted
         for name, batch in batches.items():
             ms = _step_ms(model, batch, args.temperature)
-            if round:
+            if i:
                 times[name].append(ms)
     return {name: statistics.median(t) for name, t in times.items()}
 

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from forge_async.data.batch import TrainBatch
 from forge_async.losses.config import ImportanceConfig
 from forge_async.losses import sliced_softmax
+from forge_async.losses.kept_softmax import KeptIds
 
 # A ratio counts as truncated only beyond float noise: with cap 1 and identical
 # policies, ratios of 1 +- 1e-7 are not truncation.
@@ -58,7 +59,7 @@ def response_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: fl
 
 def sampling_distribution(batch: TrainBatch, temperature: float) -> sliced_softmax.Distribution:
     """The distribution each response token was sampled from, as the sliced softmax takes it."""
-    kept = None if batch.kept_ids is None else sliced_softmax.KeptIds(batch.kept_tokens, batch.kept_ids)
+    kept = None if batch.kept_ids is None else KeptIds(batch.kept_tokens, batch.kept_ids)
     return sliced_softmax.Distribution(temperature, kept)
 
 

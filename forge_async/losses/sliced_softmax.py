@@ -11,10 +11,10 @@ softmax to form its gradient, written straight into the logits' gradient. The ma
 plain way's; only the order of the work differs.
 
 The distribution is the one the generator sampled from: the logits divided by the sampling
-temperature and, where a token carries the set of ids its sampler kept (top-k / top-p / min-p,
-data/kept_sets.py), every other logit masked out before the softmax ("keep sampling mask").
-Masked logits get no gradient. Each token's log-probability over the whole vocabulary comes
-back beside it, without gradient, for the metrics.
+temperature, and where a token carries the set of ids its sampler kept (top-k / top-p / min-p,
+data/kept_sets.py) the softmax over that set alone ("keep sampling mask"), computed on the kept
+ids (losses/kept_softmax.py); the other logits get no gradient. Each token's log-probability
+over the whole vocabulary comes back beside it, without gradient, for the metrics.
 """
 
 from collections.abc import Iterator
@@ -22,24 +22,17 @@ from typing import NamedTuple
 
 import torch
 
+from forge_async.losses.kept_softmax import KeptIds, kept_logprobs, kept_logprobs_and_entropy
+
 # Elements of one slice's [tokens, vocabulary] fp32 tensors (128 MiB each): 220 tokens at
 # Qwen3's vocabulary; a small vocabulary's (the tiny models') micro-batch is one slice.
 SLICE_ELEMENTS = 2**25
 
 
-class KeptIds(NamedTuple):
-    """The kept sets of the chosen tokens: `tokens` [K] int64, which chosen token (the k of
-    `index[k]`, ascending) each id belongs to, and `ids` [K] int64, the kept vocabulary ids.
-    A chosen token with no ids here has no set: the whole vocabulary."""
-
-    tokens: torch.Tensor
-    ids: torch.Tensor
-
-
 class Sampled(NamedTuple):
     """What `sampled_logprobs_and_entropy` gives, each [K] fp32."""
 
-    logprobs: torch.Tensor  # log p of each chosen token, p over its kept set
+    logprobs: torch.Tensor  # log p of each chosen token, p over its kept set where it has one
     entropy: torch.Tensor  # the entropy of that p
     unmasked: torch.Tensor  # log p over the whole vocabulary (no gradient; the logprobs where no set)
 
@@ -56,39 +49,26 @@ UNTRUNCATED = Distribution()  # the logits' own softmax over the whole vocabular
 
 class _SampledLogSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, index, targets, slice_tokens: int, distribution: Distribution):
+    def forward(ctx, logits, index, targets, slice_tokens: int, temperature: float):
         logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-        entropy, unmasked = torch.empty_like(logprobs), torch.empty_like(logprobs)
-        for rows, z, masked in _slices(logits, index, slice_tokens, distribution):
-            chosen = z.gather(-1, targets[rows, None]).squeeze(-1)
-            unmasked[rows] = chosen - z.logsumexp(-1)
-            if masked is not None:
-                z.masked_fill_(masked, -torch.inf)
-            log_p = z.log_softmax(-1)
+        entropy = torch.empty_like(logprobs)
+        for rows, log_p in _log_softmax_slices(logits, index, slice_tokens, temperature):
             logprobs[rows] = log_p.gather(-1, targets[rows, None]).squeeze(-1)
-            entropy[rows] = _entropy(log_p, masked)
+            entropy[rows] = log_p.exp().mul_(log_p).sum(-1).neg_()
         ctx.save_for_backward(logits, index, targets, entropy)
-        ctx.slice_tokens, ctx.distribution = slice_tokens, distribution
+        ctx.slice_tokens, ctx.temperature = slice_tokens, temperature
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
-        ctx.mark_non_differentiable(unmasked)
-        return logprobs, entropy, unmasked
+        return logprobs, entropy
 
     @staticmethod
-    def backward(ctx, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None, _grad_unmasked=None):
+    def backward(ctx, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None):
         """d log p_y / dz = onehot(y) - p and dH / dz = -p (log p + H): with a and b the gradients
         of the log-probability and the entropy, dz = onehot(y) a - p (a + b (log p + H)),
-        formed in place in at most two [slice, vocabulary] buffers; then / temperature, and 0 at
-        masked logits (p = 0 there)."""
+        formed in place in at most two [slice, vocabulary] buffers; then / temperature."""
         logits, index, targets, entropy = ctx.saved_tensors
-        temperature = ctx.distribution.temperature
         grad = torch.zeros_like(logits)
-        for rows, g, masked in _slices(logits, index, ctx.slice_tokens, ctx.distribution):
-            if masked is not None:
-                g.masked_fill_(masked, -torch.inf)
-            g = g.log_softmax(-1)
+        for rows, g in _log_softmax_slices(logits, index, ctx.slice_tokens, ctx.temperature):
             p = g.exp()
-            if masked is not None:
-                g.masked_fill_(masked, 0.0)  # log p there is -inf, and p 0: their product 0
             if grad_entropy is None:
                 g.zero_()
             else:
@@ -99,54 +79,21 @@ class _SampledLogSoftmax(torch.autograd.Function):
             del p
             if grad_logprobs is not None:
                 g.scatter_add_(-1, targets[rows, None], grad_logprobs[rows, None])
-            if temperature != 1:
-                g.div_(temperature)
+            if ctx.temperature != 1:
+                g.div_(ctx.temperature)
             grad.index_put_((index[rows],), g.to(grad.dtype), accumulate=True)  # padding repeats an index
         return grad, None, None, None, None
 
 
-def _slices(
-    logits: torch.Tensor, index: torch.Tensor, slice_tokens: int, distribution: Distribution
-) -> Iterator[tuple[slice, torch.Tensor, torch.Tensor | None]]:
-    """Each slice of `index`; the logits it chooses, in fp32 and divided by the temperature (a
-    fresh tensor, free to change in place); and which of them its tokens' kept sets leave out
-    (None: none)."""
+def _log_softmax_slices(
+    logits: torch.Tensor, index: torch.Tensor, slice_tokens: int, temperature: float
+) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Each slice of `index`, and log p over the vocabulary at the outputs it chooses, in fp32,
+    p the softmax of the logits / `temperature`."""
     for start in range(0, index.numel(), slice_tokens):
         rows = slice(start, min(start + slice_tokens, index.numel()))
         z = logits[index[rows]].float()
-        if distribution.temperature != 1:
-            z.div_(distribution.temperature)
-        masked = _masked(distribution.kept, rows, z.shape) if distribution.kept is not None else None
-        yield rows, z, masked
-
-
-def _masked(kept: KeptIds, rows: slice, shape: torch.Size) -> torch.Tensor | None:
-    """[slice, vocabulary] bool: True at the ids outside the kept sets of the slice's tokens that
-    have one; None when no token of the slice has a set."""
-    low, high = _bounds(kept.tokens, rows)
-    if low == high:
-        return None
-    tokens, ids = kept.tokens[low:high] - rows.start, kept.ids[low:high]
-    with_set = torch.zeros(shape[0], dtype=torch.bool, device=tokens.device)
-    with_set[tokens] = True
-    masked = with_set[:, None].expand(shape).clone()
-    masked.view(-1)[tokens * shape[1] + ids] = False  # one flat index: several times faster than two
-    return masked
-
-
-def _bounds(tokens: torch.Tensor, rows: slice) -> tuple[int, int]:
-    """Where the ids of the slice's tokens start and end in `tokens` (ascending)."""
-    if tokens.device.type == "cpu":  # no tensor round trip for two numbers
-        return int(torch.searchsorted(tokens, rows.start)), int(torch.searchsorted(tokens, rows.stop))
-    bounds = torch.tensor([rows.start, rows.stop], device=tokens.device)
-    low, high = torch.searchsorted(tokens, bounds).tolist()
-    return low, high
-
-
-def _entropy(log_p: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
-    """The entropy of each row's distribution; masked entries (log p = -inf, p = 0) add nothing."""
-    terms = log_p.exp() * (log_p if masked is None else log_p.masked_fill(masked, 0.0))
-    return terms.sum(-1).neg_()
+        yield rows, (z.div_(temperature) if temperature != 1 else z).log_softmax(-1)
 
 
 def token_entropy(log_probs: torch.Tensor) -> torch.Tensor:
@@ -162,12 +109,42 @@ def sampled_logprobs_and_entropy(
     distribution: Distribution = UNTRUNCATED,
 ) -> Sampled:
     """log p(targets[k]) and the entropy of p, where p = softmax(logits[index[k]] / temperature)
-    in fp32 over the kept set of token k (`distribution`): `logits` [N, V] (any float dtype),
-    `index` and `targets` [K] int64 -> [K] fp32 tensors, the first two differentiable with respect
-    to `logits`. `slice_tokens`: tokens per slice (default: SLICE_ELEMENTS' worth)."""
-    return Sampled(
-        *_SampledLogSoftmax.apply(logits, index, targets, slice_tokens or _default_slice(logits), distribution)
+    in fp32, over token k's kept set where `distribution` gives one: `logits` [N, V] (any float
+    dtype), `index` and `targets` [K] int64 -> [K] fp32 tensors, the first two differentiable with
+    respect to `logits`. `slice_tokens`: tokens per slice (default: SLICE_ELEMENTS' worth)."""
+    slice_tokens = slice_tokens or _default_slice(logits)
+    temperature, kept = distribution
+    if kept is None or not len(kept.ids):
+        logprobs, entropy = _SampledLogSoftmax.apply(logits, index, targets, slice_tokens, temperature)
+        return Sampled(logprobs, entropy, logprobs.detach())
+    whole = _without_set(kept, len(index))
+    whole_logprobs, whole_entropy = _SampledLogSoftmax.apply(
+        logits, index[whole], targets[whole], slice_tokens, temperature
     )
+    chosen, set_logprobs, set_entropy = kept_logprobs_and_entropy(logits, index, targets, kept, temperature)
+    unmasked = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
+    unmasked[whole] = whole_logprobs.detach()
+    unmasked[chosen] = sampled_logprobs(logits, index[chosen], targets[chosen], slice_tokens, Distribution(temperature))
+    return Sampled(
+        _placed(len(index), (whole, whole_logprobs), (chosen, set_logprobs)),
+        _placed(len(index), (whole, whole_entropy), (chosen, set_entropy)),
+        unmasked,
+    )
+
+
+def _without_set(kept: KeptIds, count: int) -> torch.Tensor:
+    """The chosen tokens (of `count`) that have no kept set, ascending."""
+    has_set = torch.zeros(count, dtype=torch.bool, device=kept.tokens.device)
+    has_set[kept.tokens] = True
+    return (~has_set).nonzero().squeeze(-1)
+
+
+def _placed(count: int, *parts: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """[count]: each part's values at its positions (differentiable in the values)."""
+    out = torch.zeros(count, dtype=torch.float32, device=parts[0][1].device)
+    for positions, values in parts:
+        out = out.index_copy(0, positions, values)
+    return out
 
 
 @torch.no_grad()
@@ -180,11 +157,17 @@ def sampled_logprobs(
 ) -> torch.Tensor:
     """log p(targets[k]) alone, as `sampled_logprobs_and_entropy` gives it, with no gradient and no
     entropy (a frozen model's: a reference's, a teacher's)."""
+    temperature, kept = distribution
+    slice_tokens = slice_tokens or _default_slice(logits)
     logprobs = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-    for rows, z, masked in _slices(logits, index, slice_tokens or _default_slice(logits), distribution):
-        if masked is not None:
-            z.masked_fill_(masked, -torch.inf)
-        logprobs[rows] = z.log_softmax(-1).gather(-1, targets[rows, None]).squeeze(-1)
+    if kept is None or not len(kept.ids):
+        whole = torch.arange(len(index), device=index.device)
+    else:
+        whole = _without_set(kept, len(index))
+        chosen, set_logprobs = kept_logprobs(logits, index, targets, kept, temperature)
+        logprobs[chosen] = set_logprobs
+    for rows, log_p in _log_softmax_slices(logits, index[whole], slice_tokens, temperature):
+        logprobs[whole[rows]] = log_p.gather(-1, targets[whole[rows], None]).squeeze(-1)
     return logprobs
 
 
