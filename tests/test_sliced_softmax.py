@@ -100,13 +100,13 @@ def test_only_the_logits_and_per_token_vectors_are_kept_for_the_backward():
     assert all(shape == logits.shape or len(shape) == 1 for shape, _ in kept), kept
 
 
-def kept_sets(targets: torch.Tensor, gen: torch.Generator) -> tuple[KeptIds, torch.Tensor]:
-    """Random kept sets holding each target, for every other chosen token (the rest have none), as
-    KeptIds and as the [K, V] bool mask they stand for."""
+def kept_sets(targets: torch.Tensor, gen: torch.Generator, every: int) -> tuple[KeptIds, torch.Tensor]:
+    """Random kept sets holding each target, for every `every`-th chosen token (the rest have none),
+    as KeptIds and as the [K, V] bool mask they stand for."""
     allowed = torch.ones(len(INDEX), V, dtype=torch.bool)
     tokens, ids = [], []
     for k, target in enumerate(targets.tolist()):
-        if k % 2:
+        if k % every:
             continue
         chosen = sorted({target, *torch.randint(0, V, (k % 5,), generator=gen).tolist()})
         allowed[k] = False
@@ -116,13 +116,14 @@ def kept_sets(targets: torch.Tensor, gen: torch.Generator) -> tuple[KeptIds, tor
     return KeptIds(torch.tensor(tokens), torch.tensor(ids)), allowed
 
 
-def test_kept_sets_and_temperature_give_the_masked_tempered_softmax_and_its_gradients():
+@pytest.mark.parametrize("every", [1, 2], ids=["every token with a set", "every other token"])
+def test_kept_sets_and_temperature_give_the_masked_tempered_softmax_and_its_gradients(every):
     """Each token's p over its kept set (every other logit at -inf) of logits / T, computed plainly
     here; masked logits get no gradient; the unmasked logprob is the whole vocabulary's."""
     gen = torch.Generator().manual_seed(3)
     logits = torch.randn(N, V, generator=gen) * 3
     targets = torch.randint(0, V, (len(INDEX),), generator=gen)
-    kept, allowed = kept_sets(targets, gen)
+    kept, allowed = kept_sets(targets, gen, every)
     temperature = 0.7
     a, b = torch.randn(len(INDEX), generator=gen), torch.randn(len(INDEX), generator=gen)
 
@@ -147,6 +148,6 @@ def test_kept_sets_and_temperature_give_the_masked_tempered_softmax_and_its_grad
     unmasked = sampled_logprobs_and_entropy(logits, INDEX, targets, SLICE, distribution).unmasked
     whole = (logits[INDEX] / temperature).log_softmax(-1).gather(-1, targets[:, None]).squeeze(-1)
     assert torch.allclose(unmasked, whole, atol=1e-5)
-    assert not torch.allclose(unmasked[::2], got[0][::2])  # a set changes the logprob
+    assert not torch.allclose(unmasked[::every], got[0][::every])  # a set changes the logprob
     frozen = sampled_logprobs(logits, INDEX, targets, slice_tokens=SLICE, distribution=distribution)
     assert torch.allclose(frozen, want[0], atol=1e-5)

@@ -117,19 +117,19 @@ def sampled_logprobs_and_entropy(
     if kept is None or not len(kept.ids):
         logprobs, entropy = _SampledLogSoftmax.apply(logits, index, targets, slice_tokens, temperature)
         return Sampled(logprobs, entropy, logprobs.detach())
-    whole = _without_set(kept, len(index))
-    whole_logprobs, whole_entropy = _SampledLogSoftmax.apply(
-        logits, index[whole], targets[whole], slice_tokens, temperature
-    )
     chosen, set_logprobs, set_entropy = kept_logprobs_and_entropy(logits, index, targets, kept, temperature)
     unmasked = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-    unmasked[whole] = whole_logprobs.detach()
     unmasked[chosen] = sampled_logprobs(logits, index[chosen], targets[chosen], slice_tokens, Distribution(temperature))
-    return Sampled(
-        _placed(len(index), (whole, whole_logprobs), (chosen, set_logprobs)),
-        _placed(len(index), (whole, whole_entropy), (chosen, set_entropy)),
-        unmasked,
-    )
+    logprobs_parts, entropy_parts = [(chosen, set_logprobs)], [(chosen, set_entropy)]
+    whole = _without_set(kept, len(index))
+    if len(whole):  # each function's backward makes a gradient the size of the logits: only where needed
+        whole_logprobs, whole_entropy = _SampledLogSoftmax.apply(
+            logits, index[whole], targets[whole], slice_tokens, temperature
+        )
+        unmasked[whole] = whole_logprobs.detach()
+        logprobs_parts.append((whole, whole_logprobs))
+        entropy_parts.append((whole, whole_entropy))
+    return Sampled(_placed(len(index), *logprobs_parts), _placed(len(index), *entropy_parts), unmasked)
 
 
 def _without_set(kept: KeptIds, count: int) -> torch.Tensor:
