@@ -52,5 +52,8 @@ def _commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
-    commit = git("rev-parse", "--short", "HEAD") or os.environ.get("BENCHMARK_COMMIT", "unknown")  # a copy, no .git
+    given = os.environ.get("BENCHMARK_COMMIT")  # a copy on another machine, whose .git (if any) is not its commit
+    if given:
+        return given
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
     return commit + (" (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else "")
