@@ -1,4 +1,4 @@
-"""docs/benchmarks.md: its generated blocks state what their stored result files hold
+"""The docs' generated blocks (docs/benchmarks.md and other pages) state what their stored result files hold
 (benchmarks/harness/docs.py), so a figure there is never typed by hand."""
 
 import re
@@ -13,12 +13,14 @@ pytestmark = pytest.mark.unit
 COMMAND = re.compile(r"python -m (benchmarks(?:\.[a-z_]+)+)")  # not a placeholder (KIND.NAME)
 
 
-def test_every_generated_block_of_the_benchmarks_page_matches_its_result_file():
-    page = docs.DOC.read_text()
-    assert docs.BLOCK.search(page), "no generated block on the page"
-    assert docs.stale_blocks(page) == [], "python -m benchmarks.harness.docs"
-    for match in docs.BLOCK.finditer(page):
-        assert match["file"].startswith("benchmarks/results/"), match["file"]
+def test_every_generated_block_of_the_docs_matches_its_result_file():
+    pages = docs.pages_with_blocks()
+    assert docs.DOC in pages, "no generated block on the benchmarks page"
+    for path in pages:
+        page = path.read_text()
+        assert docs.stale_blocks(page) == [], f"{path}: python -m benchmarks.harness.docs"
+        for match in docs.BLOCK.finditer(page):
+            assert match["file"].startswith("benchmarks/results/"), match["file"]
 
 
 def test_a_block_renders_its_command_box_figures_and_tables_and_a_changed_file_makes_it_stale(tmp_path):

@@ -1,6 +1,7 @@
-"""The figures of docs/benchmarks.md rendered from stored result files, never typed.
+"""The figures of the docs (docs/benchmarks.md and any page that quotes a benchmark) rendered
+from stored result files, never typed.
 
-    .venv/bin/python -m benchmarks.harness.docs            # rewrite every generated block
+    .venv/bin/python -m benchmarks.harness.docs            # rewrite every generated block of docs/
     .venv/bin/python -m benchmarks.harness.docs --check    # exit 1 where a block differs from its file
 
 A generated block sits between two marker comments, the first naming its result file:
@@ -24,7 +25,8 @@ from benchmarks.harness.markdown import format_value, markdown_table
 from benchmarks.harness.results import BenchmarkResult, read_result
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "benchmarks.md"
+DOCS = REPO / "docs"
+DOC = DOCS / "benchmarks.md"
 BLOCK = re.compile(
     r"(?P<start><!-- generated from (?P<file>\S+) by python -m benchmarks\.harness\.docs -->\n)"
     r"(?P<body>.*?)(?P<end><!-- end of generated -->)",
@@ -67,20 +69,28 @@ def stale_blocks(doc: str, repo: Path = REPO) -> list[str]:
     return [m["file"] for m in BLOCK.finditer(doc) if m["body"] != fresh[m["file"]]]
 
 
+def pages_with_blocks(docs: Path = DOCS) -> list[Path]:
+    """The Markdown pages under `docs` that hold a generated block."""
+    return [page for page in sorted(docs.rglob("*.md")) if BLOCK.search(page.read_text())]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a block is stale")
-    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--doc", type=Path, help="one page (default: every page of docs/ with a block)")
     args = parser.parse_args(argv)
-    doc = args.doc.read_text()
-    if args.check:
-        stale = stale_blocks(doc)
-        for file in stale:
-            print(f"{args.doc}: the block of {file} differs from the file: python -m benchmarks.harness.docs")
-        return 1 if stale else 0
-    args.doc.write_text(render(doc))
-    print(f"{args.doc}: {len(BLOCK.findall(doc))} generated blocks rendered")
-    return 0
+    stale_pages = 0
+    for page in [args.doc] if args.doc else pages_with_blocks():
+        doc = page.read_text()
+        if args.check:
+            stale = stale_blocks(doc)
+            for file in stale:
+                print(f"{page}: the block of {file} differs from the file: python -m benchmarks.harness.docs")
+            stale_pages += bool(stale)
+        else:
+            page.write_text(render(doc))
+            print(f"{page}: {len(BLOCK.findall(doc))} generated blocks rendered")
+    return 1 if stale_pages else 0
 
 
 if __name__ == "__main__":

@@ -12,8 +12,13 @@ def markdown_table(columns: list[str], rows: list[list]) -> str:
     def cell(value) -> str:
         if value is None:
             return "-"
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
+        return escaped(f"{value:.4g}" if isinstance(value, float) else str(value))
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(map(escaped, columns)) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def escaped(text: str) -> str:
+    """`text` for a table cell: a bar (|x|, an absolute value) would end the cell."""
+    return text.replace("|", "\\|")

@@ -178,7 +178,7 @@ class SamplingConfig:
         None,
         help=(
             "record the tokens the sampler kept at each step (top-k / top-p / min-p) and compute the "
-            "trainer's log-probabilities over the same sets ([loss.md](loss.md#keep-sampling-mask)); "
+            "trainer's log-probabilities over the same sets ([loss.md](loss.md#keep-sampling-mask-samplingkeep_mask)); "
             "null = on whenever sampling truncates"
         ),
         accepts="true, false or null",
