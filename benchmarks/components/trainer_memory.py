@@ -3,7 +3,8 @@
     .venv/bin/python -m benchmarks.components.trainer_memory
     .venv/bin/python -m benchmarks.components.trainer_memory --rows 8 --length 512 --micro-batch-tokens 4096
 
-One real trainer (TorchTitan model under FSDP2, one proc) per configuration, fresh
+One real trainer (the TorchTitan model, one proc: one float32 rank trains it as a plain module,
+models/parallelize.py) per configuration, fresh
 each time, takes one optimizer step on `rows` x 1, 2 and 4 episodes of `length`
 tokens, once with the whole batch in one forward and once with
 `trainer.micro_batch_tokens`. Printed: the proc's peak memory (on CPU the peak
