@@ -21,6 +21,7 @@ from forge_async.controller.summary import write_summary
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end
 from forge_async.envs.registry import open_environments
 from forge_async.envs.runner import EnvRunner, build_env_runner, environment_factory, with_environment
+from forge_async.envs.seats import SeatRunner
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
@@ -63,7 +64,8 @@ async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task
     session_limit = getattr(new_environment, "session_limit", None)  # kept here, wherever environments run
     if config.env.procs:
         new_environment = await handles.environments.start(new_environment)
-    return build_env_runner(config.env, new_environment, tokenizer, config.sampling, context, session_limit)
+    runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context, session_limit)
+    return SeatRunner(runner, config.env.seats) if config.env.seats else runner
 
 
 async def train_on(

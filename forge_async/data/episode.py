@@ -45,6 +45,7 @@ class Completion:
     routes: "np.ndarray | None" = None
     # The ids the sampler kept at each token (sampling.keep_mask); None: none recorded.
     kept_sets: "KeptSets | None" = None
+    seat: int | None = None  # a multi-seat episode's (env.seats): the seat whose turns these are
 
     def __post_init__(self) -> None:
         if not (len(self.token_ids) == len(self.logprobs) == len(self.versions)):

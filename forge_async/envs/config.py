@@ -166,7 +166,7 @@ class EnvConfig:
         None,
         help=(
             "makes one Environment per episode (imported at start); `openenv`: an OpenEnv server "
-            "(`env.openenv.*`); `textarena:GAME` plays a single-player TextArena game "
+            "(`env.openenv.*`); `textarena:GAME` plays a TextArena game (one player, or `env.seats`' players) "
             "([environments.md](environments.md#textarena-games)); `agent:...` runs an agent program per "
             "episode "
             "([environments.md](environments.md#agent-programs-through-an-openai-compatible-endpoint)); "
@@ -174,9 +174,22 @@ class EnvConfig:
         ),
         accepts="`module:callable`, `openenv`, `textarena:GAME`, `agent:module:function`, or null",
     )
+    seats: list[str] = key(
+        [],
+        help=(
+            "a multi-player game's seats in turn order, each `policy` (the policy trained: several make "
+            "self-play), `random` (a move its observations show) or a `module:function` scripted player "
+            "(`(observation, seat) -> move`); each policy seat's turns are a completion of their own "
+            "([environments.md](environments.md#several-players-in-one-episode)); []: one seat, the policy's"
+        ),
+        accepts="[], or two or more seats with at least one `policy`",
+    )
     max_turns: int = key(
         4,
-        help="model turns per episode; an episode that reaches it ends (`episodes/ended_max_turns`)",
+        help=(
+            "model turns per episode (with `env.seats`: per policy seat); an episode that reaches it ends "
+            "(`episodes/ended_max_turns`)"
+        ),
         accepts=">= 1",
     )
     max_episode_tokens: int | None = key(
@@ -225,6 +238,11 @@ class EnvConfig:
         check_range("env.timeout_s", self.timeout_s, POSITIVE)
         check_range("env.turn_batch_wait_s", self.turn_batch_wait_s, AT_LEAST_0)
         check_range("env.procs", self.procs, AT_LEAST_0, note="0 = in the controller")
+        if self.seats:
+            if len(self.seats) < 2:
+                raise ConfigError(f"env.seats={list(self.seats)}: one seat is the default ([]); name two or more")
+            if self.name is None:
+                raise ConfigError("env.seats names players of a multi-player environment: set env.name to one")
         if self.name == "openenv":
             self.openenv.check()
             if self.openenv.refused_retry_s >= self.timeout_s:

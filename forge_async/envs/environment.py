@@ -10,6 +10,16 @@ template, envs/templating.py) or token ids (used as they are). The episode's
 reward is the sum of the step rewards. Methods may be coroutines (awaited, with
 `env.timeout_s`; run many at once) or plain functions (called on the controller's
 event loop: keep them fast). One Environment object serves one episode.
+
+A multi-seat environment (several players, `env.seats`) names who moves at each turn:
+
+    turn = env.reset(prompt)                     # SeatTurn(seat, observation): who moves first, what it sees
+    loop: that seat's turn -> env.step(turn) -> EnvStep(observation, seat=next seat, done=False)
+                                                or EnvStep(done=True, rewards={seat: reward, ...})
+
+An observation there is what that seat sees new since its own last turn. Each seat is played
+by the policy or by a scripted player (envs/seats.py); each policy seat's turns and
+observations make a completion of their own, rewarded with its seat's reward.
 """
 
 from collections.abc import Awaitable
@@ -39,6 +49,18 @@ class EnvStep:
     # With done: the episode's final answer, which the task's reward scores as if the model had
     # said it and stopped (added to the step rewards). An agent program that returns text gives one.
     answer: str | None = None
+    # Multi-seat environments: the seat that moves next (`observation` is what it sees), and with
+    # done each seat's reward (`reward` is not used there).
+    seat: int | None = None
+    rewards: dict[int, float] | None = None
+
+
+@dataclass
+class SeatTurn:
+    """A multi-seat environment's call for a turn: which seat moves, and what it sees new."""
+
+    seat: int
+    observation: Observation
 
 
 class Environment(Protocol):

@@ -2,7 +2,7 @@
 
     module:callable        your own Environment class, or a function returning one
     openenv                an OpenEnv environment server (env.openenv.*; envs/openenv/)
-    textarena:GAME         a single-player TextArena game (env.textarena.*; envs/textarena.py)
+    textarena:GAME         a TextArena game, of one player or of env.seats' (env.textarena.*; envs/textarena.py)
     agent:module:function  your async agent program, driving each episode through an OpenAI
                            client (env.agent.*; envs/agent/)
 
@@ -19,11 +19,14 @@ from forge_async.config.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.runner import EnvFactory
+from forge_async.envs.seats import check_seats
 from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environments
 
 
 def check_environment_name(config: EnvConfig) -> None:
-    """A CallableError (or ConfigError) naming env.name if it cannot make environments."""
+    """A CallableError (or ConfigError) naming env.name if it cannot make environments, or
+    env.seats if a seat cannot be played."""
+    check_seats(config.seats)
     if config.name == "openenv":
         from forge_async.envs.openenv import check_openenv  # openenv: only for env.name=openenv
 
@@ -35,7 +38,7 @@ def check_environment_name(config: EnvConfig) -> None:
         load_agent(config.name)
         return
     if config.name.startswith(TEXTARENA):
-        check_game(config.name.removeprefix(TEXTARENA), config.textarena)
+        check_game(config.name.removeprefix(TEXTARENA), config.textarena, max(len(config.seats), 1))
         return
     load_callable(config.name, "env.name")
 
@@ -64,7 +67,8 @@ async def open_environments(
         async with agent_environments(config.name, config.agent, tokenizer) as episodes:
             yield episodes
     elif config.name.startswith(TEXTARENA):
-        async with textarena_environments(config.name.removeprefix(TEXTARENA), config.textarena) as factory:
+        game = config.name.removeprefix(TEXTARENA)
+        async with textarena_environments(game, config.textarena, max(len(config.seats), 1)) as factory:
             yield factory
     else:
         yield load_callable(config.name, "env.name")

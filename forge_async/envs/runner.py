@@ -64,12 +64,12 @@ class EpisodeLimits:
 
 
 @dataclass
-class _Transcript:
+class Transcript:
     """An episode's tokens after its first observation, as they accumulate."""
 
-    token_ids: list[int]
-    logprobs: list[float]
-    versions: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
     # MoE models: the last model turn's routes, which cover every token fed before its last one: the
     # routes of the computation whose KV cache that turn attended to (generation/route_capture.py)
     routes: "np.ndarray | None" = None
@@ -131,7 +131,7 @@ class EnvRunner:
         self, env: Environment, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig
     ) -> Completion:
         first = await self._first_observation(env, prompt)
-        transcript = _Transcript([], [], [])
+        transcript = Transcript()
         reward, turns, finish, answer = 0.0, 0, "done", None
         while True:
             budget = self._turn_budget(len(first), len(transcript.token_ids))
@@ -140,7 +140,7 @@ class EnvRunner:
             transcript.add_turn(completion)
             turn = ModelTurn(completion.text, completion.token_ids, completion.finish_reason, turns)
             turns += 1
-            step = _checked(await self._call(env.step, turn))
+            step = checked_step(await self._call(env.step, turn))
             reward += step.reward
             if step.done:
                 answer = step.answer
@@ -215,7 +215,7 @@ class EnvRunner:
             raise EpisodeDropped("env_error", f"{name}() raised {type(err).__name__}: {err}") from err
 
 
-def _checked(step) -> EnvStep:
+def checked_step(step) -> EnvStep:
     if not isinstance(step, EnvStep):
         raise EpisodeDropped("env_error", f"step() returned {step!r}, not an EnvStep")
     if not isinstance(step.reward, numbers.Real) or not math.isfinite(step.reward):

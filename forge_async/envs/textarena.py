@@ -1,5 +1,6 @@
-"""TextArena games as environments: `env.name=textarena:GAME` (a single-player game id,
-e.g. GuessTheNumber-v0; docs/environments.md).
+"""TextArena games as environments: `env.name=textarena:GAME` (a game id, e.g. GuessTheNumber-v0;
+docs/environments.md). A single-player game by default; with `env.seats` a game of that many
+players, each seat a player (envs/seats.py): TicTacToe-v0, KuhnPoker-v0, Nim-v0.
 
 Each episode makes the game's `-raw` variant, whose observations are the messages new
 since the last one, and resets it with the episode's seed (the prompt's `meta["seed"]`,
@@ -9,8 +10,11 @@ task.name=seeds; else a seed derived from the prompt). Then:
     step    the turn's text is the action -> the game's new messages, the turn's own echo left out
     done    the game's reward, from `close()`: TextArena gives rewards only when a game closes
 
+With several players, each observation is the messages new to the player whose turn it is
+(SeatTurn), and the rewards are every player's.
+
 Invalid moves are the game's business: a single-player game warns once, then ends the
-game with its own penalty. A game that raises, or ends with a reward that is not a number,
+game with its own penalty; a multi-player game ends at once, the mover losing. A game that raises, or ends with a reward that is not a number,
 drops its episode (textarena_error). Before any proc starts, `check_game` also plays the
 game a few times with random moves, so that a game broken inside TextArena (some are, in
 textarena 0.7.4) is named there rather than dropping most of a run's episodes.
@@ -31,7 +35,7 @@ from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from importlib.metadata import version
 
-from forge_async.envs.environment import EnvStep, ModelTurn, Observation
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation, SeatTurn
 
 from forge_async.envs.config import TextArenaConfig
 from forge_async.envs.runner import EnvFactory, EpisodeDropped
@@ -46,7 +50,7 @@ PLAYTEST_MOVES = 24  # the most moves of each
 
 
 class TextArenaError(ConfigError):
-    """A game that cannot be played here: unknown, not single-player, or needing what is missing."""
+    """A game that cannot be played here: unknown, not of the seats' player count, or needing what is missing."""
 
 
 def make_game(game: str, config: TextArenaConfig):
@@ -58,9 +62,9 @@ def make_game(game: str, config: TextArenaConfig):
     return ActionFormattingWrapper(env) if config.bracket_actions else env
 
 
-def check_game(game: str, config: TextArenaConfig) -> None:
-    """One TextArenaError naming the game if it cannot be made, reset for one player and closed,
-    here and offline: called before any proc starts."""
+def check_game(game: str, config: TextArenaConfig, players: int = 1) -> None:
+    """One TextArenaError naming the game if it cannot be made, reset for `players` players and
+    closed, here and offline: called before any proc starts."""
     from textarena import SinglePlayerState
     from textarena.envs.registration import ENV_REGISTRY
 
@@ -79,7 +83,7 @@ def check_game(game: str, config: TextArenaConfig) -> None:
                 f"{where} calls a hosted model ({', '.join(hosted)}): it is not offline; "
                 "env.textarena.online=true plays it (with its API key)"
             )
-        env.reset(num_players=1, seed=0)
+        env.reset(num_players=players, seed=0)
         env.get_observation()
         alone = isinstance(env.state, SinglePlayerState)
         env.close()
@@ -93,29 +97,33 @@ def check_game(game: str, config: TextArenaConfig) -> None:
             f"python -m nltk.downloader {name}, or pick a game that needs none (docs/environments.md)"
         ) from None
     except Exception as err:  # ValueError for a missing API key; whatever a broken game raises
-        raise TextArenaError(f"{where} cannot be played here: {_why(err)}") from None
+        raise TextArenaError(f"{where} cannot be played here: {_why(err, players)}") from None
     finally:
         random.setstate(outer)
-    if not alone:  # a multiplayer game that accepts one player at reset
+    if players == 1 and not alone:  # a multiplayer game that accepts one player at reset
         raise TextArenaError(f"{where} cannot be played here: it is not a single-player game")
     if not hosted:  # a hosted model's game is not played here: each move would be a call to it
-        playtest(game, config)
+        playtest(game, config, players)
 
 
-def playtest(game: str, config: TextArenaConfig) -> None:
+def playtest(game: str, config: TextArenaConfig, players: int = 1) -> None:
     """One TextArenaError naming the game if it fails in a few games of random moves, played as
     episodes play them: ThreeCardMonte-v0 and Countdown-v0 of textarena 0.7.4 pass their invalid
     moves' reason and reward in the wrong order, and fail on the first invalid move."""
     for seed in PLAYTEST_SEEDS:
         moves: list[str] = []
-        env = TextArenaEnv(game, config)
+        env = TextArenaEnv(game, config, players)
         try:
             chooser = random.Random(seed)
-            candidates = random_moves(env.reset(seed_prompt(seed)))
+            opening = env.reset(seed_prompt(seed))
+            candidates = random_moves(opening.observation if players > 1 else opening)
             done = False
             while not done and len(moves) < PLAYTEST_MOVES:
                 moves.append(chooser.choice(candidates))
-                done = env.step(ModelTurn(moves[-1], [], "stop", len(moves) - 1)).done
+                step = env.step(ModelTurn(moves[-1], [], "stop", len(moves) - 1))
+                done = step.done
+                if players > 1 and not done:
+                    candidates = random_moves(step.observation) + candidates
             env.close()
         except EpisodeDropped as err:
             played = f"seed {seed}, move {len(moves)}: {moves[-1]!r}" if moves else f"seed {seed}, at reset"
@@ -145,12 +153,14 @@ def _hosted_models(env) -> list[str]:
     ]
 
 
-def _why(err: Exception) -> str:
+def _why(err: Exception, players: int) -> str:
     text = f"{type(err).__name__}: {err}"
     if "API key" in text:
         return f"it calls a hosted model and needs an API key ({err})"
-    if isinstance(err, AssertionError) or "players" in text:
+    if (isinstance(err, AssertionError) or "players" in text) and players == 1:
         return f"it is not a single-player game ({err})"
+    if isinstance(err, AssertionError) or "players" in text:
+        return f"it is not a game of {players} players, as env.seats names ({err})"
     if "unexpected keyword argument" in text:
         return f"env.textarena.game_kwargs: {err}"
     return text
@@ -164,36 +174,42 @@ def episode_seed(prompt: Prompt) -> int:
 
 
 class TextArenaEnv:
-    """One episode of a single-player TextArena game."""
+    """One episode of a TextArena game of `players` players (one: a plain Environment; more: a
+    multi-seat one, envs/environment.py)."""
 
-    def __init__(self, game: str, config: TextArenaConfig):
-        self.name, self.config = game, config
+    def __init__(self, game: str, config: TextArenaConfig, players: int = 1):
+        self.name, self.config, self.players = game, config, players
         self.game = None
         self.random_state = None  # the game's own: swapped in around each of its calls
 
-    def reset(self, prompt: Prompt) -> Observation:
+    def reset(self, prompt: Prompt) -> Observation | SeatTurn:
         seed = episode_seed(prompt)
         with self._playing("reset"):
             self.game = make_game(self.name, self.config)
-            self.game.reset(num_players=1, seed=seed)
-            return self._new_messages()
+            self.game.reset(num_players=self.players, seed=seed)
+            player, messages = self._new_messages()
+            return messages if self.players == 1 else SeatTurn(player, messages)
 
     def step(self, turn: ModelTurn) -> EnvStep:
         with self._playing("step"):
             done, _ = self.game.step(action=turn.text)
             if not done:
-                return EnvStep(observation=self._new_messages())
+                player, messages = self._new_messages()
+                return EnvStep(observation=messages, seat=player if self.players > 1 else None)
             rewards, _ = self._close()
-            return EnvStep(reward=self._player_reward(rewards), done=True)
+            if self.players == 1:
+                return EnvStep(reward=self._player_reward(rewards, 0), done=True)
+            return EnvStep(done=True, rewards={p: self._player_reward(rewards, p) for p in range(self.players)})
 
-    def _player_reward(self, rewards: dict | None) -> float:
-        """The player's reward from the game's `close()`: a finite number, or the episode drops."""
-        reward = (rewards or {}).get(0)
+    def _player_reward(self, rewards: dict | None, player: int) -> float:
+        """A player's reward from the game's `close()`: a finite number, or the episode drops."""
+        reward = (rewards or {}).get(player)
+        whose = "its player" if self.players == 1 else f"player {player}"
         if reward is None:
-            raise EpisodeDropped("textarena_error", f"{self.name} ended without a reward for its player")
+            raise EpisodeDropped("textarena_error", f"{self.name} ended without a reward for {whose}")
         if not isinstance(reward, numbers.Real) or not math.isfinite(reward):
             raise EpisodeDropped(
-                "textarena_error", f"{self.name} ended with reward {reward!r} for its player, not a number"
+                "textarena_error", f"{self.name} ended with reward {reward!r} for {whose}, not a number"
             )
         return float(reward)
 
@@ -207,10 +223,11 @@ class TextArenaEnv:
         game, self.game = self.game, None
         return game.close()
 
-    def _new_messages(self) -> str:
-        """The messages new to the player since its last observation, without its own action's echo."""
+    def _new_messages(self) -> tuple[int, str]:
+        """The player whose turn it is, and the messages new to it since its last observation,
+        without its own action's echo."""
         player, messages = self.game.get_observation()
-        return "\n".join(text for sender, text, _ in messages if sender != player)
+        return player, "\n".join(text for sender, text, _ in messages if sender != player)
 
     @contextmanager
     def _playing(self, what: str) -> Iterator[None]:
@@ -230,7 +247,8 @@ class TextArenaEnv:
 
 
 @asynccontextmanager
-async def textarena_environments(game: str, config: TextArenaConfig) -> AsyncIterator[EnvFactory]:
-    """The factory of `game`'s episodes, checked first (a partial: it travels to env.procs)."""
-    check_game(game, config)
-    yield partial(TextArenaEnv, game, config)
+async def textarena_environments(game: str, config: TextArenaConfig, players: int = 1) -> AsyncIterator[EnvFactory]:
+    """The factory of `game`'s episodes of `players` players, checked first (a partial: it
+    travels to env.procs)."""
+    check_game(game, config, players)
+    yield partial(TextArenaEnv, game, config, players)

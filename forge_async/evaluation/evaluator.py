@@ -79,16 +79,19 @@ class Evaluator:
         """Each prompt's episodes, and those the environment failed (left out), counted by reason."""
         generate_one = TurnBatcher(generate, self.runner.turn_batch_wait_s)
 
-        async def play(prompt: Prompt) -> Completion | EpisodeDropped:
+        async def play(prompt: Prompt) -> list[Completion] | EpisodeDropped:
+            """An episode's completions: one, or with env.seats one per policy seat that played."""
             try:
-                return await generate_one.play(self.runner, prompt, self.sampling)
+                played = await generate_one.play(self.runner, prompt, self.sampling)
             except EpisodeDropped as drop:
                 return drop
+            return played if isinstance(played, list) else [played]
 
         k = self.config.samples_per_prompt
         played = await asyncio.gather(*(play(p) for p in self.prompts for _ in range(k)))
         groups = [
-            [c for c in played[i * k : (i + 1) * k] if isinstance(c, Completion)] for i in range(len(self.prompts))
+            [c for episode in played[i * k : (i + 1) * k] if isinstance(episode, list) for c in episode]
+            for i in range(len(self.prompts))
         ]
         return groups, Counter(drop.reason for drop in played if isinstance(drop, EpisodeDropped))
 

@@ -36,7 +36,22 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
         "completion/length_max": max(lengths),
         "completion/truncated_frac": statistics.fmean(e.completion.finish_reason == "length" for e in episodes),
         **kept_set_metrics(episodes),
+        **seat_metrics(episodes),
     }
+
+
+def seat_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """With env.seats: each policy seat's mean reward, and the share of its episodes whose
+    environment reward was positive (a game won); nothing for one-seat episodes."""
+    seats: dict[int, list[Episode]] = {}
+    for episode in episodes:
+        if episode.completion.seat is not None:
+            seats.setdefault(episode.completion.seat, []).append(episode)
+    figures = {}
+    for seat, played in sorted(seats.items()):
+        figures[f"reward/seat_{seat}"] = statistics.fmean(e.reward for e in played)
+        figures[f"seat_{seat}/won_frac"] = statistics.fmean((e.completion.env_reward or 0) > 0 for e in played)
+    return figures
 
 
 def kept_set_metrics(episodes: list[Episode]) -> dict[str, float]:

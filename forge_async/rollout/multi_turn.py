@@ -31,6 +31,8 @@ class EpisodeRollouts(Rollouts):
         super().__init__(*args, **kwargs)
         self.shape = WorkerShape(prompts_per_call=1, calls_in_flight=self.prompts_per_rollout)
         self.runner = runner
+        # the samples one episode gives: its policy seats (env.seats), each its own completion
+        self.samples_per_episode = getattr(runner, "policy_seats", 1)
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []
@@ -54,31 +56,35 @@ class EpisodeRollouts(Rollouts):
     async def _play_group(self, generate_one: TurnBatcher, prompt: Prompt) -> tuple[list[Episode], Dropped]:
         ended_at: list[float] = []
 
-        async def play() -> Completion | EpisodeDropped:
+        async def play() -> list[Completion] | EpisodeDropped:
             try:
-                completion = await generate_one.play(self.runner, prompt)
+                played = await generate_one.play(self.runner, prompt)
             except EpisodeDropped as drop:
                 return drop
             finally:
                 ended_at.append(time.perf_counter())
-            self.tokens += completion.model_tokens
-            self.ended[completion.finish_reason] += 1
-            return completion
+            played = played if isinstance(played, list) else [played]
+            self.ended[played[0].finish_reason if played else "done"] += 1
+            for completion in played:
+                self.tokens += completion.model_tokens
+            return played
 
         outcomes = await asyncio.gather(*(play() for _ in range(self.group_size)))
-        completions = [o for o in outcomes if isinstance(o, Completion)]
+        completions = [c for o in outcomes if isinstance(o, list) for c in o]
         drops = [o for o in outcomes if isinstance(o, EpisodeDropped)]
-        dropped = Counter(drop.reason for drop in drops)
+        samples = self.samples_per_episode
+        dropped = Counter({reason: n * samples for reason, n in Counter(drop.reason for drop in drops).items()})
         self._straggler_waits_s.append(max(ended_at) - min(ended_at))
         episodes = []
         if completions:
             lengths = [len(c.token_ids) for c in completions]
             self._length_spreads.append(max(lengths) - min(lengths))
-            episodes, unscored = await self._scored([prompt], [completions])
+            groups = by_seat(completions)  # advantages compare a seat's episodes with that seat's
+            episodes, unscored = await self._scored([prompt] * len(groups), groups)
             dropped.update(unscored)
         first_drops = {drop.reason: drop for drop in reversed(drops)}  # reversed: each reason's first wins
         self._watched(episodes, dropped, {reason: str(drop) for reason, drop in first_drops.items()})
-        return episodes, _buffered(dropped, drops)
+        return episodes, _buffered(dropped, drops, samples)
 
     def metrics(self) -> dict[str, float]:
         """Straggler figures of the groups finished since the last call; episodes ended by a limit."""
@@ -116,9 +122,21 @@ class WorkerEpisodes:
         return await self.rollouts._play_groups(self.batcher(generator), num_prompts)
 
 
-def _buffered(dropped: Counter[str], drops: list[EpisodeDropped]) -> DropCounts:
-    """A group's drops by reason as the buffer counts them: those of episodes dropped before their
-    first model turn as NotStarted, not counted as generated."""
-    not_started = Counter(drop.reason for drop in drops if not drop.started)
+def by_seat(completions: list[Completion]) -> list[list[Completion]]:
+    """A group's completions, one list per seat (one list for one-seat episodes)."""
+    seats: dict[int | None, list[Completion]] = {}
+    for completion in completions:
+        seats.setdefault(completion.seat, []).append(completion)
+    return list(seats.values())
+
+
+def _buffered(dropped: Counter[str], drops: list[EpisodeDropped], samples: int = 1) -> DropCounts:
+    """A group's drops by reason as the buffer counts them (`samples` each: an episode's policy
+    seats), those of episodes dropped before their first model turn as NotStarted, not counted
+    as generated."""
+    not_started = Counter()
+    for drop in drops:
+        if not drop.started:
+            not_started[drop.reason] += samples
     started = {reason: n - not_started[reason] for reason, n in dropped.items() if n > not_started[reason]}
     return started | {NotStarted(reason): n for reason, n in not_started.items()}

@@ -18,10 +18,14 @@ engine's own cores.
 
 import asyncio
 from dataclasses import astuple
+from typing import TYPE_CHECKING
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.runner import EnvRunner
+
+if TYPE_CHECKING:
+    from forge_async.envs.seats import SeatRunner
 from forge_async.rollout.types import Generate
 from forge_async.tasks.task import Prompt
 
@@ -38,8 +42,11 @@ class TurnBatcher:
         self._check_scheduled = False
         self._sending: set[asyncio.Task] = set()  # held: the event loop keeps weak references only
 
-    async def play(self, runner: EnvRunner, prompt: Prompt, sampling: SamplingConfig | None = None) -> Completion:
-        """One episode played by `runner`, its turns sent with the other episodes'."""
+    async def play(
+        self, runner: "EnvRunner | SeatRunner", prompt: Prompt, sampling: SamplingConfig | None = None
+    ) -> "Completion | list[Completion]":
+        """One episode played by `runner`, its turns sent with the other episodes': its completion,
+        or a SeatRunner's list of them (one per policy seat)."""
         self._playing += 1
         try:
             return await runner.play(prompt, self, sampling)

@@ -1,0 +1,218 @@
+"""Episodes with several seats (`env.seats`): each turn is taken by the seat the environment names,
+played by the policy being trained or by a scripted player.
+
+    env.seats=[policy,policy]            self-play: both seats the policy
+    env.seats=[policy,random]            against a random player: a move its observations show
+    env.seats=[policy,mymodule:player]   against `player(observation: str, seat: int) -> str`
+
+Each policy seat has a transcript of its own: the observations the environment gave that seat
+(its first one is the completion's prompt) and its own turns, each sampled with that transcript as
+the prompt, as one-seat episodes are (envs/runner.py). When the episode ends, every policy seat
+that took a turn gives one completion, rewarded with its seat's reward; the rollouts group them
+by seat, so advantages compare a seat's episodes with that seat's (rollout/multi_turn.py).
+Scripted turns are the environment's business: nothing of them is trained.
+
+Limits are per policy seat: `env.max_turns` of its turns, `env.max_episode_tokens` of its
+transcript; an episode that reaches one ends, its game unfinished (rewards 0). A scripted player
+that raises, returns no text, or (async) takes longer than `env.timeout_s` drops its episode
+(`scripted_player_error`, `scripted_player_timeout`).
+"""
+
+import asyncio
+import inspect
+import random
+import re
+import zlib
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+
+from forge_async.config.callables import load_callable
+from forge_async.data.episode import Completion
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation, SeatTurn
+from forge_async.envs.runner import EnvRunner, EpisodeDropped, GenerateOne, Transcript, checked_step
+from forge_async.errors import ConfigError
+from forge_async.generation.config import SamplingConfig
+from forge_async.tasks.task import Prompt
+
+POLICY = "policy"  # the seat is the policy being trained
+RANDOM = "random"  # a random move among those its observations show
+Player = Callable[[str, int], "str | Awaitable[str]"]  # (observation text, seat) -> the turn's text
+_SHOWN_MOVE = re.compile(r"\[[^\[\]\n]{1,12}\]")
+
+
+def check_seats(seats: list[str]) -> None:
+    """One ConfigError naming the entry, before any proc starts: each seat `policy`, `random` or a
+    `module:function` that imports; at least one `policy`."""
+    if not seats:
+        return
+    if POLICY not in seats:
+        raise ConfigError(f"env.seats={seats}: no seat is the policy; name at least one `{POLICY}`")
+    for seat, name in enumerate(seats):
+        if name not in (POLICY, RANDOM):
+            scripted_player(name, seat)
+
+
+def scripted_player(name: str, seat: int) -> Player:
+    """The `module:function` of a scripted seat."""
+    if ":" not in name:
+        raise ConfigError(f"env.seats[{seat}]={name!r}: `{POLICY}`, `{RANDOM}` or a `module:function`")
+    return load_callable(name, f"env.seats[{seat}]")
+
+
+def random_move(observations: list[str], rng: random.Random) -> str:
+    """A move the seat's latest observation that shows any (bracketed, `[4]`, `[bet]`) shows."""
+    for text in reversed(observations):
+        shown = _SHOWN_MOVE.findall(text)
+        if shown:
+            return rng.choice(shown)
+    return "[0]"
+
+
+@dataclass
+class _Seat:
+    """One seat of an episode: a policy seat's transcript, or a scripted seat's observations."""
+
+    index: int
+    first: list[int] | None = None  # a policy seat's first observation: its completion's prompt
+    transcript: Transcript = field(default_factory=Transcript)
+    texts: list[str] = field(default_factory=list)  # a scripted seat's observations, as text
+    turns: int = 0
+
+
+class SeatRunner:
+    """Plays multi-seat episodes with `runner`'s environments, limits and timeouts."""
+
+    def __init__(self, runner: EnvRunner, seats: list[str]):
+        self.runner = runner
+        self.seats = list(seats)
+        self.players = {i: scripted_player(name, i) for i, name in enumerate(seats) if name not in (POLICY, RANDOM)}
+        self.turn_batch_wait_s = runner.turn_batch_wait_s
+        self.policy_seats = sum(name == POLICY for name in seats)
+
+    async def play(
+        self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None
+    ) -> list[Completion]:
+        """One episode from `prompt`: a completion for each policy seat that took a turn."""
+        runner = self.runner
+        async with runner.session_limit or nullcontext():
+            env = runner.new_environment()
+            try:
+                return await self._play(env, prompt, generate, sampling or runner.sampling)
+            finally:
+                close = getattr(env, "close", None)
+                if close is not None:
+                    await runner._call(close)
+
+    async def _play(self, env, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig) -> list[Completion]:
+        seats = [_Seat(i) for i in range(len(self.seats))]
+        rng = random.Random(zlib.crc32(repr((prompt.token_ids, prompt.text)).encode()))
+        turn = self._seat_turn(await self._reset(env, prompt))
+        rewards: dict[int, float] = {}
+        finish = "done"
+        while True:
+            seat = seats[turn.seat]
+            if self.seats[seat.index] == POLICY:
+                played = await self._policy_turn(seat, turn.observation, generate, sampling)
+                if played is None:
+                    finish = "max_episode_tokens"
+                    break
+            else:
+                played = await self._scripted_turn(seat, turn.observation, rng)
+            seat.turns += 1
+            step = checked_step(await self.runner._call(env.step, played))
+            if step.done:
+                rewards = self._rewards(step)
+                break
+            if seat.turns == self.runner.limits.max_turns and self.seats[seat.index] == POLICY:
+                finish = "max_turns"
+                break
+            turn = self._seat_turn(SeatTurn(step.seat, step.observation) if step.seat is not None else step)
+        return [self._completion(seat, rewards, finish) for seat in seats if seat.first is not None and seat.turns]
+
+    async def _reset(self, env, prompt: Prompt):
+        try:
+            return await self.runner._call(env.reset, prompt)
+        except EpisodeDropped as drop:
+            drop.started = False
+            raise
+
+    def _seat_turn(self, turn) -> SeatTurn:
+        """A SeatTurn naming one of the seats, or the episode drops (env_error)."""
+        if not isinstance(turn, SeatTurn) or not isinstance(turn.seat, int) or not 0 <= turn.seat < len(self.seats):
+            what = turn if isinstance(turn, SeatTurn) else f"{type(turn).__name__} {turn!r}"[:200]
+            raise EpisodeDropped(
+                "env_error", f"a multi-seat environment must name the next of its {len(self.seats)} seats; got {what}"
+            )
+        return turn
+
+    async def _policy_turn(
+        self, seat: _Seat, observation: Observation, generate: GenerateOne, sampling: SamplingConfig
+    ) -> ModelTurn | None:
+        """The policy's turn at `seat`, its observation added to the seat's transcript first; None
+        when the transcript has no room left for a turn."""
+        runner = self.runner
+        if seat.first is None:
+            seat.first = runner._first_observation_ids(observation)
+        else:
+            ids = runner._observation_ids(observation)
+            if runner._turn_budget(len(seat.first), len(seat.transcript.token_ids) + len(ids)) < 1:
+                return None
+            seat.transcript.add_observation(ids)
+        budget = runner._turn_budget(len(seat.first), len(seat.transcript.token_ids))
+        if budget < 1:
+            return None
+        turn_sampling = replace(sampling, max_tokens=budget, min_tokens=min(sampling.min_tokens, budget))
+        completion = await generate(seat.first + seat.transcript.token_ids, turn_sampling)
+        seat.transcript.add_turn(completion)
+        return ModelTurn(completion.text, completion.token_ids, completion.finish_reason, seat.turns)
+
+    async def _scripted_turn(self, seat: _Seat, observation: Observation, rng: random.Random) -> ModelTurn:
+        text = observation if isinstance(observation, str) else self.runner.tokenizer.decode(observation)
+        seat.texts.append(text)
+        if self.seats[seat.index] == RANDOM:
+            move = random_move(seat.texts, rng)
+        else:
+            move = await self._scripted_move(self.players[seat.index], text, seat.index)
+        return ModelTurn(move, [], "stop", seat.turns)
+
+    async def _scripted_move(self, player: Player, text: str, seat: int) -> str:
+        name = self.seats[seat]
+        try:
+            if inspect.iscoroutinefunction(player):
+                async with asyncio.timeout(self.runner.timeout_s):
+                    move = await player(text, seat)
+            else:
+                move = player(text, seat)
+        except TimeoutError as err:
+            raise EpisodeDropped(
+                "scripted_player_timeout", f"{name} took longer than env.timeout_s={self.runner.timeout_s}"
+            ) from err
+        except Exception as err:
+            raise EpisodeDropped("scripted_player_error", f"{name} raised {type(err).__name__}: {err}") from err
+        if not isinstance(move, str) or not move:
+            raise EpisodeDropped("scripted_player_error", f"{name} returned {move!r}, not the text of a move")
+        return move
+
+    def _rewards(self, step: EnvStep) -> dict[int, float]:
+        rewards = step.rewards or {}
+        bad = {seat: r for seat, r in rewards.items() if not isinstance(r, int | float) or r != r}
+        if bad:
+            raise EpisodeDropped("env_error", f"step() ended with rewards {bad} that are not numbers")
+        return {int(seat): float(r) for seat, r in rewards.items()}
+
+    def _completion(self, seat: _Seat, rewards: dict[int, float], finish: str) -> Completion:
+        t = seat.transcript
+        return Completion(
+            prompt_ids=seat.first,
+            token_ids=t.token_ids,
+            logprobs=t.logprobs,
+            versions=t.versions,
+            text=self.runner.tokenizer.decode(t.token_ids, skip_special_tokens=True),
+            finish_reason=finish,
+            turns=seat.turns,
+            env_reward=rewards.get(seat.index, 0.0),
+            routes=t.routes,
+            kept_sets=t.joined_kept_sets(),
+            seat=seat.index,
+        )

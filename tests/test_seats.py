@@ -1,0 +1,215 @@
+"""Several players in one episode (envs/seats.py): each policy seat's own transcript and reward,
+scripted and random seats never trained on, per-policy-seat limits, drops by reason, the
+rollouts' grouping by seat, and a real two-player TextArena game played through it."""
+
+import asyncio
+
+import pytest
+
+from forge_async.config.callables import CallableError
+from forge_async.data.episode import ENV_TOKEN, Completion, Episode
+from forge_async.envs.config import EnvConfig, TextArenaConfig
+from forge_async.envs.environment import EnvStep, ModelTurn, SeatTurn
+from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
+from forge_async.envs.seats import SeatRunner, check_seats, random_move
+from forge_async.envs.textarena import TextArenaEnv, TextArenaError, check_game
+from forge_async.errors import ConfigError
+from forge_async.generation.config import SamplingConfig
+from forge_async.observability.metrics import seat_metrics
+from forge_async.rollout.multi_turn import by_seat
+from forge_async.tasks.seeds import seed_prompt
+from forge_async.tasks.task import Prompt
+from tests.support.scripted import BYTES
+
+pytestmark = pytest.mark.unit
+
+
+class Relay:
+    """Two seats take turns; each sees the other's last move. Ends after `moves` moves: seat 0
+    wins (+1) if its last move was "w"."""
+
+    seats = 2
+
+    def __init__(self, moves: int = 4):
+        self.moves, self.played = moves, []
+
+    def reset(self, prompt: Prompt) -> SeatTurn:
+        return SeatTurn(0, "go")
+
+    def step(self, turn: ModelTurn) -> EnvStep:
+        self.played.append(turn.text)
+        if len(self.played) == self.moves:
+            won = self.played[-2] == "w"
+            return EnvStep(done=True, rewards={0: 1.0 if won else -1.0, 1: -1.0 if won else 1.0})
+        return EnvStep(observation=f"[{turn.text}]", seat=len(self.played) % 2)
+
+
+class Moves:
+    """The policy at any seat: says its scripted moves in order (byte tokens, then EOS)."""
+
+    def __init__(self, moves: list[str]):
+        self.moves, self.prompts = list(moves), []
+
+    async def __call__(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
+        self.prompts.append(prompt_ids)
+        text = self.moves.pop(0)
+        ids = BYTES.encode(text, add_special_tokens=False) + [BYTES.eos_token_id]
+        return Completion(prompt_ids, ids, [-0.3] * len(ids), [2] * len(ids), text, "stop")
+
+
+def seat_runner(env_factory, seats: list[str], max_turns: int = 8, context: int = 256) -> SeatRunner:
+    limits = EpisodeLimits(max_turns, context, context)
+    runner = EnvRunner(env_factory, BYTES, SamplingConfig(max_tokens=8), limits, timeout_s=5.0)
+    return SeatRunner(runner, seats)
+
+
+def play(runner: SeatRunner, model) -> list[Completion]:
+    return asyncio.run(runner.play(Prompt([], "", text="x"), model))
+
+
+def test_self_play_gives_each_policy_seat_its_own_transcript_and_reward():
+    model = Moves(["a", "b", "w", "d"])
+    seat0, seat1 = play(seat_runner(Relay, ["policy", "policy"]), model)
+    eos = BYTES.eos_token_id
+    assert (seat0.seat, seat1.seat) == (0, 1) and (seat0.env_reward, seat1.env_reward) == (1.0, -1.0)
+    assert (seat0.turns, seat1.turns) == (2, 2)
+    said = BYTES.decode([t for t, m in zip(seat0.token_ids, seat0.model_mask) if m and t != eos])
+    assert said == "aw"  # its own moves only
+    # between its turns, the seat sees the other seat's move as an observation, never trained on
+    env = [t for t, v in zip(seat0.token_ids, seat0.versions) if v == ENV_TOKEN]
+    assert "[b]" in BYTES.decode(env) and all(v == 2 for v, m in zip(seat0.versions, seat0.model_mask) if m)
+    assert model.prompts[2] == seat0.prompt_ids + seat0.token_ids[: len(model.prompts[2]) - len(seat0.prompt_ids)]
+
+
+def test_a_scripted_seat_plays_and_gives_no_completion():
+    calls = []
+
+    def player(observation: str, seat: int) -> str:
+        calls.append((observation, seat))
+        return "s"
+
+    (seat0,) = play(seat_runner(Relay, ["policy", player_spec(player)]), Moves(["w", "w"]))
+    assert seat0.seat == 0 and seat0.env_reward == 1.0 and seat0.turns == 2
+    assert calls == [("[w]", 1), ("[w]", 1)]
+
+
+def player_spec(fn) -> str:
+    """`fn` as a module:function spec (this module's global, set for the test)."""
+    globals()["_scripted"] = fn
+    return f"{__name__}:_scripted"
+
+
+def test_a_scripted_player_that_raises_or_says_nothing_drops_its_episode_by_reason():
+    def broken(observation: str, seat: int) -> str:
+        raise RuntimeError("no idea")
+
+    with pytest.raises(EpisodeDropped) as dropped:
+        play(seat_runner(Relay, ["policy", player_spec(broken)]), Moves(["a"]))
+    assert dropped.value.reason == "scripted_player_error" and "no idea" in str(dropped.value)
+
+    with pytest.raises(EpisodeDropped) as silent:
+        play(seat_runner(Relay, ["policy", player_spec(lambda observation, seat: "")]), Moves(["a"]))
+    assert silent.value.reason == "scripted_player_error"
+
+
+def test_limits_are_per_policy_seat_and_end_the_game_unrewarded():
+    (seat0,) = play(seat_runner(lambda: Relay(moves=10), ["policy", "random"], max_turns=2), Moves(["a", "b"]))
+    assert (seat0.turns, seat0.finish_reason, seat0.env_reward) == (2, "max_turns", 0.0)
+
+
+def test_an_environment_that_names_no_seat_drops_its_episode():
+    class Lost(Relay):
+        def step(self, turn: ModelTurn) -> EnvStep:
+            return EnvStep(observation="?", seat=5)
+
+    with pytest.raises(EpisodeDropped) as dropped:
+        play(seat_runner(Lost, ["policy", "policy"]), Moves(["a"]))
+    assert dropped.value.reason == "env_error" and "2 seats" in str(dropped.value)
+
+
+def test_bad_seat_plans_fail_at_start_naming_the_key():
+    with pytest.raises(ConfigError, match="no seat is the policy"):
+        check_seats(["random", "random"])
+    with pytest.raises(ConfigError, match=r"env.seats\[1\]='bogus'"):
+        check_seats(["policy", "bogus"])
+    with pytest.raises(CallableError, match=r"env.seats\[1\] 'no_such_module:f' cannot be imported"):
+        check_seats(["policy", "no_such_module:f"])
+    with pytest.raises(ConfigError, match="name two or more"):
+        EnvConfig(name="x:y", seats=["policy"])
+    with pytest.raises(ConfigError, match="set env.name"):
+        EnvConfig(seats=["policy", "random"])
+    with pytest.raises(TextArenaError, match="not a game of 3 players"):
+        check_game("TicTacToe-v0", TextArenaConfig(), players=3)
+    with pytest.raises(TextArenaError, match="not a single-player game"):
+        check_game("TicTacToe-v0", TextArenaConfig(), players=1)
+
+
+def test_random_moves_are_those_the_observations_show():
+    import random
+
+    rng = random.Random(0)
+    assert {random_move(["Available Moves: '[0]', '[4]'"], rng) for _ in range(20)} == {"[0]", "[4]"}
+    assert random_move(["[bet] or [check]", "no moves here"], rng) in {"[bet]", "[check]"}
+
+
+def test_a_real_two_player_textarena_game_through_self_play_and_against_random():
+    """TicTacToe-v0 as TextArena ships it: both seats the policy (its moves scripted here), then
+    the policy against the random seat; rewards are the game's, each seat's its own."""
+    config = TextArenaConfig(bracket_actions=True)
+    check_game("TicTacToe-v0", config, players=2)
+    new_game = lambda: TextArenaEnv("TicTacToe-v0", config, players=2)  # noqa: E731
+    runner = seat_runner(new_game, ["policy", "policy"], max_turns=9, context=2048)
+    # seat 0 takes the top row while seat 1 plays the middle row
+    seat0, seat1 = asyncio.run(runner.play(seed_prompt(3), Moves(["0", "3", "1", "4", "2"])))
+    assert (seat0.env_reward, seat1.env_reward) == (1.0, -1.0) and (seat0.turns, seat1.turns) == (3, 2)
+    assert "Tic Tac Toe" in BYTES.decode(seat0.prompt_ids) and "Player 1" in BYTES.decode(seat1.prompt_ids)
+
+    against = seat_runner(new_game, ["policy", "random"], max_turns=9, context=2048)
+    games = [asyncio.run(against.play(seed_prompt(s), Moves(["4", "0", "8", "2", "6"] * 2))) for s in range(4)]
+    assert all(len(g) == 1 and g[0].seat == 0 and g[0].env_reward in (-1.0, 0.0, 1.0) for g in games)
+
+
+def test_rollouts_group_by_seat_and_metrics_report_each_seat():
+    def completion(seat: int, reward: float) -> Completion:
+        return Completion([1], [2], [0.0], [0], "", "done", env_reward=reward, seat=seat)
+
+    group = [completion(0, 1.0), completion(1, -1.0), completion(0, -1.0), completion(1, 1.0), completion(0, 1.0)]
+    assert [[c.seat for c in g] for g in by_seat(group)] == [[0, 0, 0], [1, 1]]
+    figures = seat_metrics([Episode(c, c.env_reward, 0.0) for c in group])
+    assert figures == pytest.approx(
+        {"reward/seat_0": 1 / 3, "seat_0/won_frac": 2 / 3, "reward/seat_1": 0.0, "seat_1/won_frac": 0.5}
+    )
+    assert seat_metrics([Episode(Completion([1], [2], [0.0], [0], "", "stop"), 1.0, 0.0)]) == {}
+
+
+@pytest.mark.e2e
+def test_grpo_self_plays_a_two_player_textarena_game_and_accounts_per_seat(tmp_path):
+    """A short run of TicTacToe-v0 with both seats the policy: the accounting adds up counting each
+    seat's completion as a sample, and each step reports its seats. (The untrained model's first
+    move is mostly invalid, which ends a game before seat 1 moves: seat 1 trains only sometimes.)"""
+    from tests.support.app_runs import assert_accounting
+    from forge_async.cli.subprocess_run import run_app
+
+    run = run_app(
+        tmp_path / "run",
+        "task.name=seeds",
+        "model.tiny.tokenizer=bytes",
+        "model.tiny.max_seq_len=1024",
+        "env.name=textarena:TicTacToe-v0",
+        "env.seats=[policy,policy]",
+        "env.textarena.bracket_actions=true",
+        "sampling.max_tokens=1",
+        "env.max_turns=5",
+        "steps=3",
+        "prompts_per_step=4",
+        "group_size=4",
+        "prompts_per_rollout=4",
+        "eval.every_steps=0",
+        timeout=600,
+    )
+    assert run.returncode == 0, run.output
+    assert_accounting(run.summary)
+    assert all(-1 <= m["reward/seat_0"] <= 1 and 0 <= m["seat_0/won_frac"] <= 1 for m in run.metrics)
+    seats = {key for m in run.metrics for key in m if key.startswith("reward/seat_")}
+    assert seats <= {"reward/seat_0", "reward/seat_1"}
+    assert all(m["samples/trained"] == 16 * (i + 1) for i, m in enumerate(run.metrics))
