@@ -8,7 +8,9 @@ import pytest
 
 from forge_async.config.callables import CallableError
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
+from forge_async.controller.config import GRPOConfig
 from forge_async.envs.config import EnvConfig, TextArenaConfig
+from forge_async.evaluation.config import EvalConfig
 from forge_async.envs.environment import EnvStep, ModelTurn, SeatTurn
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.envs.seats import SeatRunner, check_seats, random_move
@@ -138,6 +140,13 @@ def test_bad_seat_plans_fail_at_start_naming_the_key():
         EnvConfig(name="x:y", seats=["policy"])
     with pytest.raises(ConfigError, match="set env.name"):
         EnvConfig(seats=["policy", "random"])
+    with pytest.raises(ConfigError, match="names the seats of a multi-player game"):
+        GRPOConfig(eval=EvalConfig(seats=["policy", "random"]))
+    two = EnvConfig(name="x:y", seats=["policy", "policy"])
+    with pytest.raises(ConfigError, match=r"of 2 seats \(env.seats=\['policy', 'policy'\]\); name as many"):
+        GRPOConfig(env=two, eval=EvalConfig(seats=["policy", "random", "random"]))
+    with pytest.raises(ConfigError, match=r"eval.seats=\['random', 'random'\]: no seat is the policy"):
+        check_seats(["random", "random"], "eval.seats")
     with pytest.raises(TextArenaError, match="not a game of 3 players"):
         check_game("TicTacToe-v0", TextArenaConfig(), players=3)
     with pytest.raises(TextArenaError, match="not a single-player game"):
@@ -204,7 +213,9 @@ def test_grpo_self_plays_a_two_player_textarena_game_and_accounts_per_seat(tmp_p
         "prompts_per_step=4",
         "group_size=4",
         "prompts_per_rollout=4",
-        "eval.every_steps=0",
+        "eval.seats=[policy,random]",
+        "eval.every_steps=3",
+        "eval.prompts=8",
         timeout=600,
     )
     assert run.returncode == 0, run.output
@@ -213,3 +224,6 @@ def test_grpo_self_plays_a_two_player_textarena_game_and_accounts_per_seat(tmp_p
     seats = {key for m in run.metrics for key in m if key.startswith("reward/seat_")}
     assert seats <= {"reward/seat_0", "reward/seat_1"}
     assert all(m["samples/trained"] == 16 * (i + 1) for i, m in enumerate(run.metrics))
+    # evaluations play against the random seat: the policy's seat 0 only, and how often it won
+    assert [e["eval/version"] for e in run.evaluations] == [0, 3]
+    assert all(0 <= e["eval/won_frac"] <= 1 for e in run.evaluations)

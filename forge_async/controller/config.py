@@ -24,6 +24,7 @@ from forge_async.config.checks import (
 from forge_async.data.config import FilterConfig
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.registry import check_environment_name
+from forge_async.envs.seats import check_seats
 from forge_async.envs.textarena import TEXTARENA
 from forge_async.errors import ConfigError
 from forge_async.evaluation.config import EvalConfig
@@ -289,6 +290,16 @@ class GRPOConfig(RunConfig):
             raise ConfigError(
                 f"prompts_per_rollout={self.prompts_per_rollout} must be <= prompts_per_step={self.prompts_per_step}"
             )
+        if self.eval.seats and not self.env.seats:
+            raise ConfigError(
+                f"eval.seats={list(self.eval.seats)} names the seats of a multi-player game: env.seats names its "
+                "seats in training"
+            )
+        if self.eval.seats and len(self.eval.seats) != len(self.env.seats):
+            raise ConfigError(
+                f"eval.seats={list(self.eval.seats)}: evaluations play env.seats' game, of "
+                f"{len(self.env.seats)} seats (env.seats={list(self.env.seats)}); name as many"
+            )
         if self.loss.objective != "grpo":
             raise ConfigError(
                 f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
@@ -333,6 +344,7 @@ class GRPOConfig(RunConfig):
                 load_callable(scorer.fn, f"scorers[{index}].fn")
         if self.env.name is not None:
             check_environment_name(self.env)
+        check_seats(self.eval.seats, "eval.seats")
 
     def _text_input(self) -> str | None:
         if self.env.name is not None and self.env.name.startswith(TEXTARENA):

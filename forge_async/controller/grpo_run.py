@@ -84,8 +84,9 @@ async def train_on(
     record = RunRecord()
     evaluations = None
     if config.eval.enabled:
+        eval_runner = SeatRunner(env_runner.runner, config.eval.seats) if config.eval.seats else env_runner
         evaluator = build_evaluator(
-            config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, env_runner
+            config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, eval_runner
         )
         evaluations = EvaluationSchedule(
             evaluator, config.eval.every_steps, handles.generators, delivery, record, metrics

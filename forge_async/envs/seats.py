@@ -41,23 +41,23 @@ Player = Callable[[str, int], "str | Awaitable[str]"]  # (observation text, seat
 _SHOWN_MOVE = re.compile(r"\[[^\[\]\n]{1,12}\]")
 
 
-def check_seats(seats: list[str]) -> None:
+def check_seats(seats: list[str], key: str = "env.seats") -> None:
     """One ConfigError naming the entry, before any proc starts: each seat `policy`, `random` or a
     `module:function` that imports; at least one `policy`."""
     if not seats:
         return
     if POLICY not in seats:
-        raise ConfigError(f"env.seats={seats}: no seat is the policy; name at least one `{POLICY}`")
+        raise ConfigError(f"{key}={list(seats)}: no seat is the policy; name at least one `{POLICY}`")
     for seat, name in enumerate(seats):
         if name not in (POLICY, RANDOM):
-            scripted_player(name, seat)
+            scripted_player(name, seat, key)
 
 
-def scripted_player(name: str, seat: int) -> Player:
+def scripted_player(name: str, seat: int, key: str = "env.seats") -> Player:
     """The `module:function` of a scripted seat."""
     if ":" not in name:
-        raise ConfigError(f"env.seats[{seat}]={name!r}: `{POLICY}`, `{RANDOM}` or a `module:function`")
-    return load_callable(name, f"env.seats[{seat}]")
+        raise ConfigError(f"{key}[{seat}]={name!r}: `{POLICY}`, `{RANDOM}` or a `module:function`")
+    return load_callable(name, f"{key}[{seat}]")
 
 
 def random_move(observations: list[str], rng: random.Random) -> str:

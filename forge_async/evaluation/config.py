@@ -38,6 +38,15 @@ class EvalConfig:
         help="`task.name=dataset` only: held-out prompts, same columns as `task.dataset`",
         accepts="a file or save_to_disk directory",
     )
+    seats: list[str] = key(
+        [],
+        help=(
+            "with `env.seats`: the seats evaluations play, e.g. `[policy,random]` for the win rate against a "
+            "random player while training plays itself ([environments.md](environments.md#several-players-in-one-episode)); "
+            "[]: `env.seats`"
+        ),
+        accepts="[], or as many seats as `env.seats`, at least one `policy`",
+    )
 
     def __post_init__(self) -> None:
         check_range("eval.every_steps", self.every_steps, AT_LEAST_0, note="0 = off")

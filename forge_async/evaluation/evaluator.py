@@ -114,6 +114,9 @@ class Evaluator:
             if source is not None:
                 by_source[source].append(episode.reward)
         figures.update({f"eval/reward_mean/{source}": _mean(r) for source, r in sorted(by_source.items())})
+        seated = [e for e in episodes if e.completion.seat is not None]
+        if seated:  # multi-seat games: how often the policy's seats won
+            figures["eval/won_frac"] = _mean((e.completion.env_reward or 0) > 0 for e in seated)
         return figures
 
 

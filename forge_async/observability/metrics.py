@@ -177,7 +177,8 @@ class MetricsLog:
         print(
             f"eval v{row['eval/version']} | reward {row['eval/reward_mean']:.2f} | "
             f"pass@{row['eval/samples_per_prompt']} {row['eval/pass@k']:.2f} | len {row['eval/len_mean']:.1f} | "
-            f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
+            + (f"won {row['eval/won_frac']:.2f} | " if "eval/won_frac" in row else "")
+            + f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
             flush=True,
         )
 
