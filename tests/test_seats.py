@@ -86,13 +86,13 @@ def test_self_play_gives_each_policy_seat_its_own_transcript_and_reward():
 def test_a_scripted_seat_plays_and_gives_no_completion():
     calls = []
 
-    def player(observation: str, seat: int) -> str:
-        calls.append((observation, seat))
+    def player(observations: list[str], seat: int) -> str:
+        calls.append((observations, seat))
         return "s"
 
     (seat0,) = play(seat_runner(Relay, ["policy", player_spec(player)]), Moves(["w", "w"]))
     assert seat0.seat == 0 and seat0.env_reward == 1.0 and seat0.turns == 2
-    assert calls == [("[w]", 1), ("[w]", 1)]
+    assert calls == [(["[w]"], 1), (["[w]", "[w]"], 1)]  # what its seat has seen so far
 
 
 def player_spec(fn) -> str:
@@ -102,7 +102,7 @@ def player_spec(fn) -> str:
 
 
 def test_a_scripted_player_that_raises_or_says_nothing_drops_its_episode_by_reason():
-    def broken(observation: str, seat: int) -> str:
+    def broken(observations: list[str], seat: int) -> str:
         raise RuntimeError("no idea")
 
     with pytest.raises(EpisodeDropped) as dropped:
@@ -110,7 +110,7 @@ def test_a_scripted_player_that_raises_or_says_nothing_drops_its_episode_by_reas
     assert dropped.value.reason == "scripted_player_error" and "no idea" in str(dropped.value)
 
     with pytest.raises(EpisodeDropped) as silent:
-        play(seat_runner(Relay, ["policy", player_spec(lambda observation, seat: "")]), Moves(["a"]))
+        play(seat_runner(Relay, ["policy", player_spec(lambda observations, seat: "")]), Moves(["a"]))
     assert silent.value.reason == "scripted_player_error"
 
 
@@ -227,3 +227,27 @@ def test_grpo_self_plays_a_two_player_textarena_game_and_accounts_per_seat(tmp_p
     # evaluations play against the random seat: the policy's seat 0 only, and how often it won
     assert [e["eval/version"] for e in run.evaluations] == [0, 3]
     assert all(0 <= e["eval/won_frac"] <= 1 for e in run.evaluations)
+
+
+def test_the_tictactoe_player_wins_blocks_and_beats_a_poor_player_at_the_real_game():
+    from forge_async.envs.players import tictactoe
+
+    def seen(board: str, mark: str = "X") -> list[str]:
+        rows = [board[i : i + 3] for i in (0, 3, 6)]
+        rendered = "\n---+---+---\n".join(" " + " | ".join(row) + " " for row in rows)
+        return [
+            f"As Player 1, you will be '{mark}', while your opponent is 'O'.",
+            f"Current Board:\n\n{rendered}\n\nAvailable Moves: ...",
+        ]
+
+    assert tictactoe(seen("XX2O4O678"), 1) == "[2]"  # completes its own line
+    assert tictactoe(seen("OO23X5678"), 1) == "[2]"  # blocks the opponent's
+    assert tictactoe(seen("012345678"), 1) == "[4]"  # the centre first
+    assert tictactoe(seen("0123O5678"), 1) == "[0]"  # then a corner
+
+    config = TextArenaConfig(bracket_actions=True)
+    new_game = lambda: TextArenaEnv("TicTacToe-v0", config, players=2)  # noqa: E731
+    runner = seat_runner(new_game, ["policy", "forge_async.envs.players:tictactoe"], max_turns=9, context=2048)
+    # the policy plays the sides only: the heuristic takes the centre and completes a diagonal or blocks
+    games = [asyncio.run(runner.play(seed_prompt(s), Moves(["1", "3", "5", "7", "0"]))) for s in range(2)]
+    assert all(g[0].env_reward == -1.0 for g in games)

@@ -179,7 +179,7 @@ class EnvConfig:
         help=(
             "a multi-player game's seats in turn order, each `policy` (the policy trained: several make "
             "self-play), `random` (a move its observations show) or a `module:function` scripted player "
-            "(`(observation, seat) -> move`); each policy seat's turns are a completion of their own "
+            "(`(observations, seat) -> move`); each policy seat's turns are a completion of their own "
             "([environments.md](environments.md#several-players-in-one-episode)); []: one seat, the policy's"
         ),
         accepts="[], or two or more seats with at least one `policy`",

@@ -3,7 +3,9 @@ played by the policy being trained or by a scripted player.
 
     env.seats=[policy,policy]            self-play: both seats the policy
     env.seats=[policy,random]            against a random player: a move its observations show
-    env.seats=[policy,mymodule:player]   against `player(observation: str, seat: int) -> str`
+    env.seats=[policy,mymodule:player]   against `player(observations: list[str], seat: int) -> str`,
+                                         given what its seat has seen so far, oldest first
+    env.seats=[policy,forge_async.envs.players:tictactoe]   a TicTacToe player that wins and blocks
 
 Each policy seat has a transcript of its own: the observations the environment gave that seat
 (its first one is the completion's prompt) and its own turns, each sampled with that transcript as
@@ -37,7 +39,8 @@ from forge_async.tasks.task import Prompt
 
 POLICY = "policy"  # the seat is the policy being trained
 RANDOM = "random"  # a random move among those its observations show
-Player = Callable[[str, int], "str | Awaitable[str]"]  # (observation text, seat) -> the turn's text
+# (the seat's observations so far, as text, oldest first; the seat) -> the turn's text
+Player = Callable[[list[str], int], "str | Awaitable[str]"]
 _SHOWN_MOVE = re.compile(r"\[[^\[\]\n]{1,12}\]")
 
 
@@ -173,17 +176,17 @@ class SeatRunner:
         if self.seats[seat.index] == RANDOM:
             move = random_move(seat.texts, rng)
         else:
-            move = await self._scripted_move(self.players[seat.index], text, seat.index)
+            move = await self._scripted_move(self.players[seat.index], list(seat.texts), seat.index)
         return ModelTurn(move, [], "stop", seat.turns)
 
-    async def _scripted_move(self, player: Player, text: str, seat: int) -> str:
+    async def _scripted_move(self, player: Player, observations: list[str], seat: int) -> str:
         name = self.seats[seat]
         try:
             if inspect.iscoroutinefunction(player):
                 async with asyncio.timeout(self.runner.timeout_s):
-                    move = await player(text, seat)
+                    move = await player(observations, seat)
             else:
-                move = player(text, seat)
+                move = player(observations, seat)
         except TimeoutError as err:
             raise EpisodeDropped(
                 "scripted_player_timeout", f"{name} took longer than env.timeout_s={self.runner.timeout_s}"
