@@ -251,3 +251,13 @@ def test_the_tictactoe_player_wins_blocks_and_beats_a_poor_player_at_the_real_ga
     # the policy plays the sides only: the heuristic takes the centre and completes a diagonal or blocks
     games = [asyncio.run(runner.play(seed_prompt(s), Moves(["1", "3", "5", "7", "0"]))) for s in range(2)]
     assert all(g[0].env_reward == -1.0 for g in games)
+
+
+def test_the_selfplay_preset_plays_tictactoe_against_itself_and_evaluates_against_random():
+    from tests.support.app_config import app_config
+
+    config = app_config(config_name="selfplay")
+    assert config.env.seats == ["policy", "policy"] and config.eval.seats == ["policy", "random"]
+    config.check_paths()  # the game checked for two players, here, before any proc
+    with pytest.raises(TextArenaError, match="not a game of 3 players"):
+        app_config("env.seats=[policy,policy,policy]", "eval.seats=[]", config_name="selfplay").check_paths()
