@@ -141,12 +141,7 @@ def main() -> None:
             [[name, round(m[0], 2), round(m[1], 2), round(peak[name], 2)] for name, m in med.items()],
         )
     )
-    for table in result.tables:
-        print(table.title)
-        for row in [table.columns, *table.rows]:
-            print(" | ".join(map(str, row)))
-    for figure in result.figures:
-        print(f"{figure.name}: {figure.value:.3g} {figure.unit}")
+    result.print_summary()
     if args.json:
         result.write(args.json)
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.harness.box import box
+from benchmarks.harness.markdown import format_value
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 
@@ -73,6 +74,15 @@ class BenchmarkResult:
 
     def figure(self, name: str, value: float, unit: str) -> None:
         self.figures.append(Figure(name, float(value), unit))
+
+    def print_summary(self) -> None:
+        """Its tables and figures on stdout, as a benchmark ends."""
+        for table in self.tables:
+            print(f"\n{table.title}")
+            for row in [table.columns, *table.rows]:
+                print(" | ".join(map(str, row)))
+        for figure in self.figures:
+            print(f"{figure.name}: {format_value(figure.value, figure.unit)}")
 
     def write(self, path: str | Path) -> None:
         """The result as JSON, with the box it was measured on (unless already recorded)."""

@@ -264,10 +264,7 @@ def main() -> None:
         engine = build_engine(checkpoint, KeptSetCapture.llm_kwargs()["logprobs_mode"], capture=True)
         train = train_cost(checkpoint, rollouts(engine, PROMPTS["digits"], cost_sampling, args), args)
     result = result_of(rows, decode, train, args)
-    for table in result.tables:
-        print(f"\n{table.title}\n" + "\n".join(" | ".join(map(str, row)) for row in [table.columns, *table.rows]))
-    for figure in result.figures:
-        print(f"{figure.name}: {figure.value:+.1%}")
+    result.print_summary()
     if args.json:
         result.write(args.json)
 

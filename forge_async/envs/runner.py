@@ -22,8 +22,8 @@ import asyncio
 import inspect
 import math
 import numbers
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -118,10 +118,17 @@ class EnvRunner:
     async def play(self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None) -> Completion:
         """One episode from `prompt`, each model turn sampled by `generate` (with `sampling`, by
         default the runner's: evaluation samples with its own)."""
+        async with self.open_episode() as env:
+            return await self._play(env, prompt, generate, sampling or self.sampling)
+
+    @asynccontextmanager
+    async def open_episode(self) -> AsyncIterator[Environment]:
+        """A new environment for one episode, held within the session limit, closed after (its
+        optional `close()`) however the episode ends."""
         async with self.session_limit or nullcontext():
             env = self.new_environment()
             try:
-                return await self._play(env, prompt, generate, sampling or self.sampling)
+                yield env
             finally:
                 close = getattr(env, "close", None)
                 if close is not None:

@@ -26,7 +26,6 @@ import random
 import re
 import zlib
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from forge_async.config.callables import load_callable
@@ -97,15 +96,8 @@ class SeatRunner:
         self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None
     ) -> list[Completion]:
         """One episode from `prompt`: a completion for each policy seat that took a turn."""
-        runner = self.runner
-        async with runner.session_limit or nullcontext():
-            env = runner.new_environment()
-            try:
-                return await self._play(env, prompt, generate, sampling or runner.sampling)
-            finally:
-                close = getattr(env, "close", None)
-                if close is not None:
-                    await runner._call(close)
+        async with self.runner.open_episode() as env:
+            return await self._play(env, prompt, generate, sampling or self.runner.sampling)
 
     async def _play(self, env, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig) -> list[Completion]:
         seats = [_Seat(i) for i in range(len(self.seats))]
