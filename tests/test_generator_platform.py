@@ -43,10 +43,11 @@ def test_plain_weights_only_on_cpu_and_only_when_asked(cpu_weights, on_gpu, plai
     assert resolve_platform(GeneratorConfig(cpu_weights=cpu_weights), on_gpu).plain_weights is plain
 
 
-def test_compile_maps_to_vllm_compilation_mode_and_eager_to_enforce_eager():
-    assert EAGER.llm_kwargs() == {"enforce_eager": True, "compilation_config": {"mode": "NONE"}}
+def test_compile_maps_to_vllm_compilation_mode_and_eager_to_enforce_eager_and_steps_are_never_scheduled_ahead():
+    never_ahead = {"async_scheduling": False}  # a step's tokens come back before the next is launched
+    assert EAGER.llm_kwargs() == {"enforce_eager": True, "compilation_config": {"mode": "NONE"}} | never_ahead
     gpu = EnginePlatform(on_gpu=True, enforce_eager=False, compile=True)
-    assert gpu.llm_kwargs() == {"enforce_eager": False, "compilation_config": {"mode": "VLLM_COMPILE"}}
+    assert gpu.llm_kwargs() == {"enforce_eager": False, "compilation_config": {"mode": "VLLM_COMPILE"}} | never_ahead
 
 
 def test_dynamo_is_disabled_only_for_an_uncompiled_cpu_engine():
@@ -100,6 +101,7 @@ def test_vllm_reads_the_knobs_as_meant(tiny_checkpoint, platform, mode):
     assert vllm_config.compilation_config.mode.name == mode
     assert vllm_config.compilation_config.cudagraph_mode == CUDAGraphMode.NONE
     assert vllm_config.model_config.enforce_eager == platform.enforce_eager
+    assert vllm_config.scheduler_config.async_scheduling is False
 
 
 def test_the_environment_without_defaults_drops_only_what_forge_async_added(monkeypatch):

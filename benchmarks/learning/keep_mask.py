@@ -41,7 +41,7 @@ from forge_async.data.batch import TrainBatch, pack_episodes  # noqa: E402
 from forge_async.data.episode import Completion, Episode  # noqa: E402
 from forge_async.generation.config import GeneratorConfig, SamplingConfig  # noqa: E402
 from forge_async.generation.engine_weights import plain_cpu_weights  # noqa: E402
-from forge_async.generation.kept_set_capture import KeptSetCapture  # noqa: E402
+from forge_async.generation.kept_set_capture import LOGPROBS_MODE, KeptSetCapture  # noqa: E402
 from forge_async.generation.platform import prepare_process  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
 from forge_async.losses.grpo import response_logprobs  # noqa: E402
@@ -68,10 +68,16 @@ def tiny_model(directory: Path, tokenizer: str, seed: int, logit_scale: float) -
     return Checkpoint.open(path)
 
 
-def build_engine(checkpoint: Checkpoint, logprobs_mode: str | None, capture: bool) -> VersionedEngine:
-    """A generator's engine (CPU, plain weights, prefix caching); `logprobs_mode` None: vLLM's raw."""
+ENGINES = ("with kept sets", "processed logprobs, no sets", "raw logprobs")
+
+
+def build_engine(checkpoint: Checkpoint, kind: str = ENGINES[0]) -> VersionedEngine:
+    """A generator's engine (CPU, plain weights, prefix caching) of one of the ENGINES: as a
+    generator with sampling.keep_mask builds it, as one without the sets at the same sampling,
+    or with vLLM's raw logprobs (what a truncated run sampled with before the sets)."""
     platform = prepare_process(GeneratorConfig())
-    kept_sets = KeptSetCapture(cap=2**20) if capture else None
+    kept_sets = KeptSetCapture(cap=2**20) if kind == ENGINES[0] else None
+    options = kept_sets.llm_kwargs() if kept_sets else {"logprobs_mode": LOGPROBS_MODE} if kind == ENGINES[1] else {}
     from vllm import LLM
 
     with plain_cpu_weights(platform.plain_weights):
@@ -83,7 +89,7 @@ def build_engine(checkpoint: Checkpoint, logprobs_mode: str | None, capture: boo
             kv_cache_memory_bytes=2**27,
             **platform.llm_kwargs(),
             **VersionedEngine.llm_kwargs("abort_resume"),
-            **({"logprobs_mode": logprobs_mode} if logprobs_mode else {}),
+            **options,
         )
     return VersionedEngine(llm, "abort_resume", kept_sets=kept_sets)
 
@@ -125,7 +131,7 @@ def measure_mismatch(args, root: Path) -> dict[tuple[str, str], list[dict]]:
     for tokenizer in TOKENIZERS:
         for seed in range(args.seeds):
             checkpoint = tiny_model(root / f"{tokenizer}{seed}", tokenizer, seed, args.logit_scale)
-            engine = build_engine(checkpoint, KeptSetCapture.llm_kwargs()["logprobs_mode"], capture=True)
+            engine = build_engine(checkpoint)
             model = load_frozen_model(checkpoint)
             prompt = prompt_ids(engine, tokenizer)
             for setting, truncation in SETTINGS.items():
@@ -139,12 +145,7 @@ def measure_mismatch(args, root: Path) -> dict[tuple[str, str], list[dict]]:
 
 def decode_cost(checkpoint: Checkpoint, args) -> dict[str, float]:
     """Median decode tokens/s at top-p 0.9 on three warm engines, in interleaved rounds."""
-    processed = KeptSetCapture.llm_kwargs()["logprobs_mode"]
-    engines = {
-        "with kept sets": build_engine(checkpoint, processed, capture=True),
-        "processed logprobs, no sets": build_engine(checkpoint, processed, capture=False),
-        "raw logprobs": build_engine(checkpoint, None, capture=False),
-    }
+    engines = {kind: build_engine(checkpoint, kind) for kind in ENGINES}
     sampling = SamplingConfig(temperature=args.temperature, max_tokens=args.max_tokens, **SETTINGS[COST_SETTING])
     params = sampling_params(sampling)
     params.ignore_eos = True  # every completion the same length: the rounds do the same work
@@ -261,7 +262,7 @@ def main() -> None:
         cost_sampling = SamplingConfig(
             temperature=args.temperature, max_tokens=args.max_tokens, **SETTINGS[COST_SETTING]
         )
-        engine = build_engine(checkpoint, KeptSetCapture.llm_kwargs()["logprobs_mode"], capture=True)
+        engine = build_engine(checkpoint)
         train = train_cost(checkpoint, rollouts(engine, PROMPTS["digits"], cost_sampling, args), args)
     result = result_of(rows, decode, train, args)
     result.print_summary()

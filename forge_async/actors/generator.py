@@ -30,7 +30,7 @@ from forge_async.generation.platform import prepare_process
 from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
-from forge_async.generation.kept_set_capture import KeptSetCapture
+from forge_async.generation.kept_set_capture import LOGPROBS_MODE, KeptSetCapture
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -135,7 +135,7 @@ class Generator(ProcActor):
                 **VersionedEngine.llm_kwargs(c.swap_mode),
                 **(adapter.llm_kwargs() if adapter else {}),
                 **(routes.llm_kwargs() if routes else {}),
-                **self._logprobs_kwargs(),
+                **self._logprobs_kwargs(kept_sets),
             )
         self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter, routes=routes, kept_sets=kept_sets)
         if platform.plain_weights and adapter is None and not self.engine.loads_in_place:
@@ -148,12 +148,14 @@ class Generator(ProcActor):
         self._loop = asyncio.create_task(self._engine_loop())
         return time.perf_counter() - start  # the engine's start-up, in seconds
 
-    def _logprobs_kwargs(self) -> dict:
+    def _logprobs_kwargs(self, kept_sets: KeptSetCapture | None) -> dict:
         """Which logprobs the engine reports: those of the distribution it sampled from (tempered,
         truncated: what the trainer computes for such runs, losses/sliced_softmax.py) where that
         differs from the raw logits' softmax; else vLLM's default, the raw ones (the same)."""
         s = self.sampling
-        return KeptSetCapture.llm_kwargs() if s.truncates or s.logit_temperature != 1 else {}
+        if kept_sets is not None:
+            return kept_sets.llm_kwargs()
+        return {"logprobs_mode": LOGPROBS_MODE} if s.truncates or s.logit_temperature != 1 else {}
 
     def _route_capture(self, on_gpu: bool):
         """For an MoE model, the record of each token's experts (always: the trainer reports how

@@ -37,6 +37,8 @@ class KeptSetCapture:
 
     @staticmethod
     def llm_kwargs() -> dict:
+        """The processed logprobs. (Each step's sets are read with that step's outputs: the engine
+        never schedules a step ahead, generation/platform.py.)"""
         return {"logprobs_mode": LOGPROBS_MODE}
 
     def attach(self, llm) -> None:

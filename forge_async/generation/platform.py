@@ -35,9 +35,13 @@ class EnginePlatform:
     plain_weights: bool = False  # CPU: linear weights kept unpacked, swaps copy them in place
 
     def llm_kwargs(self) -> dict:
-        """vLLM's knobs for these decisions (LLM(...) keyword arguments)."""
+        """vLLM's knobs for these decisions (LLM(...) keyword arguments), and no asynchronous
+        scheduling: with it (vLLM's default on a GPU; never on CPU) a step is launched before the
+        last one's outputs are read, so tokens sampled before a weight swap would come back after
+        it, tagged with the new version, and a step's kept sets (kept_set_capture.py) would be
+        read with the step before's outputs."""
         mode = "VLLM_COMPILE" if self.compile else "NONE"
-        return {"enforce_eager": self.enforce_eager, "compilation_config": {"mode": mode}}
+        return {"enforce_eager": self.enforce_eager, "compilation_config": {"mode": mode}, "async_scheduling": False}
 
     def env(self) -> dict[str, str]:
         """Environment the engine's process needs before vLLM is imported."""
