@@ -261,3 +261,22 @@ def test_the_selfplay_preset_plays_tictactoe_against_itself_and_evaluates_agains
     config.check_paths()  # the game checked for two players, here, before any proc
     with pytest.raises(TextArenaError, match="not a game of 3 players"):
         app_config("env.seats=[policy,policy,policy]", "eval.seats=[]", config_name="selfplay").check_paths()
+
+
+def test_an_environment_that_only_asks_its_scripted_seat_still_ends():
+    class Stuck(Relay):
+        def step(self, turn: ModelTurn) -> EnvStep:
+            return EnvStep(observation="again", seat=1)  # the random seat, forever
+
+    (seat0,) = play(seat_runner(Stuck, ["policy", "random"], max_turns=3), Moves(["a"]))
+    assert (seat0.turns, seat0.finish_reason, seat0.env_reward) == (1, "max_turns", 0.0)
+
+
+def test_rewards_that_are_not_finite_numbers_drop_the_episode():
+    class Infinite(Relay):
+        def step(self, turn: ModelTurn) -> EnvStep:
+            return EnvStep(done=True, rewards={0: float("inf"), 1: 0.0})
+
+    with pytest.raises(EpisodeDropped, match="not numbers") as dropped:
+        play(seat_runner(Infinite, ["policy", "policy"]), Moves(["a"]))
+    assert dropped.value.reason == "env_error"

@@ -15,13 +15,16 @@ by seat, so advantages compare a seat's episodes with that seat's (rollout/multi
 Scripted turns are the environment's business: nothing of them is trained.
 
 Limits are per policy seat: `env.max_turns` of its turns, `env.max_episode_tokens` of its
-transcript; an episode that reaches one ends, its game unfinished (rewards 0). A scripted player
+transcript; and all seats together take at most `env.max_turns` turns each. An episode that
+reaches one ends, its game unfinished (rewards 0). A scripted player
 that raises, returns no text, or (async) takes longer than `env.timeout_s` drops its episode
 (`scripted_player_error`, `scripted_player_timeout`).
 """
 
 import asyncio
 import inspect
+import math
+import numbers
 import random
 import re
 import zlib
@@ -119,11 +122,19 @@ class SeatRunner:
             if step.done:
                 rewards = self._rewards(step)
                 break
-            if seat.turns == self.runner.limits.max_turns and self.seats[seat.index] == POLICY:
+            if self._at_turn_limit(seat, seats):
                 finish = "max_turns"
                 break
             turn = self._seat_turn(SeatTurn(step.seat, step.observation) if step.seat is not None else step)
         return [self._completion(seat, rewards, finish) for seat in seats if seat.first is not None and seat.turns]
+
+    def _at_turn_limit(self, seat: _Seat, seats: list[_Seat]) -> bool:
+        """A policy seat has taken env.max_turns turns, or the seats all together as many as every
+        seat's share (an environment that asks only its scripted seats ends too)."""
+        limit = self.runner.limits.max_turns
+        return (self.seats[seat.index] == POLICY and seat.turns == limit) or sum(s.turns for s in seats) >= limit * len(
+            seats
+        )
 
     async def _reset(self, env, prompt: Prompt):
         try:
@@ -191,7 +202,7 @@ class SeatRunner:
 
     def _rewards(self, step: EnvStep) -> dict[int, float]:
         rewards = step.rewards or {}
-        bad = {seat: r for seat, r in rewards.items() if not isinstance(r, int | float) or r != r}
+        bad = {seat: r for seat, r in rewards.items() if not isinstance(r, numbers.Real) or not math.isfinite(r)}
         if bad:
             raise EpisodeDropped("env_error", f"step() ended with rewards {bad} that are not numbers")
         return {int(seat): float(r) for seat, r in rewards.items()}
