@@ -132,9 +132,9 @@ class SeatRunner:
         """A policy seat has taken env.max_turns turns, or the seats all together as many as every
         seat's share (an environment that asks only its scripted seats ends too)."""
         limit = self.runner.limits.max_turns
-        return (self.seats[seat.index] == POLICY and seat.turns == limit) or sum(s.turns for s in seats) >= limit * len(
-            seats
-        )
+        policy_seat_done = self.seats[seat.index] == POLICY and seat.turns == limit
+        all_seats_done = sum(s.turns for s in seats) >= limit * len(seats)
+        return policy_seat_done or all_seats_done
 
     async def _reset(self, env, prompt: Prompt):
         try:
