@@ -193,8 +193,9 @@ def test_rollouts_group_by_seat_and_metrics_report_each_seat():
 
 @pytest.mark.e2e
 def test_grpo_self_plays_a_two_player_textarena_game_and_accounts_per_seat(tmp_path):
-    """A short run of TicTacToe-v0 with both seats the policy: the accounting adds up counting each
-    seat's completion as a sample, and each step reports its seats. (The untrained model's first
+    """A short run of TicTacToe-v0 with both seats the policy, its games on a proc of their own
+    (the multi-seat environment's calls cross procs): the accounting adds up counting each seat's
+    completion as a sample, and each step reports its seats. (The untrained model's first
     move is mostly invalid, which ends a game before seat 1 moves: seat 1 trains only sometimes.)"""
     from tests.support.app_runs import assert_accounting
     from forge_async.cli.subprocess_run import run_app
@@ -209,6 +210,7 @@ def test_grpo_self_plays_a_two_player_textarena_game_and_accounts_per_seat(tmp_p
         "env.textarena.bracket_actions=true",
         "sampling.max_tokens=1",
         "env.max_turns=5",
+        "env.procs=1",
         "steps=3",
         "prompts_per_step=4",
         "group_size=4",
