@@ -229,6 +229,11 @@ def checked_step(step) -> EnvStep:
         raise EpisodeDropped("env_error", f"step() returned reward {step.reward!r}, not a finite number")
     if step.answer is not None and not isinstance(step.answer, str):
         raise EpisodeDropped("env_error", f"step() returned answer {step.answer!r}, not text")
+    bad = {
+        seat: r for seat, r in (step.rewards or {}).items() if not isinstance(r, numbers.Real) or not math.isfinite(r)
+    }
+    if bad:  # a multi-seat environment's rewards (envs/seats.py)
+        raise EpisodeDropped("env_error", f"step() ended with rewards {bad} that are not numbers")
     return step
 
 

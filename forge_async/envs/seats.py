@@ -23,8 +23,6 @@ that raises, returns no text, or (async) takes longer than `env.timeout_s` drops
 
 import asyncio
 import inspect
-import math
-import numbers
 import random
 import re
 import zlib
@@ -33,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from forge_async.config.callables import load_callable
 from forge_async.data.episode import Completion
-from forge_async.envs.environment import EnvStep, ModelTurn, Observation, SeatTurn
+from forge_async.envs.environment import ModelTurn, Observation, SeatTurn
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, GenerateOne, Transcript, checked_step
 from forge_async.errors import ConfigError
 from forge_async.generation.config import SamplingConfig
@@ -65,10 +63,15 @@ def scripted_player(name: str, seat: int, key: str = "env.seats") -> Player:
     return load_callable(name, f"{key}[{seat}]")
 
 
+def shown_moves(text: str) -> list[str]:
+    """The moves a game's text shows, bracketed as games take them: `[4]`, `[bet]`, `[A C]`."""
+    return _SHOWN_MOVE.findall(text)
+
+
 def random_move(observations: list[str], rng: random.Random) -> str:
     """A move the seat's latest observation that shows any (bracketed, `[4]`, `[bet]`) shows."""
     for text in reversed(observations):
-        shown = _SHOWN_MOVE.findall(text)
+        shown = shown_moves(text)
         if shown:
             return rng.choice(shown)
     return "[0]"
@@ -120,7 +123,7 @@ class SeatRunner:
             seat.turns += 1
             step = checked_step(await self.runner._call(env.step, played))
             if step.done:
-                rewards = self._rewards(step)
+                rewards = {int(seat): float(r) for seat, r in (step.rewards or {}).items()}  # checked_step's
                 break
             if self._at_turn_limit(seat, seats):
                 finish = "max_turns"
@@ -199,13 +202,6 @@ class SeatRunner:
         if not isinstance(move, str) or not move:
             raise EpisodeDropped("scripted_player_error", f"{name} returned {move!r}, not the text of a move")
         return move
-
-    def _rewards(self, step: EnvStep) -> dict[int, float]:
-        rewards = step.rewards or {}
-        bad = {seat: r for seat, r in rewards.items() if not isinstance(r, numbers.Real) or not math.isfinite(r)}
-        if bad:
-            raise EpisodeDropped("env_error", f"step() ended with rewards {bad} that are not numbers")
-        return {int(seat): float(r) for seat, r in rewards.items()}
 
     def _completion(self, seat: _Seat, rewards: dict[int, float], finish: str) -> Completion:
         t = seat.transcript

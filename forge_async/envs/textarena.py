@@ -39,6 +39,7 @@ from forge_async.envs.environment import EnvStep, ModelTurn, Observation, SeatTu
 
 from forge_async.envs.config import TextArenaConfig
 from forge_async.envs.runner import EnvFactory, EpisodeDropped
+from forge_async.envs.seats import shown_moves
 from forge_async.errors import ConfigError
 from forge_async.tasks.seeds import seed_prompt
 from forge_async.tasks.task import Prompt
@@ -137,7 +138,7 @@ def playtest(game: str, config: TextArenaConfig, players: int = 1) -> None:
 def random_moves(opening: str) -> list[str]:
     """Moves to play at random: the bracketed ones the game's opening shows (its format, e.g.
     `[A C]`), its words bare and bracketed, small numbers bracketed, and text that is no move."""
-    shown = re.findall(r"\[[^\[\]\n]{1,12}\]", opening)
+    shown = shown_moves(opening)
     words = sorted(set(re.findall(r"[A-Za-z]{2,}|\d+", opening)))[:40]
     return shown + words + [f"[{word}]" for word in words] + [f"[{n}]" for n in range(10)] + ["", "no move"]
 
