@@ -97,6 +97,22 @@ class OpenEnvConfig:
         ),
         accepts="`module:function`, or null",
     )
+    seat_field: str = key(
+        "current_player_id",
+        help=(
+            "with `env.seats`: the observation field naming the seat that moves next (an integer; "
+            "OpenEnv's textarena_env's)"
+        ),
+        accepts="a field name",
+    )
+    seat_rewards: str = key(
+        "raw_state.rewards",
+        help=(
+            "with `env.seats`: where, in the session's state at the game's end, each seat's reward is: a "
+            "dotted path to a mapping seat -> reward (OpenEnv's textarena_env's)"
+        ),
+        accepts="a dotted path",
+    )
     tool_parser: str = key(
         "hermes",
         help=("a server whose actions are MCP tool calls (`CallToolAction`): the parser that reads a turn's tool call"),

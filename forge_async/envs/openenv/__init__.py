@@ -62,7 +62,9 @@ async def openenv_environments(
     openenv = config.openenv
     if openenv.url is not None:
         limit = await session_limit(openenv, openenv.url, sessions, processes=1)
-        sessions_at = OpenEnvSessions(openenv.url, openenv, eos_token_id, config.timeout_s, session_limit=limit)
+        sessions_at = OpenEnvSessions(
+            openenv.url, openenv, eos_token_id, config.timeout_s, session_limit=limit, seats=len(config.seats)
+        )
         yield await ready_sessions(sessions_at, tokenizer, context)
         return
     log_path = Path(log_dir or tempfile.mkdtemp(prefix="openenv-")) / "openenv_server.log"
@@ -76,7 +78,9 @@ async def openenv_environments(
             flush=True,
         )
         limit = await session_limit(openenv, server.url, sessions, processes=openenv.workers)
-        served = OpenEnvSessions(server.url, openenv, eos_token_id, config.timeout_s, server.process.pid, limit)
+        served = OpenEnvSessions(
+            server.url, openenv, eos_token_id, config.timeout_s, server.process.pid, limit, seats=len(config.seats)
+        )
         yield await ready_sessions(served, tokenizer, context)
     finally:
         await asyncio.to_thread(server.stop)

@@ -10,6 +10,12 @@ episode. Each episode opens its own connection, and closes it however the episod
     observation    <- the reply's observation rendered to text (rendering.py), or a field of it
     reward, done   <- the reply's reward (None counts 0) and done
 
+With `env.seats` the server's game has several players (OpenEnv's textarena_env with
+TEXTARENA_NUM_PLAYERS): each observation names the seat that moves next
+(env.openenv.seat_field), rendered for that seat as it has seen the game so far, and at the
+game's end each seat's reward is read from the session's state (env.openenv.seat_rewards): the
+reply's one reward is only one player's.
+
 A server's reset receives the keywords its signature names (OpenEnv drops the rest).
 The seed is drawn from the prompt, so the episodes of one group meet the same
 environment. The run holds no more sessions at once than the server does (capacity.py); a
@@ -32,7 +38,7 @@ import psutil
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
-from forge_async.envs.environment import EnvStep, ModelTurn, Observation
+from forge_async.envs.environment import EnvStep, ModelTurn, Observation, SeatTurn
 
 from forge_async.envs.config import OpenEnvConfig
 from forge_async.envs.openenv.actions import ActionForm, NoAction, opening
@@ -91,6 +97,7 @@ class OpenEnvSessions:
     session_limit: SessionLimit | None = None
 
     actions: ActionForm | None = None  # how a turn becomes an action (schema.py); set at start
+    seats: int = 0  # the players of a multi-player game (env.seats); 0: one
 
     def __call__(self) -> "OpenEnvEpisode":
         return OpenEnvEpisode(self)
@@ -104,8 +111,9 @@ class OpenEnvEpisode:
             base_url=sessions.url, connect_timeout_s=sessions.timeout_s, message_timeout_s=sessions.timeout_s
         )
         self.observation_text = ObservationText(self.config)
+        self.seat_texts: dict[int, ObservationText] = {}  # each seat's, as it has seen the game (env.seats)
 
-    async def reset(self, prompt: Prompt) -> Observation:
+    async def reset(self, prompt: Prompt) -> Observation | SeatTurn:
         seed = zlib.crc32(json.dumps([prompt.text, prompt.meta], sort_keys=True, default=str).encode())
         arguments = {
             "prompt": prompt.text,
@@ -114,6 +122,8 @@ class OpenEnvEpisode:
             "eos_token_id": self.sessions.eos_token_id,
         }
         reply = await self._call("reset", **arguments | reset_arguments(self.config.reset_kwargs, prompt, seed))
+        if self.sessions.seats:
+            return self._seat_turn(reply.observation)
         # A server whose opening shows nothing (an MCP server's): the task's prompt opens the episode.
         return opening(self.sessions.actions, self.observation_text(reply.observation) or prompt.text)
 
@@ -122,10 +132,25 @@ class OpenEnvEpisode:
         if isinstance(action, NoAction):  # not an action of the server's: the episode ends (actions.py)
             return EnvStep(done=True, answer=action.answer)
         reply = await self._call("step", action)
+        if self.sessions.seats:
+            return await self._seat_step(reply)
         return EnvStep(self.observation_text(reply.observation), float(reply.reward or 0.0), bool(reply.done))
 
     async def close(self) -> None:
         await self.client.close()
+
+    def _seat_turn(self, observation: dict) -> SeatTurn:
+        """The seat the observation names, and what that seat sees new."""
+        seat = _named_seat(observation, self.config.seat_field, self.sessions.seats)
+        text = self.seat_texts.setdefault(seat, ObservationText(self.config))
+        return SeatTurn(seat, text(observation))
+
+    async def _seat_step(self, reply) -> EnvStep:
+        if not reply.done:
+            turn = self._seat_turn(reply.observation)
+            return EnvStep(turn.observation, seat=turn.seat)
+        state = await self._call("state")
+        return EnvStep(done=True, rewards=_seat_rewards(state, self.config.seat_rewards, self.sessions.seats))
 
     async def _call(self, method: str, *args, **kwargs):
         """The client's reset/step, its failures as drops by reason; a session refused at reset is
@@ -178,6 +203,37 @@ class OpenEnvEpisode:
                 raise SessionRefused(f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
             reason = "openenv_refused" if code.group(1) == _FACTORY_ERROR else "openenv_error"
             raise EpisodeDropped(reason, f"OpenEnv {method}() at {self.sessions.url}: {err}") from err
+
+
+def _named_seat(observation: dict, field: str, seats: int) -> int:
+    """The seat `field` of the observation names, or the episode drops (openenv_error)."""
+    seat = observation.get(field)
+    if isinstance(seat, bool) or not isinstance(seat, int) or not 0 <= seat < seats:
+        raise EpisodeDropped(
+            "openenv_error",
+            f"the OpenEnv observation's {field!r} (env.openenv.seat_field) is {seat!r}, not one of the "
+            f"{seats} seats of env.seats; the observation has {sorted(observation)}",
+        )
+    return seat
+
+
+def _seat_rewards(state: dict, path: str, seats: int) -> dict[int, float]:
+    """Each seat's reward, from the mapping at the dotted `path` of the session's state (its keys
+    numbers or their text, as JSON gives them), or the episode drops (openenv_error)."""
+    found = state
+    for part in path.split("."):
+        found = found.get(part) if isinstance(found, dict) else None
+    try:
+        rewards = {int(seat): float(reward) for seat, reward in found.items()}
+    except (AttributeError, TypeError, ValueError):
+        rewards = None
+    if rewards is None or set(rewards) != set(range(seats)):
+        raise EpisodeDropped(
+            "openenv_error",
+            f"the OpenEnv session's state at the game's end has at {path!r} (env.openenv.seat_rewards) "
+            f"{found!r}, not a reward for each of the {seats} seats of env.seats",
+        )
+    return rewards
 
 
 async def _exits(pid: int) -> bool:

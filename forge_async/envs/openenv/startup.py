@@ -15,6 +15,7 @@ import asyncio
 from dataclasses import replace
 
 from forge_async.observability.console import since_launch
+from forge_async.envs.environment import SeatTurn
 from forge_async.envs.openenv.actions import ToolCallAction
 from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.schema import action_form
@@ -56,6 +57,8 @@ async def check_opening(sessions: OpenEnvSessions, tokenizer, context: int) -> N
         # start-up) that arrives as the awaited result does, and the run would go on.
         async with asyncio.timeout(sessions.timeout_s):
             opening = await episode.reset(_PROBE)
+            if isinstance(opening, SeatTurn):  # a multi-player game: what its first seat sees
+                opening = opening.observation
     except (TimeoutError, EpisodeDropped, EnvironmentFailed):
         return  # its first episodes show what is wrong, by reason
     finally:
