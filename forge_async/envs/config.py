@@ -183,12 +183,14 @@ class EnvConfig:
         help=(
             "makes one Environment per episode (imported at start); `openenv`: an OpenEnv server "
             "(`env.openenv.*`); `textarena:GAME` plays a TextArena game (one player, or `env.seats`' players) "
-            "([environments.md](environments.md#textarena-games)); `agent:...` runs an agent program per "
+            "([environments.md](environments.md#textarena-games)); `nim`: a built-in two-player game for "
+            "`env.seats` ([environments.md](environments.md#a-game-the-tiny-model-learns-by-self-play-nim)); "
+            "`agent:...` runs an agent program per "
             "episode "
             "([environments.md](environments.md#agent-programs-through-an-openai-compatible-endpoint)); "
             "null: the task's own (`tool_lookup`), or single-turn"
         ),
-        accepts="`module:callable`, `openenv`, `textarena:GAME`, `agent:module:function`, or null",
+        accepts="`module:callable`, `openenv`, `textarena:GAME`, `nim`, `agent:module:function`, or null",
     )
     seats: list[str] = key(
         [],

@@ -17,7 +17,8 @@ A multi-seat environment (several players, `env.seats`) names who moves at each 
     loop: that seat's turn -> env.step(turn) -> EnvStep(observation, seat=next seat, done=False)
                                                 or EnvStep(done=True, rewards={seat: reward, ...})
 
-An observation there is what that seat sees new since its own last turn. Each seat is played
+An observation there is what that seat sees new since its own last turn; `moves` (optional) lists
+the moves that seat may make, for a random seat (a text game shows them bracketed instead). Each seat is played
 by the policy or by a scripted player (envs/seats.py); each policy seat's turns and
 observations make a completion of their own, rewarded with its seat's reward.
 """
@@ -53,6 +54,7 @@ class EnvStep:
     # done each seat's reward (`reward` is not used there).
     seat: int | None = None
     rewards: dict[int, float] | None = None
+    moves: list[str] | None = None  # the moves the next seat may make (a random seat picks one)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class SeatTurn:
 
     seat: int
     observation: Observation
+    moves: list[str] | None = None  # the moves the seat may make (a random seat picks one)
 
 
 class Environment(Protocol):

@@ -3,6 +3,7 @@
     module:callable        your own Environment class, or a function returning one
     openenv                an OpenEnv environment server (env.openenv.*; envs/openenv/)
     textarena:GAME         a TextArena game, of one player or of env.seats' (env.textarena.*; envs/textarena.py)
+    nim                    a built-in two-player game, played by env.seats (envs/games/)
     agent:module:function  your async agent program, driving each episode through an OpenAI
                            client (env.agent.*; envs/agent/)
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from forge_async.config.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
 from forge_async.envs.config import EnvConfig
+from forge_async.envs.games import GAMES, check_game_seats
 from forge_async.envs.runner import EnvFactory
 from forge_async.envs.seats import check_seats
 from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environments
@@ -39,6 +41,9 @@ def check_environment_name(config: EnvConfig) -> None:
         return
     if config.name.startswith(TEXTARENA):
         check_game(config.name.removeprefix(TEXTARENA), config.textarena, max(len(config.seats), 1))
+        return
+    if config.name in GAMES:
+        check_game_seats(config.name, config.seats)
         return
     load_callable(config.name, "env.name")
 
@@ -70,5 +75,7 @@ async def open_environments(
         game = config.name.removeprefix(TEXTARENA)
         async with textarena_environments(game, config.textarena, max(len(config.seats), 1)) as factory:
             yield factory
+    elif config.name in GAMES:
+        yield GAMES[config.name]
     else:
         yield load_callable(config.name, "env.name")

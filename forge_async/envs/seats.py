@@ -2,7 +2,8 @@
 played by the policy being trained or by a scripted player.
 
     env.seats=[policy,policy]            self-play: both seats the policy
-    env.seats=[policy,random]            against a random player: a move its observations show
+    env.seats=[policy,random]            against a random player: one of the turn's moves, when the
+                                         environment lists them, else a move its observations show
     env.seats=[policy,mymodule:player]   against `player(observations: list[str], seat: int) -> str`,
                                          given what its seat has seen so far, oldest first
     env.seats=[policy,forge_async.envs.players:tictactoe]   a TicTacToe player that wins and blocks
@@ -119,7 +120,7 @@ class SeatRunner:
                     finish = "max_episode_tokens"
                     break
             else:
-                played = await self._scripted_turn(seat, turn.observation, rng)
+                played = await self._scripted_turn(seat, turn, rng)
             seat.turns += 1
             step = checked_step(await self.runner._call(env.step, played))
             if step.done:
@@ -128,7 +129,7 @@ class SeatRunner:
             if self._at_turn_limit(seat, seats):
                 finish = "max_turns"
                 break
-            turn = self._seat_turn(SeatTurn(step.seat, step.observation) if step.seat is not None else step)
+            turn = self._seat_turn(SeatTurn(step.seat, step.observation, step.moves) if step.seat is not None else step)
         return [self._completion(seat, rewards, finish) for seat in seats if seat.first is not None and seat.turns]
 
     def _at_turn_limit(self, seat: _Seat, seats: list[_Seat]) -> bool:
@@ -176,11 +177,12 @@ class SeatRunner:
         seat.transcript.add_turn(completion)
         return ModelTurn(completion.text, completion.token_ids, completion.finish_reason, seat.turns)
 
-    async def _scripted_turn(self, seat: _Seat, observation: Observation, rng: random.Random) -> ModelTurn:
+    async def _scripted_turn(self, seat: _Seat, turn: SeatTurn, rng: random.Random) -> ModelTurn:
+        observation = turn.observation
         text = observation if isinstance(observation, str) else self.runner.tokenizer.decode(observation)
         seat.texts.append(text)
         if self.seats[seat.index] == RANDOM:
-            move = random_move(seat.texts, rng)
+            move = rng.choice(turn.moves) if turn.moves else random_move(seat.texts, rng)
         else:
             move = await self._scripted_move(self.players[seat.index], list(seat.texts), seat.index)
         return ModelTurn(move, [], "stop", seat.turns)
