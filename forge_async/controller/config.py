@@ -24,7 +24,7 @@ from forge_async.config.checks import (
 from forge_async.data.config import FilterConfig
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.registry import check_environment_name
-from forge_async.envs.seats import check_seats
+from forge_async.envs.seats import SNAPSHOT, check_seats
 from forge_async.envs.textarena import TEXTARENA
 from forge_async.errors import ConfigError
 from forge_async.evaluation.config import EvalConfig
@@ -300,6 +300,8 @@ class GRPOConfig(RunConfig):
                 f"eval.seats={list(self.eval.seats)}: evaluations play env.seats' game, of "
                 f"{len(self.env.seats)} seats (env.seats={list(self.env.seats)}); name as many"
             )
+        if SNAPSHOT in [*self.env.seats, *self.eval.seats]:
+            self._check_snapshot_placement()
         if self.loss.objective != "grpo":
             raise ConfigError(
                 f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
@@ -332,6 +334,25 @@ class GRPOConfig(RunConfig):
             raise ConfigError(
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
                 f"({self.batch_size} = prompts_per_step * group_size)"
+            )
+
+    def _check_snapshot_placement(self) -> None:
+        """A snapshot's generators read the trainer's shared-memory channel (handles/generators/snapshot.py):
+        that transport, on the trainer's one node."""
+        seats = f"a `{SNAPSHOT}` seat (env.seats={list(self.env.seats)}, eval.seats={list(self.eval.seats)})"
+        if self.weights.transport != "shm":
+            raise ConfigError(
+                f"weights.transport={self.weights.transport}: {seats} plays on generators that read the "
+                "trainer's shared-memory channel; use weights.transport=shm"
+            )
+        placement, first = self.placement, self.generator.count
+        nodes = sorted({placement.generator_host(first + j) for j in range(self.env.snapshot.generators)})
+        if len(placement.trainer_hosts) != 1 or nodes != list(placement.trainer_hosts):
+            raise ConfigError(
+                f"env.snapshot.generators={self.env.snapshot.generators}: {seats} plays on generators placed "
+                f"after the trained policy's (placement.generator_hosts={list(placement.generator_hosts)} puts "
+                f"them on node(s) {nodes}); they read the trainer's channel, on its one node "
+                f"(placement.trainer_hosts={list(placement.trainer_hosts)})"
             )
 
     def _check_inputs(self) -> None:

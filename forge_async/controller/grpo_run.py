@@ -65,7 +65,7 @@ async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task
     if config.env.procs:
         new_environment = await handles.environments.start(new_environment)
     runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context, session_limit)
-    return SeatRunner(runner, config.env.seats) if config.env.seats else runner
+    return SeatRunner(runner, config.env.seats, handles.snapshot) if config.env.seats else runner
 
 
 async def train_on(
@@ -78,13 +78,15 @@ async def train_on(
     metrics = MetricsLog(run_dir, config.steps, config.target_reward, sinks, resume_after_step=resumed_at)
     admission = AdmissionControl(config.batch_size, config.max_policy_age, config.admission_control)
     route = plan_route(config, handles.generators, handles.relays)
-    delivery = WeightDelivery(handles.generators, route, on_loaded=admission.weights_moved)
+    delivery = WeightDelivery(handles.generators, route, admission.weights_moved, handles.snapshot)
     scoring = build_tier(config.scorers, config.scoring, task, handles.scorers, config.loss.scale_by_std)
     rollouts = build_rollouts(config, task, scoring, env_runner)
     record = RunRecord()
     evaluations = None
     if config.eval.enabled:
-        eval_runner = SeatRunner(env_runner.runner, config.eval.seats) if config.eval.seats else env_runner
+        eval_runner = (
+            SeatRunner(env_runner.runner, config.eval.seats, handles.snapshot) if config.eval.seats else env_runner
+        )
         evaluator = build_evaluator(
             config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, eval_runner
         )

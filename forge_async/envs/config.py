@@ -149,6 +149,35 @@ def _check_custom(key: str, function: str | None, field_key: str, field_name: st
 
 
 @dataclass
+class SnapshotConfig:
+    """A `snapshot` seat (env.seats, eval.seats): the policy as it was a few steps ago, on generators of
+    its own (handles/generators/snapshot.py)."""
+
+    refresh_steps: int = key(
+        10,
+        help=(
+            "with a `snapshot` seat: the snapshot moves to the trained policy's newest version once it is "
+            "this many versions behind, so its lag runs from 0 to refresh_steps; between refreshes it "
+            "holds its version ([environments.md](environments.md#a-frozen-past-self-the-snapshot-seat))"
+        ),
+        accepts=">= 1",
+    )
+    generators: int = key(
+        1,
+        help=(
+            "with a `snapshot` seat: generator procs of the snapshot's own (vLLM engines on the trainer's "
+            "node, after the trained policy's generator.count), which play its seats' turns and are left "
+            "out of the trained policy's routing, admission control and evaluations"
+        ),
+        accepts=">= 1",
+    )
+
+    def __post_init__(self) -> None:
+        check_range("env.snapshot.refresh_steps", self.refresh_steps, AT_LEAST_1)
+        check_range("env.snapshot.generators", self.generators, AT_LEAST_1)
+
+
+@dataclass
 class TextArenaConfig:
     """env.textarena: how env.name=textarena:GAME plays its game (envs/textarena.py)."""
 
@@ -196,7 +225,8 @@ class EnvConfig:
         [],
         help=(
             "a multi-player game's seats in turn order, each `policy` (the policy trained: several make "
-            "self-play), `random` (a move its observations show) or a `module:function` scripted player "
+            "self-play), `snapshot` (the policy some steps ago: `env.snapshot.*`), `random` (a move its "
+            "observations show) or a `module:function` scripted player "
             "(`(observations, seat) -> move`); each policy seat's turns are a completion of their own "
             "([environments.md](environments.md#several-players-in-one-episode)); []: one seat, the policy's"
         ),
@@ -243,6 +273,7 @@ class EnvConfig:
     openenv: OpenEnvConfig = field(default_factory=OpenEnvConfig)  # env.name=openenv's server
     agent: AgentConfig = field(default_factory=AgentConfig)
     textarena: TextArenaConfig = field(default_factory=TextArenaConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)  # a `snapshot` seat's
 
     def __post_init__(self) -> None:
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)

@@ -1,7 +1,9 @@
 """Episodes with several seats (`env.seats`): each turn is taken by the seat the environment names,
-played by the policy being trained or by a scripted player.
+played by the policy being trained, by a frozen snapshot of it, or by a scripted player.
 
     env.seats=[policy,policy]            self-play: both seats the policy
+    env.seats=[policy,snapshot]          against the policy of a few steps ago (env.snapshot.*,
+                                         its own generators: handles/generators/snapshot.py)
     env.seats=[policy,random]            against a random player: one of the turn's moves, when the
                                          environment lists them, else a move its observations show
     env.seats=[policy,mymodule:player]   against `player(observations: list[str], seat: int) -> str`,
@@ -13,9 +15,12 @@ Each policy seat has a transcript of its own: the observations the environment g
 the prompt, as one-seat episodes are (envs/runner.py). When the episode ends, every policy seat
 that took a turn gives one completion, rewarded with its seat's reward; the rollouts group them
 by seat, so advantages compare a seat's episodes with that seat's (rollout/multi_turn.py).
-Scripted turns are the environment's business: nothing of them is trained.
+Scripted turns are the environment's business: nothing of them is trained. A snapshot seat
+plays as a policy seat does (a transcript of its own, the run's sampling, its turns sampled on the
+snapshot's generators, each token tagged with the snapshot's version) and gives no completion:
+its turns and rewards are only counted (`metrics`).
 
-Limits are per policy seat: `env.max_turns` of its turns, `env.max_episode_tokens` of its
+Limits are per model seat (policy or snapshot): `env.max_turns` of its turns, `env.max_episode_tokens` of its
 transcript; and all seats together take at most `env.max_turns` turns each. An episode that
 reaches one ends, its game unfinished (rewards 0). A scripted player
 that raises, returns no text, or (async) takes longer than `env.timeout_s` drops its episode
@@ -29,6 +34,7 @@ import re
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from forge_async.config.callables import load_callable
 from forge_async.data.episode import Completion
@@ -39,6 +45,7 @@ from forge_async.generation.config import SamplingConfig
 from forge_async.tasks.task import Prompt
 
 POLICY = "policy"  # the seat is the policy being trained
+SNAPSHOT = "snapshot"  # the policy as it was some steps ago, never trained (env.snapshot.*)
 RANDOM = "random"  # a random move among those its observations show
 # (the seat's observations so far, as text, oldest first; the seat) -> the turn's text
 Player = Callable[[list[str], int], "str | Awaitable[str]"]
@@ -53,14 +60,14 @@ def check_seats(seats: list[str], key: str = "env.seats") -> None:
     if POLICY not in seats:
         raise ConfigError(f"{key}={list(seats)}: no seat is the policy; name at least one `{POLICY}`")
     for seat, name in enumerate(seats):
-        if name not in (POLICY, RANDOM):
+        if name not in (POLICY, SNAPSHOT, RANDOM):
             scripted_player(name, seat, key)
 
 
 def scripted_player(name: str, seat: int, key: str = "env.seats") -> Player:
     """The `module:function` of a scripted seat."""
     if ":" not in name:
-        raise ConfigError(f"{key}[{seat}]={name!r}: `{POLICY}`, `{RANDOM}` or a `module:function`")
+        raise ConfigError(f"{key}[{seat}]={name!r}: `{POLICY}`, `{SNAPSHOT}`, `{RANDOM}` or a `module:function`")
     return load_callable(name, f"{key}[{seat}]")
 
 
@@ -78,6 +85,38 @@ def random_move(observations: list[str], rng: random.Random) -> str:
     return "[0]"
 
 
+class SnapshotPlayer(Protocol):
+    """The snapshot seats' player (handles/generators/snapshot.py: Snapshot)."""
+
+    async def turn(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
+        """One turn, sampled on the snapshot's generators."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """The snapshot's version, lag and refreshes."""
+        ...
+
+
+@dataclass
+class SnapshotTally:
+    """Snapshot seats' turns and games since the last `SeatRunner.metrics`."""
+
+    turns: int = 0
+    tokens: int = 0
+    versions: set[int] = field(default_factory=set)  # the versions their tokens carry
+    rewards: dict[int, list[float]] = field(default_factory=dict)  # seat -> its games' rewards
+
+    def figures(self) -> dict[str, float]:
+        figures: dict[str, float] = {"snapshot/turns": self.turns, "snapshot/tokens": self.tokens}
+        if self.versions:
+            figures["snapshot/turn_version_min"] = min(self.versions)
+            figures["snapshot/turn_version_max"] = max(self.versions)
+        for seat, rewards in sorted(self.rewards.items()):  # apart from reward/seat_<i>: the trained seats'
+            figures[f"snapshot/seat_{seat}_reward"] = sum(rewards) / len(rewards)
+            figures[f"snapshot/seat_{seat}_won_frac"] = sum(r > 0 for r in rewards) / len(rewards)
+        return figures
+
+
 @dataclass
 class _Seat:
     """One seat of an episode: a policy seat's transcript, or a scripted seat's observations."""
@@ -92,10 +131,16 @@ class _Seat:
 class SeatRunner:
     """Plays multi-seat episodes with `runner`'s environments, limits and timeouts."""
 
-    def __init__(self, runner: EnvRunner, seats: list[str]):
+    def __init__(self, runner: EnvRunner, seats: list[str], snapshot: SnapshotPlayer | None = None):
+        """`snapshot`: plays the `snapshot` seats (needed if there are any)."""
+        if SNAPSHOT in seats and snapshot is None:
+            raise ConfigError(f"seats {list(seats)}: a `{SNAPSHOT}` seat needs the snapshot's generators")
         self.runner = runner
         self.seats = list(seats)
-        self.players = {i: scripted_player(name, i) for i, name in enumerate(seats) if name not in (POLICY, RANDOM)}
+        self.snapshot = snapshot
+        self.tally = SnapshotTally()
+        scripted = [i for i, name in enumerate(seats) if name not in (POLICY, SNAPSHOT, RANDOM)]
+        self.players = {i: scripted_player(seats[i], i) for i in scripted}
         self.turn_batch_wait_s = runner.turn_batch_wait_s
         self.policy_seats = sum(name == POLICY for name in seats)
 
@@ -114,8 +159,8 @@ class SeatRunner:
         finish = "done"
         while True:
             seat = seats[turn.seat]
-            if self.seats[seat.index] == POLICY:
-                played = await self._policy_turn(seat, turn.observation, generate, sampling)
+            if self.seats[seat.index] in (POLICY, SNAPSHOT):
+                played = await self._model_turn(seat, turn.observation, generate, sampling)
                 if played is None:
                     finish = "max_episode_tokens"
                     break
@@ -130,15 +175,17 @@ class SeatRunner:
                 finish = "max_turns"
                 break
             turn = self._seat_turn(SeatTurn(step.seat, step.observation, step.moves) if step.seat is not None else step)
-        return [self._completion(seat, rewards, finish) for seat in seats if seat.first is not None and seat.turns]
+        self._count_snapshot_games(seats, rewards)
+        trained = [s for s in seats if self.seats[s.index] == POLICY and s.first is not None and s.turns]
+        return [self._completion(seat, rewards, finish) for seat in trained]
 
     def _at_turn_limit(self, seat: _Seat, seats: list[_Seat]) -> bool:
         """A policy seat has taken env.max_turns turns, or the seats all together as many as every
         seat's share (an environment that asks only its scripted seats ends too)."""
         limit = self.runner.limits.max_turns
-        policy_seat_done = self.seats[seat.index] == POLICY and seat.turns == limit
+        model_seat_done = self.seats[seat.index] in (POLICY, SNAPSHOT) and seat.turns == limit
         all_seats_done = sum(s.turns for s in seats) >= limit * len(seats)
-        return policy_seat_done or all_seats_done
+        return model_seat_done or all_seats_done
 
     async def _reset(self, env, prompt: Prompt):
         try:
@@ -156,12 +203,14 @@ class SeatRunner:
             )
         return turn
 
-    async def _policy_turn(
+    async def _model_turn(
         self, seat: _Seat, observation: Observation, generate: GenerateOne, sampling: SamplingConfig
     ) -> ModelTurn | None:
-        """The policy's turn at `seat`, its observation added to the seat's transcript first; None
-        when the transcript has no room left for a turn."""
+        """The policy's turn at `seat` (or the snapshot's, with the run's sampling), its observation
+        added to the seat's transcript first; None when the transcript has no room left for a turn."""
         runner = self.runner
+        if self.seats[seat.index] == SNAPSHOT:
+            generate, sampling = self.snapshot.turn, runner.sampling
         if seat.first is None:
             seat.first = runner._first_observation_ids(observation)
         else:
@@ -175,6 +224,10 @@ class SeatRunner:
         turn_sampling = replace(sampling, max_tokens=budget, min_tokens=min(sampling.min_tokens, budget))
         completion = await generate(seat.first + seat.transcript.token_ids, turn_sampling)
         seat.transcript.add_turn(completion)
+        if self.seats[seat.index] == SNAPSHOT:
+            self.tally.turns += 1
+            self.tally.tokens += len(completion.token_ids)
+            self.tally.versions.update(completion.versions)
         return ModelTurn(completion.text, completion.token_ids, completion.finish_reason, seat.turns)
 
     async def _scripted_turn(self, seat: _Seat, turn: SeatTurn, rng: random.Random) -> ModelTurn:
@@ -204,6 +257,20 @@ class SeatRunner:
         if not isinstance(move, str) or not move:
             raise EpisodeDropped("scripted_player_error", f"{name} returned {move!r}, not the text of a move")
         return move
+
+    def _count_snapshot_games(self, seats: list[_Seat], rewards: dict[int, float]) -> None:
+        for seat in seats:
+            if self.seats[seat.index] == SNAPSHOT and seat.turns:
+                self.tally.rewards.setdefault(seat.index, []).append(rewards.get(seat.index, 0.0))
+
+    def metrics(self) -> dict[str, float]:
+        """With a snapshot seat: the snapshot's version, lag and refreshes, and its seats' turns
+        (the versions their tokens carry) and games (their seats' mean reward and won share) since
+        the last call; nothing without one."""
+        if self.snapshot is None:
+            return {}
+        tally, self.tally = self.tally, SnapshotTally()
+        return {**self.snapshot.metrics(), **tally.figures()}
 
     def _completion(self, seat: _Seat, rewards: dict[int, float], finish: str) -> Completion:
         t = seat.transcript

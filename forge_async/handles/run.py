@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.environments import EnvironmentHosts
 from forge_async.handles.generators import GeneratorPool
+from forge_async.handles.generators.snapshot import Snapshot
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.relays import WeightRelays
 from forge_async.handles.scorers import ScorerModelHandle
@@ -25,6 +26,7 @@ class RunHandles:
     procs_file: ProcsFile
     uses_torchstore: bool
     engine_start_s: list[float]  # each generator's engine start-up
+    snapshot: Snapshot | None = None  # a `snapshot` seat's generators (env.seats)
 
     async def trace_spans(self) -> dict[str, list]:
         """Every actor's spans since the last call, by track; a proc that cannot answer is left out."""
@@ -63,6 +65,7 @@ class RunHandles:
             *([] if self.buffer is None else [self.buffer.stop()]),
             *(s.stop() for s in self.scorers.values()),
             self.environments.stop(),
+            *([] if self.snapshot is None else [self.snapshot.stop()]),
         )
         if self.uses_torchstore:
             from forge_async.weights import store  # heavy to import: only where torchstore is used

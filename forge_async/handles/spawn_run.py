@@ -11,6 +11,7 @@ from forge_async.errors import UserError
 from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.environments import EnvironmentHosts
 from forge_async.handles.generators import GeneratorPool
+from forge_async.handles.generators.snapshot import Snapshot
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.relays import WeightRelays
 from forge_async.handles.run import RunHandles
@@ -44,6 +45,7 @@ async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_di
         procs_file=procs_file,
         uses_torchstore=uses_torchstore(config),
         engine_start_s=[],
+        snapshot=Snapshot.of_run(config, spawner, procs_file),
     )
     try:
         handles.engine_start_s = await _start(handles)
@@ -62,6 +64,7 @@ async def _start(handles: RunHandles) -> list[float]:
             handles.relays.start(),
             _start_in_turn(handles.scorers.values()),
             _start_store(handles.uses_torchstore),
+            _start_if_any(handles.snapshot),
         )
     except ActorError as err:
         if isinstance(err.exception, UserError):
@@ -70,9 +73,9 @@ async def _start(handles: RunHandles) -> list[float]:
     return engine_start_s
 
 
-async def _start_if_any(buffer: BufferHandle | None) -> None:
-    if buffer is not None:
-        await buffer.start()
+async def _start_if_any(role: BufferHandle | Snapshot | None) -> None:
+    if role is not None:
+        await role.start()
 
 
 async def _start_in_turn(scorers) -> None:

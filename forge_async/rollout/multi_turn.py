@@ -87,10 +87,14 @@ class EpisodeRollouts(Rollouts):
         return episodes, _buffered(dropped, drops, samples)
 
     def metrics(self) -> dict[str, float]:
-        """Straggler figures of the groups finished since the last call; episodes ended by a limit."""
+        """Straggler figures of the groups finished since the last call; episodes ended by a limit;
+        a snapshot seat's figures (envs/seats.py)."""
         waits, spreads = self._straggler_waits_s, self._length_spreads
         self._straggler_waits_s, self._length_spreads = [], []
         figures = {f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")}
+        seats_figures = getattr(self.runner, "metrics", None)  # a SeatRunner's: a snapshot seat's
+        if seats_figures is not None:
+            figures.update(seats_figures())
         if waits:
             figures["rollout/straggler_wait_ms"] = statistics.fmean(waits) * 1e3
             figures["rollout/straggler_wait_max_ms"] = max(waits) * 1e3

@@ -11,6 +11,10 @@ deleted from the store once every receiver has moved past it.
 `pinned(i)` is the one way to keep a generator on one version across calls
 (evaluations); `generator_version(i)` tells admission control the oldest version
 generator i can be sampling with from now on, pins included.
+
+A run with a `snapshot` seat has generators of the snapshot's own besides (not among
+`generators`): each version published is told to it too, which takes one every
+env.snapshot.refresh_steps (handles/generators/snapshot.py).
 """
 
 import asyncio
@@ -42,11 +46,28 @@ class Generators(Protocol):
     async def hold_weights(self, index: int, hold: bool) -> int: ...
 
 
+class Snapshot(Protocol):
+    """What delivery tells a snapshot's generators (handles/generators/snapshot.py: Snapshot)."""
+
+    def published(self, version: int) -> None: ...
+
+    def check(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class WeightDelivery:
-    def __init__(self, generators: Generators, route: WeightRoute, on_loaded: Callable[[], Awaitable] | None = None):
+    def __init__(
+        self,
+        generators: Generators,
+        route: WeightRoute,
+        on_loaded: Callable[[], Awaitable] | None = None,
+        snapshot: Snapshot | None = None,
+    ):
         """`on_loaded()`: after a receiver loads a version, or a pin ends (admission control
-        learns that generators moved on)."""
+        learns that generators moved on); `snapshot`: told of every version published."""
         self.generators = generators
+        self.snapshot = snapshot
         self.route = route
         self.on_loaded = on_loaded
         self.loaded = [0] * len(route.receivers)  # last version each receiver is known to hold
@@ -71,6 +92,8 @@ class WeightDelivery:
         for task in self._tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()
+        if self.snapshot is not None:
+            self.snapshot.check()
 
     def publish(self, version: int) -> None:
         """The trainer has published `version` to the push targets: bring it to every generator."""
@@ -78,6 +101,8 @@ class WeightDelivery:
         self.published = version
         for event in self._wake:
             event.set()
+        if self.snapshot is not None:
+            self.snapshot.published(version)
 
     def take_back(self, index: int) -> None:
         """Receiver `index`, lost with its node, is back (spawned again, holding no version yet):
@@ -215,3 +240,5 @@ class WeightDelivery:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.snapshot is not None:
+            await self.snapshot.close()

@@ -29,8 +29,19 @@ ANSWER_TIMEOUT_S = 10  # a question (stats, sampler state) that a generator answ
 
 
 class GeneratorHandle(RoleHandle):
-    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile, index: int, lives: GeneratorLives):
-        super().__init__(spawner, procs_file, roles.generator(index))
+    def __init__(
+        self,
+        spawner: RoleSpawner,
+        procs_file: ProcsFile,
+        index: int,
+        lives: GeneratorLives,
+        proc_index: int | None = None,
+    ):
+        """`index`: its place in its pool; `proc_index`: its proc's (`generator<proc_index>`, placed
+        as placement.generator_hosts say), which a snapshot's generators take after the trained
+        policy's; None: `index`."""
+        self.proc_index = index if proc_index is None else proc_index
+        super().__init__(spawner, procs_file, roles.generator(self.proc_index))
         self.index = index
         self.lives = lives  # the pool's: restarts left, generators lost
         self.pace = Pace()
@@ -39,12 +50,12 @@ class GeneratorHandle(RoleHandle):
         self._replies = ReplyPort()  # generate calls, many a step, and loads: answered on one port
 
     async def _spawn(self) -> tuple:
-        procs, actor, self.engine_start_s = await self.spawner.generator(self.index)
+        procs, actor, self.engine_start_s = await self.spawner.generator(self.proc_index)
         return procs, actor
 
     def node(self) -> int:
         """The node it is placed on."""
-        return self.spawner.config.placement.generator_host(self.index)
+        return self.spawner.config.placement.generator_host(self.proc_index)
 
     # Calls (one whose proc dies is made again on the respawned generator)
 

@@ -20,10 +20,11 @@ from forge_async.weights.outcomes import Loaded, ReceiverLost
 
 
 class GeneratorPool:
-    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile, count: int, max_restarts: int):
+    def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile, count: int, max_restarts: int, first: int = 0):
+        """`first`: the first generator's proc index (a snapshot's pool comes after the trained policy's)."""
         self.count = count
         self.lives = GeneratorLives(count, max_restarts)
-        self._generators = [GeneratorHandle(spawner, procs_file, i, self.lives) for i in range(count)]
+        self._generators = [GeneratorHandle(spawner, procs_file, i, self.lives, first + i) for i in range(count)]
         self.taken_back: list[dict] = []  # generators spawned again on a node that came back
 
     def __getitem__(self, index: int) -> GeneratorHandle:
