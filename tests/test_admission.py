@@ -4,8 +4,10 @@ import asyncio
 
 import pytest
 
+from forge_async.data.episode import Completion, Episode
 from forge_async.rollout.admission import AdmissionControl
-from forge_async.rollout.types import Choice
+from forge_async.rollout.types import Choice, WorkerShape
+from forge_async.rollout.worker import run_worker
 
 pytestmark = pytest.mark.unit
 
@@ -163,3 +165,35 @@ def test_with_a_unit_admits_the_groups_that_fit_beside_what_is_queued():
 
     partial, queued = run(scenario())
     assert partial == batch - 3 * group and queued == batch  # exactly the batch's missing groups
+
+
+def test_a_multi_seat_call_is_admitted_for_each_policy_seat_and_a_seat_that_never_moved_is_released():
+    """Self-play (two policy seats, groups of 4): a call is admitted 8 samples; a game that ends
+    before seat 1 moves gives one completion, and the seat's admission is released, so what
+    admission counts queued is what reached the buffer."""
+    shape, group_size, calls = WorkerShape(1, calls_in_flight=1, samples_per_episode=2), 4, 3
+
+    def completion(seat: int) -> Episode:
+        return Episode(Completion([1], [2], [0.0], [0], "", "done", seat=seat), 0.0, 0.0)
+
+    class SelfPlay:
+        async def produce(self, generator, num_prompts: int):
+            assert num_prompts == 1
+            return [completion(seat) for seat in (0, 0, 1, 0, 1)], {"scripted_player_error": 2}
+
+    async def scenario():
+        gate = AdmissionControl(batch_size=100, max_policy_age=1)
+        stop, buffered = asyncio.Event(), []
+
+        class Buffer:
+            async def add(self, episodes, dropped):
+                buffered.append(len(episodes) + sum(dropped.values()))
+                if len(buffered) == calls:
+                    stop.set()
+
+        await run_worker(At(0), SelfPlay(), shape, group_size, Buffer(), gate, stop)
+        return gate, buffered
+
+    gate, buffered = run(scenario())
+    assert shape.samples_per_call(group_size) == 8 and buffered == [7] * calls
+    assert (gate.queued, gate.in_flight) == (7 * calls, 0)

@@ -19,7 +19,7 @@ from forge_async.tasks.seeds import seed_prompt
 from forge_async.tasks.task import Prompt
 from tests.support.scripted import BYTES, ScriptedText
 
-pytestmark = [pytest.mark.unit, pytest.mark.procs]
+pytestmark = pytest.mark.procs
 
 RACE_TO_TEN = "tests.openenv_servers.race_to_ten:app"
 OPENENV_REPO = os.environ.get("FORGE_OPENENV_REPO")

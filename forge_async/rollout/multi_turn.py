@@ -29,10 +29,12 @@ class EpisodeRollouts(Rollouts):
         `prompts_per_rollout` is the groups a rollout worker keeps in flight, each on its own
         (and the groups of one sync-mode call)."""
         super().__init__(*args, **kwargs)
-        self.shape = WorkerShape(prompts_per_call=1, calls_in_flight=self.prompts_per_rollout)
         self.runner = runner
         # the samples one episode gives: its policy seats (env.seats), each its own completion
         self.samples_per_episode = getattr(runner, "policy_seats", 1)
+        self.shape = WorkerShape(
+            1, calls_in_flight=self.prompts_per_rollout, samples_per_episode=self.samples_per_episode
+        )
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []

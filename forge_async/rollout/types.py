@@ -48,10 +48,16 @@ class WorkerShape:
     prompts_per_call: int  # prompts one produce call takes (at most, with partial_calls)
     calls_in_flight: int  # produce calls the worker keeps going at once
     partial_calls: bool = False  # a call takes as many prompts as admission has room for, at least one
+    # the most samples one episode gives: its policy seats (env.seats), each a completion of its own
+    samples_per_episode: int = 1
+
+    def samples_per_prompt(self, group_size: int) -> int:
+        """The most samples one prompt's group gives (a seat that never moved gives none)."""
+        return group_size * self.samples_per_episode
 
     def samples_per_call(self, group_size: int) -> int:
-        return self.prompts_per_call * group_size
+        return self.prompts_per_call * self.samples_per_prompt(group_size)
 
     def least_admitted(self, group_size: int) -> int:
         """The fewest samples admission may admit for a call: one group with partial calls, else a whole call."""
-        return group_size if self.partial_calls else self.samples_per_call(group_size)
+        return self.samples_per_prompt(group_size) if self.partial_calls else self.samples_per_call(group_size)

@@ -44,7 +44,8 @@ async def run_worker(
                 admitted, choice = await _admit(admission, size, router, unit, pending)
             if not admitted:
                 break
-            call = _call_into_buffer(producer, choice, admitted, group_size, buffer, admission, lane)
+            per_prompt = shape.samples_per_prompt(group_size)
+            call = _call_into_buffer(producer, choice, admitted, per_prompt, buffer, admission, lane)
             if shape.calls_in_flight == 1:
                 await call  # the request goes out now, not after a pass of the event loop
             else:
@@ -60,14 +61,17 @@ async def _call_into_buffer(
     producer: Producer,
     choice: Choice,
     admitted: int,
-    group_size: int,
+    per_prompt: int,
     buffer: BufferHandle,
     admission: AdmissionControl,
     lane: str,
 ) -> None:
+    """One call of `admitted` samples (`per_prompt` a prompt at most) into the buffer. Admission
+    counts a multi-seat episode's policy seats; those that never moved give nothing, and their
+    admission is released."""
     try:
         with TRACER.span(GENERATE_AND_SCORE, lane):
-            episodes, dropped = await producer.produce(choice.generator, admitted // group_size)
+            episodes, dropped = await producer.produce(choice.generator, admitted // per_prompt)
     except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
         await admission.lost(admitted)
         return
@@ -76,7 +80,10 @@ async def _call_into_buffer(
         raise
     with TRACER.span(BUFFER_ADD, lane):
         await buffer.add(episodes, dropped)
-    await admission.generated(admitted)
+    arrived = min(len(episodes) + sum(dropped.values()), admitted)
+    if arrived < admitted:
+        await admission.lost(admitted - arrived)
+    await admission.generated(arrived)
 
 
 async def _admit(
