@@ -28,6 +28,8 @@ METRIC_KEYS = {
     "samples/dropped_stale",
     "generator/tokens_per_s",
     "generator/idle_frac",
+    "generator/running_mean",
+    "generator/under_half_frac",
     "train/idle_frac",
     "train/entropy",
     "train/loss",
@@ -85,11 +87,14 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
 
 def assert_generator_busy_as_the_trace_counts_it(run) -> None:
     """summary.json's generator busy time is the union of the generator's decode and swap spans
-    (a tight bound: the swaps made between runs of engine steps, a few ms, must be counted)."""
+    (a tight bound: the swaps made between runs of engine steps, a few ms, must be counted);
+    its start-up spans come before the run's clock starts."""
+    from forge_async.observability.span_names import START_UP_LANE
     from forge_async.observability.step_budget import read_trace, spans_by_lane, union_length
 
     lanes = spans_by_lane(read_trace(run.run_dir))
-    spans = [(s, e) for (track, _), named in lanes.items() if track == "generator 0" for _, s, e in named]
+    generator = [named for (track, lane), named in lanes.items() if track == "generator 0" and lane != START_UP_LANE]
+    spans = [(s, e) for named in generator for _, s, e in named]
     traced_s = union_length(spans) / 1e6
     summary = run.summary
     busy_s = (1 - summary["generator_idle_frac"]) * summary["wall_s"]
@@ -111,6 +116,10 @@ def assert_trace_has_every_actor(run) -> None:
         ("generator 0", "decode"),
         ("controller", "held back by admission"),
         ("replay buffer", "sample"),
+        ("trainer rank 1", "start-up imports"),
+        ("generator 0", "launch"),
+        ("controller", "meshes start"),
+        ("controller", "role start"),
     ]:
         assert (track, name) in names, (track, name)
     assert sum(1 for e in spans if e["name"] == "step") == 4

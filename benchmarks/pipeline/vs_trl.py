@@ -39,7 +39,7 @@ from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.process.runtime import environment_without_defaults
 
-_TRL_STEP = re.compile(r"^step (\d+) reward ([0-9.]+)$")
+_TRL_STEP = re.compile(r"^step (\d+) reward ([0-9.]+) ")
 COMPLETIONS_PER_STEP = 16 * 8  # both sides: 16 prompts x 8 completions
 
 

@@ -31,6 +31,7 @@ from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.kept_set_capture import LOGPROBS_MODE, KeptSetCapture
+from forge_async.generation.occupancy import Occupancy
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.hf_checkpoint import Checkpoint
@@ -105,6 +106,8 @@ class Generator(ProcActor):
         # Runs of engine steps (with the work between them: outputs, answering calls), and weight
         # swaps outside them: busy as the trace counts it (summary.json's generator_idle_frac).
         self._busy_s = 0.0
+        self._asked = 0  # samples the generate calls in flight asked for
+        self.occupancy = Occupancy()  # of the engine batch, step by step (generation/occupancy.py)
 
     @endpoint
     async def setup(self) -> float:
@@ -217,6 +220,11 @@ class Generator(ProcActor):
             "resumed_prefix_tokens": e.resumed_prefix_tokens,
         }
 
+    @endpoint
+    async def occupancy_totals(self) -> dict[str, int]:
+        """The engine batch's occupancy over the engine steps so far (generation/occupancy.py)."""
+        return self.occupancy.as_dict()
+
     def _prompt_ids(self, prompt: str | list[int], max_tokens: int) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) + max_tokens > self.max_model_len:
@@ -254,7 +262,11 @@ class Generator(ProcActor):
                 self.engine.submit(ids, params, future.set_result, future.set_exception)
             groups.append(futures)
         self._work.set()
-        return [list(await asyncio.gather(*futures)) for futures in groups]
+        self._asked += n * len(all_ids)
+        try:
+            return [list(await asyncio.gather(*futures)) for futures in groups]
+        finally:
+            self._asked -= n * len(all_ids)
 
     async def _engine_loop(self) -> None:
         while True:
@@ -262,6 +274,7 @@ class Generator(ProcActor):
                 self._maybe_swap()
                 if self.engine.has_work:
                     self._decoding_since = self._decoding_since or time.time_ns()
+                    self.occupancy.record(self.engine.unfinished, self._asked)
                     self.engine.step()
                     await asyncio.sleep(0)  # let endpoint handlers run between engine steps
                 else:

@@ -46,6 +46,7 @@ from forge_async.handles.returning_nodes import taking_back_nodes
 from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
 from forge_async.observability.metrics import MetricsLog, batch_metrics
+from forge_async.observability.occupancy_window import OccupancyWindow
 from forge_async.rollout.single_turn import Rollouts
 from forge_async.rollout.routing import WorkerRouting
 from forge_async.rollout.worker import run_worker
@@ -91,6 +92,7 @@ class GRPOLoop(TrainingLoop):
         self.admission = admission
         self._dropped_seen = 0  # drops admission control has been told of
         self._warned_oversampling = False
+        self._occupancy = OccupancyWindow()
 
     async def _steps(self) -> None:
         """The steps, asynchronous or synchronous; a lost generator node that comes back
@@ -236,6 +238,7 @@ class GRPOLoop(TrainingLoop):
         row = {"step": self.record.step + 1, **batch_metrics(batch, self.record.version)}
         await self._note_drops(buffer)
         await self.admission.step_started(len(batch))
+        occupancy = asyncio.ensure_future(self._occupancy.read(self.handles.generators))  # beside the step
         result = await self._train_and_push(batch)
         record = self.record
         record.version, record.step = result.version, record.step + 1
@@ -244,7 +247,7 @@ class GRPOLoop(TrainingLoop):
         record.trained += len(batch)
         record.reward_ends.append(row["reward/mean"])
         row.update(result.metrics, **self.rollouts.scoring.metrics(), **self.rollouts.metrics())
-        row.update(self._figures(result, buffer).row())
+        row.update(self._figures(result, buffer).row(), **await occupancy)
         self.metrics.log(row)
         self._warn_once_over_oversampling_cap(buffer.kept_zero_variance)
         if record.target_reached is None and self.metrics.reward_smoothed >= self.config.target_reward:

@@ -116,6 +116,7 @@ class VersionedEngine:
         # (prompt + generated), the tokens vLLM prefills again after a swap
         self.resumed_requests = 0
         self.resumed_prefix_tokens = 0
+        self.unfinished = 0  # samples submitted and not finished (queued or running)
         self._ids = itertools.count()
         self._queue: list[Request] = []
         self._running: dict[str, list[Request]] = {}  # by vLLM request id: its samples, by index
@@ -137,6 +138,7 @@ class VersionedEngine:
         """Queue a request; `params` must use RequestOutputKind.DELTA, logprobs=0 and detokenize=False."""
         request = Request(list(prompt_ids), params, on_done, on_error)
         self._queue.append(request)
+        self.unfinished += 1
         return request
 
     def step(self) -> None:
@@ -209,6 +211,7 @@ class VersionedEngine:
             routes=routes,
             kept_sets=KeptSets.of(request.kept, request.kept_over_cap) if self.kept_sets is not None else None,
         )
+        self.unfinished -= 1
         if request.on_done is not None:
             request.on_done(request.result)
 
@@ -260,6 +263,7 @@ class VersionedEngine:
         """Drop every queued and running request after an engine error, telling their owners."""
         failed = self._queue + self._abort_running()
         self._queue = []
+        self.unfinished = 0
         for request in failed:
             if request.on_error is not None:
                 request.on_error(error)
