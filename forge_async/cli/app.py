@@ -22,6 +22,8 @@ from forge_async.controller.startup import spawned_procs
 from forge_async.errors import ConfigError, TrainerFailed, UserError
 from forge_async.mesh.procs import shut_down_monarch
 from forge_async.observability.console import keep_console_for_own_lines
+from forge_async.observability.span_names import START_UP_IMPORTS, START_UP_LANE
+from forge_async.observability.spans import TRACER
 from forge_async.process import disk_full
 from forge_async.process.exit import exit_app
 from forge_async.process.imports import import_frozen
@@ -41,7 +43,8 @@ def run_with(training: str) -> Run:
 
     async def run(config: Any, run_dir: Path) -> dict:
         async with spawned_procs(config, run_dir, config.run_roles()) as procs:
-            import_frozen(training)
+            with TRACER.span(START_UP_IMPORTS, START_UP_LANE):
+                import_frozen(training)
             return await importlib.import_module(training).train(config, run_dir, procs)
 
     return run

@@ -6,6 +6,7 @@ summary.json (controller/wiring.py: what every app's run shares).
 spawned, so that its imports (torch, transformers) overlap the procs' start-up.
 """
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from forge_async.mesh.procs import RunProcs
 from forge_async.observability.console import since_launch
 from forge_async.observability.metrics import MetricsLog
 from forge_async.observability.sinks import build_sinks
+from forge_async.observability.span_names import INITIAL_POLICY, START_UP_LANE, TOKENIZER_AND_TASK
+from forge_async.observability.spans import TRACER
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.rollout.multi_turn import EpisodeRollouts
 from forge_async.rollout.single_turn import Rollouts
@@ -41,7 +44,9 @@ from forge_async.weights.route import plan_route
 
 async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     """Checkpoint, tokenizer and task; then the run's handles, the loop, and the tidy-up."""
-    checkpoint = await prepare_checkpoint(config, run_dir, procs)
+    with TRACER.span(INITIAL_POLICY, START_UP_LANE):
+        checkpoint = await prepare_checkpoint(config, run_dir, procs)
+    tokenizer_since = time.time_ns()
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt
@@ -49,6 +54,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     async with open_environments(config.env, tokenizer, config.episodes_in_flight, run_dir, context) as new_environment:
         task = with_environment(build_task(config.task, tokenizer, room), new_environment, tokenizer)
         eval_prompts = held_out_prompts(config.eval, task, config.task, tokenizer, room) if config.eval.enabled else []
+        TRACER.add(TOKENIZER_AND_TASK, tokenizer_since, time.time_ns(), START_UP_LANE)
         print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
         async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
             env_runner = await start_environments(config, handles, task, tokenizer, context)

@@ -4,6 +4,7 @@ The procs start importing vLLM and TorchTitan at once; the app then imports its 
 (controller/grpo_run.py, controller/sft_run.py), which needs torch, while they do.
 """
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,8 +15,10 @@ from forge_async.cluster.hosts import Hosts
 from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults
 from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.console import since_launch
+from forge_async.observability.span_names import LAUNCH, START_UP_LANE
 from forge_async.observability.spans import TRACER
 from forge_async.process.heap_trim import start_heap_trimmer
+from forge_async.process.started import process_started_ns
 from forge_async.weights import scratch
 
 
@@ -23,6 +26,7 @@ from forge_async.weights import scratch
 async def spawned_procs(config: RunConfig, run_dir: Path, roles: RunRoles) -> AsyncIterator[RunProcs]:
     """The run's procs, spawned first thing (every app's start): its trainer's, generators' and
     `roles`'; those no actor took are stopped when the block ends."""
+    begun = time.time_ns()
     print(f"run dir: {run_dir}", flush=True)
     config.check_paths()
     if leave_torchrun_job():
@@ -33,6 +37,7 @@ async def spawned_procs(config: RunConfig, run_dir: Path, roles: RunRoles) -> As
     keep_controller_alive_on_faults()
     start_heap_trimmer()
     TRACER.enabled = config.trace.enabled
+    TRACER.add(LAUNCH, process_started_ns(), begun, START_UP_LANE)
     scratch_dir = claim_scratch(Path(config.weights.channel_dir))
     await hosts.start()
     procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs", roles)

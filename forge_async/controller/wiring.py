@@ -10,6 +10,7 @@ modules) overlap the procs' own start-up.
 import asyncio
 import json
 import shutil
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,7 +29,8 @@ from forge_async.models.hf_checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
 from forge_async.observability.console import since_launch
 from forge_async.observability.outputs import replace_text, report_side_output_failure, write_side_output
-from forge_async.observability.spans import trace_events
+from forge_async.observability.span_names import MESHES_START, START_UP_LANE
+from forge_async.observability.spans import TRACER, trace_events
 from forge_async.process import disk_full
 
 
@@ -49,8 +51,10 @@ async def run_meshes(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_d
     """`spawn_run`'s handles, said when they are up; after the block, the plots drawn while the
     procs stop."""
     plots = None
+    since = time.time_ns()
     try:
         async with spawn_run(procs, checkpoint, pad_id, run_dir) as handles:
+            TRACER.add(MESHES_START, since, time.time_ns(), START_UP_LANE)
             starts = ", ".join(f"{s:.1f}s" for s in handles.engine_start_s)
             print(f"{since_launch()} meshes up (engine start {starts}); procs: {handles.procs_file.path}", flush=True)
             try:

@@ -14,6 +14,8 @@ from forge_async.handles.procs_file import ProcsFile, Where, located
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.roles import Role
 from forge_async.mesh.supervision import T, stop_quietly, supervised
+from forge_async.observability.span_names import ROLE_START
+from forge_async.observability.spans import TRACER
 
 
 class RoleHandle:
@@ -26,7 +28,8 @@ class RoleHandle:
         self._respawning = asyncio.Lock()
 
     async def start(self) -> None:
-        self.procs, self.actor = await self._spawn()
+        with TRACER.span(ROLE_START, lane=str(self.role)):
+            self.procs, self.actor = await self._spawn()
         self.procs_file.record(self.role, await self._where())
 
     async def _spawn(self) -> tuple:

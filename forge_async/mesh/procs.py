@@ -13,6 +13,7 @@ import asyncio
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -29,7 +30,9 @@ from forge_async.cluster.hosts import Hosts
 from forge_async.process.imports import frozen, import_frozen
 from forge_async.mesh.roles import REPLAY_BUFFER, TRAINER, Kind, Role, environment, generator, scorer
 from forge_async.mesh.run_roles import RunRoles
+from forge_async.observability.span_names import LAUNCH, START_UP_IMPORTS, START_UP_LANE
 from forge_async.observability.spans import TRACER
+from forge_async.process.started import process_started_ns
 
 # What each kind of role's actor imports.
 # The actor modules leave TorchTitan and DCP to the procs (the controller imports them to spawn).
@@ -57,12 +60,14 @@ def start_proc(
 ) -> None:
     """A proc's bootstrap: its heap trimmed every half minute (process/heap_trim.py), its output to
     LOG_DIR/NAME.log (none: the console), spans recorded or not (`trace`), the `prepare`
-    steps (environment that must be set before torch or vLLM read it), then `modules` imported."""
+    steps (environment that must be set before torch or vLLM read it), then `modules` imported.
+    The spawn and the imports are recorded as start-up spans."""
     TRACER.enabled = trace
+    TRACER.add(LAUNCH, process_started_ns(), time.time_ns(), START_UP_LANE)
     start_heap_trimmer()
     if log_dir is not None:
         send_output_to_log(log_dir, name)
-    with frozen():  # the steps import torch: like the modules, without the collector
+    with TRACER.span(START_UP_IMPORTS, START_UP_LANE), frozen():  # the steps import torch: as the modules, no collector
         for step in prepare:
             step()
         import_frozen(*modules)

@@ -29,3 +29,12 @@ PUBLISH_WEIGHTS = "publish weights"
 # A generator (actors/generator.py)
 DECODE = "decode"
 SWAP_WEIGHTS = "swap weights"  # in the generator's weights lane
+
+# Start-up, in each process's START_UP_LANE (benchmarks/pipeline/startup.py lays them out)
+START_UP_LANE = "start-up"
+LAUNCH = "launch"  # the process created -> its own code runs (a proc's bootstrap; the controller's run)
+START_UP_IMPORTS = "start-up imports"  # a proc's bootstrap imports; the controller's training half
+INITIAL_POLICY = "initial policy"  # controller: model.path opened, or the tiny model written
+TOKENIZER_AND_TASK = "tokenizer and task"  # controller
+MESHES_START = "meshes start"  # controller: every role spawned and ready
+ROLE_START = "role start"  # controller, in the role's own lane (its name): its actor spawned and set up
