@@ -154,3 +154,12 @@ def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_pa
     turn_versions = {m[f"snapshot/turn_version_{end}"] for m in played for end in ("min", "max")}
     assert turn_versions <= {0, 2, 4}, turn_versions
     assert all(0 <= m["snapshot/seat_1_won_frac"] <= 1 for m in rows if "snapshot/seat_1_won_frac" in m)
+
+
+def test_the_selfplay_snapshot_preset_plays_nim_against_a_lagged_snapshot():
+    from tests.support.app_config import app_config
+
+    config = app_config(config_name="selfplay_snapshot")
+    assert config.env.name == "nim" and config.env.seats == ["policy", "snapshot"]
+    assert config.env.snapshot.refresh_steps == 10 and config.eval.seats == ["policy", "random"]
+    config.check_paths()

@@ -57,6 +57,7 @@ FULL = QUICK | {
     "learning_reliability": ["--seeds", "5"],
     "distillation": ["--seeds", "3"],
     "keep_mask": [],
+    "snapshot_refresh": [],
     "sft_then_grpo": [],
     "agent_turn_cost": [],
     "agent_overhead": [],
