@@ -40,12 +40,13 @@ QUICK = {
     "routing_replay": [],
 }
 # every benchmark, each at the size its docs section quotes: hours on the 2-core box; the
-# cross-host ones need root and iproute2 (network namespaces, tc), vs_trl the `bench` extra
+# cross-host ones need root and iproute2 (network namespaces, tc), vs_trl and long_tail the `bench` extra
 FULL = QUICK | {
     "weight_transfer": ["--sizes", "10", "100", "500"],
     "pipeline": ["--steps", "400"],
     "vs_trl": ["--runs", "3"],
     "vs_trl_128_tokens": ["--completion-tokens", "128", "--steps", "30", "--runs", "2"],
+    "long_tail": [],
     "swap_pause": [],
     "swap_modes": [],
     "startup": [],
