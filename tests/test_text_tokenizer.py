@@ -14,8 +14,8 @@ from forge_async.errors import ConfigError
 from forge_async.handles import meshes
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import TinyModelConfig
-from forge_async.models.tiny import create_tiny_checkpoint
-from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
+from forge_async.models.tiny import create_tiny_checkpoint, write_tiny_config
+from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer, load_tokenizer
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.digits import DigitTask
 from forge_async.tasks.task import TaskError, prompt_token_ids
@@ -93,6 +93,25 @@ def test_saved_tokenizer_loads_with_autotokenizer_and_gives_the_same_ids(tokeniz
         assert reloaded.decode(reloaded.encode(text, add_special_tokens=False)) == text
     assert prompt_token_ids(reloaded, SYSTEM_USER) == prompt_token_ids(tokenizer, SYSTEM_USER)
     assert (reloaded.pad_token_id, reloaded.bos_token_id, reloaded.eos_token_id) == (256, 257, 258)
+
+
+@pytest.mark.parametrize("name", ["digits", "bytes"])
+def test_a_tiny_checkpoints_tokenizer_loads_as_autotokenizer_loads_it(name, tmp_path):
+    """load_tokenizer's way for the tiny model's tokenizers (without AutoTokenizer's imports)
+    gives what AutoTokenizer gives: the class, the ids, the chat template, the special tokens."""
+    write_tiny_config(tmp_path, TinyModelConfig(tokenizer=name))
+    auto, tiny = transformers.AutoTokenizer.from_pretrained(str(tmp_path)), load_tokenizer(tmp_path, tiny=True)
+    assert type(tiny) is type(auto) and len(tiny) == len(auto)
+    texts = TEXTS if name == "bytes" else ["372", "<bos>01<sep>9", ""]
+    for text in texts:
+        assert tiny.encode(text) == auto.encode(text)
+        assert tiny.decode(tiny.encode(text), skip_special_tokens=True) == auto.decode(
+            auto.encode(text), skip_special_tokens=True
+        )
+    messages = SYSTEM_USER if name == "bytes" else [{"role": "user", "content": "372"}]
+    assert prompt_token_ids(tiny, messages) == prompt_token_ids(auto, messages)
+    assert tiny.all_special_ids == auto.all_special_ids and tiny.chat_template == auto.chat_template
+    assert load_tokenizer(tmp_path, tiny=False).encode(texts[0]) == auto.encode(texts[0])
 
 
 def test_config_key_picks_the_tokenizer_and_its_context():

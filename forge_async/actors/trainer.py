@@ -7,19 +7,20 @@ FSDP2, its optimizer and schedule. Each endpoint is one call into it. After a st
 shared-memory file that every rank writes its own shard of (same host), or into torchstore
 as one DTensor shard per rank. With LoRA only the adapters are published, in PEFT names.
 
-The controller imports this module to spawn the actor: TorchTitan is imported by the
-learner as it is built, on the trainer's procs (mesh/procs.py, PRELOAD).
+The controller imports this module to spawn the actor: the learner (FSDP2, DTensor) and the
+publisher are imported where the actor is built, and TorchTitan as the learner is, on the
+trainer's procs, which preload them (mesh/procs.py, PRELOAD).
 """
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from monarch.actor import endpoint
 
 from forge_async.data.episode import Episode
-from forge_async.learning.learner import Learner, device_type
 from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult
 from forge_async.learning.spec import LearnerSpec
 from forge_async.cluster.hosts import pin_collectives_to_node_address
@@ -28,17 +29,23 @@ from forge_async.mesh.reply_port import answers_on_port
 from forge_async.observability.span_names import PUBLISH_WEIGHTS
 from forge_async.observability.spans import TRACER
 from forge_async.weights.config import WeightsConfig
-from forge_async.weights.publisher import WeightPublisher
+
+if TYPE_CHECKING:
+    from forge_async.learning.learner import Learner
 
 
 class Trainer(ProcActor):
     def __init__(self, spec: LearnerSpec, weights: WeightsConfig):
+        from forge_async.weights.publisher import WeightPublisher
+
         self.spec = spec
         self.publisher = WeightPublisher(weights)
         self.learner: Learner | None = None  # built by `setup`, once torch.distributed is up
 
     @endpoint
     async def setup(self) -> None:
+        from forge_async.learning.learner import Learner, device_type
+
         torch.set_num_threads(self.spec.config.threads)
         device = device_type()
         if device == "cuda":

@@ -10,7 +10,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from transformers import AutoTokenizer
 
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
@@ -19,6 +18,7 @@ from forge_async.controller.grpo_loop import GRPOLoop
 from forge_async.rollout.progress_watch import ProgressWatch
 from forge_async.observability.record import RunRecord
 from forge_async.controller.summary import write_summary
+from forge_async.models.tokenizer import load_tokenizer
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end
 from forge_async.envs.registry import open_environments
 from forge_async.envs.runner import EnvRunner, build_env_runner, environment_factory, with_environment
@@ -47,7 +47,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
     with TRACER.span(INITIAL_POLICY, START_UP_LANE):
         checkpoint = await prepare_checkpoint(config, run_dir, procs)
     tokenizer_since = time.time_ns()
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
+    tokenizer = load_tokenizer(checkpoint.path, tiny=config.model.path is None)
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -10,7 +10,6 @@ and the sft `loss`. cli/app.py imports this module only after the run's procs ar
 from dataclasses import asdict
 from pathlib import Path
 
-from transformers import AutoTokenizer
 
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
@@ -18,6 +17,7 @@ from forge_async.controller.config import RunConfig
 from forge_async.observability.record import RunRecord
 from forge_async.controller.sft_loop import SFTLoop, SFTMetricsLog
 from forge_async.controller.sft_summary import write_summary
+from forge_async.models.tokenizer import load_tokenizer
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end
 from forge_async.data.demonstrations import Demonstrations
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
@@ -36,7 +36,7 @@ from forge_async.weights.route import plan_route
 async def train(config: RunConfig, run_dir: Path, procs: RunProcs) -> dict:
     """Checkpoint, tokenizer, task and demonstrations; then the run's handles, the loop, the tidy-up."""
     checkpoint = await prepare_checkpoint(config, run_dir, procs)
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint.path))
+    tokenizer = load_tokenizer(checkpoint.path, tiny=config.model.path is None)
     context = config.generator.max_model_len or checkpoint.shape.max_seq_len
     room = context - config.sampling.max_tokens  # for a prompt: a demonstration may take max_tokens
     task = build_task(config.task, tokenizer, room)

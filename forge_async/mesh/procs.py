@@ -35,10 +35,13 @@ from forge_async.observability.spans import TRACER
 from forge_async.process.started import process_started_ns
 
 # What each kind of role's actor imports.
-# The actor modules leave TorchTitan and DCP to the procs (the controller imports them to spawn).
+# The actor modules leave TorchTitan, DCP, and the trainer's learner and publisher (FSDP2,
+# DTensor) to the procs (the controller imports the actor modules to spawn).
 PRELOAD = {
     Kind.TRAINER: (
         "forge_async.actors.trainer",
+        "forge_async.learning.learner",
+        "forge_async.weights.publisher",
         "forge_async.models.titan",
         "torchtitan.components.optimizer.lr_scheduler",
         "torch.distributed.checkpoint",

@@ -22,7 +22,7 @@ message, nothing after it but EOS after an assistant's (the model ends its turn 
 from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 DIGITS = [str(d) for d in range(10)]
 PAD, BOS, EOS, SEP = "<pad>", "<bos>", "<eos>", "<sep>"
@@ -113,3 +113,20 @@ TINY_TOKENIZER_BUILDERS = {"digits": build_digit_tokenizer, "bytes": build_byte_
 def build_tiny_tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The tiny model's tokenizer named by model.tiny.tokenizer ("digits" or "bytes")."""
     return TINY_TOKENIZER_BUILDERS[name]()
+
+
+def load_tokenizer(path: str | Path, tiny: bool) -> PreTrainedTokenizerBase:
+    """The tokenizer saved with the checkpoint at `path`, as `AutoTokenizer.from_pretrained` loads it.
+
+    A tiny model's (`tiny`: written by models/tiny.py) is loaded by the class its
+    tokenizer_config.json names, TokenizersBackend, the class AutoTokenizer resolves it to:
+    importing AutoTokenizer brings in transformers' model classes, FSDP and DTensor, ~0.6
+    CPU-s that the controller takes from the procs' start-up on a small box
+    (benchmarks/pipeline/startup.py)."""
+    if tiny:
+        from transformers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(str(path))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
