@@ -315,6 +315,8 @@ class GRPOConfig(RunConfig):
             )
         self.check_sections()
         check_scorers(self.scorers)
+        if any(s.is_self for s in self.scorers):
+            self._check_self_teacher()
         if self.task.name == "seeds" and self.env.name is None:
             raise ConfigError(
                 "task.name=seeds hands out seeds, not prompts: name the environment that deals episodes "
@@ -335,6 +337,24 @@ class GRPOConfig(RunConfig):
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
                 f"({self.batch_size} = prompts_per_step * group_size)"
             )
+
+    def _check_self_teacher(self) -> None:
+        """A teacher that is the policy itself reads the trainer's shared-memory channel from node 0,
+        where model scorers run (scoring/self_teacher.py): full weights, that transport, the trainer there."""
+        index = next(i for i, s in enumerate(self.scorers) if s.is_self)
+        key = f"scorers[{index}].model=self"
+        if self.weights.transport != "shm":
+            raise ConfigError(
+                f"{key}: the teacher reads the trainer's shared-memory channel; weights.transport="
+                f"{self.weights.transport} publishes elsewhere (use shm)"
+            )
+        if list(self.placement.trainer_hosts) != [0]:
+            raise ConfigError(
+                f"{key}: the teacher runs on node 0 and reads the trainer's channel there; "
+                f"placement.trainer_hosts={list(self.placement.trainer_hosts)} must be [0]"
+            )
+        if self.model.lora.enabled:
+            raise ConfigError(f"{key}: with model.lora.rank the trainer publishes its adapters alone, not a model")
 
     def _check_snapshot_placement(self) -> None:
         """A snapshot's generators read the trainer's shared-memory channel (handles/generators/snapshot.py):

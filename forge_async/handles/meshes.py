@@ -110,12 +110,14 @@ async def spawn_logprob_model(
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
     temperature: float = 1.0,
+    channel_dir: str | None = None,
 ):
     """A LogprobModel (a model scorer: reference policy or teacher) on one proc, loaded;
-    `temperature`: the policy's sampling temperature, which its logprobs are taken at."""
+    `temperature`: the policy's sampling temperature, which its logprobs are taken at;
+    `channel_dir`: the trainer's channel, for a teacher that is the policy itself."""
     if procs is None:
         procs = spawn_procs(host, 1, name, log_dir)
-    model = procs.spawn(name, LogprobModel, str(checkpoint.path), pad_id, threads, temperature)
+    model = procs.spawn(name, LogprobModel, str(checkpoint.path), pad_id, threads, temperature, channel_dir)
     await model.setup.call_one()
     return procs, model
 

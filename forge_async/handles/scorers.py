@@ -35,6 +35,14 @@ class ScorerModelHandle(RoleHandle):
         call = self.actor.completion_logprobs
         return await self._call(lambda: call.call_one(prompt_ids, completion_ids, kept_sets))
 
+    async def take_version(self, version: int) -> int:
+        """A teacher that is the policy itself: copy the trainer's `version` aside (scoring/self_teacher.py)."""
+        return await self._call(lambda: self.actor.take_version.call_one(version))
+
+    async def use_taken(self) -> int:
+        """A teacher that is the policy itself: load the version copied aside; returns the one it holds."""
+        return await self._call(lambda: self.actor.use_taken.call_one())
+
     async def _failed(self, err: Exception, called) -> None:
         raise ScorerFailed(f"scorer {self.label!r} ({self.located()}) failed: {failure_cause(err)}") from None
 

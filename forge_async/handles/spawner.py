@@ -106,6 +106,7 @@ class RoleSpawner:
             self.roles.scorers[index].threads,
             procs=self.procs.take(role),
             temperature=self.config.sampling.logit_temperature,
+            channel_dir=self.config.weights.channel_dir if self.roles.scorers[index].is_self else None,
         )
 
     def environment_host(self, index: int, new_environment: Callable[[], object]):

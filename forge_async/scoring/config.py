@@ -8,6 +8,7 @@
       - {kind: reference_kl, coef: 0.05}                 # frozen initial policy, k3 penalty
       - {kind: reference_kl, coef: 0.05, runs_on: trainer}  # the same, computed in the trainer
       - {kind: teacher, path: /ckpt/teacher, coef: 1.0}  # on-policy distillation
+      - {kind: teacher, model: self, lag: 5, refresh_steps: 10}  # self-distillation: the policy 5 steps ago
 """
 
 from dataclasses import dataclass
@@ -58,6 +59,27 @@ class ScorerConfig:
         ),
         accepts="a directory, or null",
     )
+    model: Literal["path", "self"] = key(
+        "path",
+        help=(
+            "`teacher`: `path`, the checkpoint at `path`; `self`, the policy being trained as it was `lag` "
+            "steps before each refresh, fed the trainer's published weights every `refresh_steps` "
+            "([scoring.md](scoring.md#a-lagged-self-as-the-teacher-self-distillation))"
+        ),
+    )
+    lag: int = key(
+        0,
+        help=(
+            "`teacher` with `model: self`: at each refresh the teacher takes the version published this many "
+            "steps before (taken then, kept aside until the refresh)"
+        ),
+        accepts="0 to refresh_steps",
+    )
+    refresh_steps: int = key(
+        10,
+        help="`teacher` with `model: self`: the teacher is refreshed when the trainer publishes a multiple of this",
+        accepts=">= 1",
+    )
     runs_on: Literal["proc", "trainer"] = key(
         "proc",
         help=(
@@ -79,6 +101,8 @@ class ScorerConfig:
         if self.runs_on == "trainer" and self.kind != "reference_kl":
             raise ConfigError(f"{prefix}.runs_on=trainer: only a reference_kl scorer runs in the trainer")
         check_range(f"{prefix}.gpu", self.gpu, Range(0), nullable=True)
+        if self.is_self:
+            self._check_self_teacher(prefix)
         if self.kind == "reward":
             check_range(f"{prefix}.weight", self.weight, Range())
             if self.path is not None:
@@ -87,8 +111,18 @@ class ScorerConfig:
         check_range(f"{prefix}.coef", self.coef, POSITIVE)
         if self.fn is not None:
             raise ConfigError(f"{prefix}.fn: a {self.kind} scorer takes no fn (it runs a model)")
-        if self.kind == "teacher" and self.path is None:
-            raise ConfigError(f"{prefix}.path: a teacher scorer needs the teacher's checkpoint directory")
+        if self.kind == "teacher" and self.path is None and not self.is_self:
+            raise ConfigError(
+                f"{prefix}.path: a teacher scorer needs the teacher's checkpoint directory (or model: self)"
+            )
+
+    def _check_self_teacher(self, prefix: str) -> None:
+        if self.kind != "teacher":
+            raise ConfigError(f"{prefix}.model=self: only a teacher scorer is the policy itself")
+        if self.path is not None:
+            raise ConfigError(f"{prefix}.path={self.path}: a model: self teacher is the policy, it takes no path")
+        check_range(f"{prefix}.refresh_steps", self.refresh_steps, AT_LEAST_1)
+        check_range(f"{prefix}.lag", self.lag, Range(0, self.refresh_steps), note=f"refresh_steps={self.refresh_steps}")
 
     @property
     def label(self) -> str:
@@ -98,6 +132,11 @@ class ScorerConfig:
         if self.kind == "reward":
             return "task" if self.fn is None else self.fn.rpartition(":")[2]
         return self.kind
+
+    @property
+    def is_self(self) -> bool:
+        """Whether it is the policy itself, refreshed from the trainer's published weights."""
+        return self.model == "self"
 
     @property
     def runs_a_model(self) -> bool:

@@ -5,6 +5,8 @@
 - teacher: on-policy distillation. Each token's advantage gets
   coef * (log pi_teacher - log pi_student), the negative per-token reverse KL, with
   the student's logprob as the generator sampled it; `distill/reverse_kl` is its mean.
+  A teacher that is the policy itself (`model: self`) is refreshed from the trainer's
+  published weights (scoring/self_teacher.py).
 
 The model runs in its own procs (actors/logprob_model.py), concurrently with
 generation and training: rollout workers await it while others generate.
@@ -18,6 +20,7 @@ from forge_async.data.kept_sets import KeptSets
 from forge_async.tasks.task import Prompt
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, ScorerFailed, flatten, regroup
+from forge_async.scoring.self_teacher import SelfTeacher
 
 
 class ScorerModel(Protocol):
@@ -37,6 +40,11 @@ class ModelScorer:
         self.kind = config.kind
         self.coef = config.coef
         self.model = model
+        self.self_teacher = SelfTeacher(config, model) if config.is_self else None
+
+    def metrics(self) -> dict[str, float]:
+        """A teacher that is the policy itself: its version and refreshes; else nothing."""
+        return {} if self.self_teacher is None else self.self_teacher.metrics()
 
     async def score(self, prompts: list[Prompt], groups: list[list[Completion]]) -> list[list[Score]]:
         pairs = flatten(prompts, groups)

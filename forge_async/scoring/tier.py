@@ -24,6 +24,7 @@ from forge_async.tasks.task import Prompt, Task
 from forge_async.losses.advantages import group_advantages
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.model_scorers import ModelScorer, ScorerModel
+from forge_async.scoring.self_teacher import SelfTeacher
 from forge_async.scoring.reward_functions import RewardFunction
 from forge_async.scoring.scorer import Score, Scorer, ScorerError
 
@@ -124,12 +125,21 @@ class ScoringTier:
         ]
 
     def metrics(self) -> dict[str, float]:
-        """Each scorer's mean latency since the last call and its calls in flight now."""
+        """Each scorer's mean latency since the last call and its calls in flight now; a teacher
+        that is the policy itself, its version."""
         figures = {}
         for name, clock in self.clocks.items():
             figures[f"scoring/{name}/latency_ms"] = clock.take_latency_ms()
             figures[f"scoring/{name}/in_flight"] = clock.in_flight
+        for scorer in self.scorers:
+            if isinstance(scorer, ModelScorer):
+                figures.update(scorer.metrics())
         return figures
+
+    @property
+    def self_teachers(self) -> list[SelfTeacher]:
+        """Its teachers that are the policy itself: weight delivery tells them each version published."""
+        return [s.self_teacher for s in self.scorers if isinstance(s, ModelScorer) and s.self_teacher is not None]
 
 
 def position_centered(token_rewards: list[list[float]]) -> list[list[float]]:

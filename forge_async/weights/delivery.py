@@ -12,9 +12,10 @@ deleted from the store once every receiver has moved past it.
 (evaluations); `generator_version(i)` tells admission control the oldest version
 generator i can be sampling with from now on, pins included.
 
-A run with a `snapshot` seat has generators of the snapshot's own besides (not among
-`generators`): each version published is told to it too, which takes one every
-env.snapshot.refresh_steps (handles/generators/snapshot.py).
+Others follow the published versions at a pace of their own (`followers`): a `snapshot`
+seat's generators, not among `generators` (handles/generators/snapshot.py), and a teacher
+that is the policy itself (scoring/self_teacher.py). Each is told every version published,
+and takes one every so many steps.
 """
 
 import asyncio
@@ -46,8 +47,8 @@ class Generators(Protocol):
     async def hold_weights(self, index: int, hold: bool) -> int: ...
 
 
-class Snapshot(Protocol):
-    """What delivery tells a snapshot's generators (handles/generators/snapshot.py: Snapshot)."""
+class Follower(Protocol):
+    """Told of each version published; takes one now and then, beside the loop."""
 
     def published(self, version: int) -> None: ...
 
@@ -62,12 +63,12 @@ class WeightDelivery:
         generators: Generators,
         route: WeightRoute,
         on_loaded: Callable[[], Awaitable] | None = None,
-        snapshot: Snapshot | None = None,
+        followers: list[Follower] | None = None,
     ):
         """`on_loaded()`: after a receiver loads a version, or a pin ends (admission control
-        learns that generators moved on); `snapshot`: told of every version published."""
+        learns that generators moved on); `followers`: told of every version published."""
         self.generators = generators
-        self.snapshot = snapshot
+        self.followers = followers or []
         self.route = route
         self.on_loaded = on_loaded
         self.loaded = [0] * len(route.receivers)  # last version each receiver is known to hold
@@ -92,8 +93,8 @@ class WeightDelivery:
         for task in self._tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()
-        if self.snapshot is not None:
-            self.snapshot.check()
+        for follower in self.followers:
+            follower.check()
 
     def publish(self, version: int) -> None:
         """The trainer has published `version` to the push targets: bring it to every generator."""
@@ -101,8 +102,8 @@ class WeightDelivery:
         self.published = version
         for event in self._wake:
             event.set()
-        if self.snapshot is not None:
-            self.snapshot.published(version)
+        for follower in self.followers:
+            follower.published(version)
 
     def take_back(self, index: int) -> None:
         """Receiver `index`, lost with its node, is back (spawned again, holding no version yet):
@@ -240,5 +241,5 @@ class WeightDelivery:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.snapshot is not None:
-            await self.snapshot.close()
+        for follower in self.followers:
+            await follower.close()
