@@ -84,8 +84,9 @@ async def train_on(
     metrics = MetricsLog(run_dir, config.steps, config.target_reward, sinks, resume_after_step=resumed_at)
     admission = AdmissionControl(config.batch_size, config.max_policy_age, config.admission_control)
     route = plan_route(config, handles.generators, handles.relays)
-    delivery = WeightDelivery(handles.generators, route, admission.weights_moved, handles.snapshot)
     scoring = build_tier(config.scorers, config.scoring, task, handles.scorers, config.loss.scale_by_std)
+    followers = [*([handles.snapshot] if handles.snapshot else []), *scoring.self_teachers]
+    delivery = WeightDelivery(handles.generators, route, admission.weights_moved, followers)
     rollouts = build_rollouts(config, task, scoring, env_runner)
     record = RunRecord()
     evaluations = None
