@@ -20,7 +20,9 @@ Each run is a process launched as a user would (`python -m apps.grpo ...` and
 same checkpoint, same seed), neither evaluating nor checkpointing. Measured after each case's
 first few steps, between that step's console line and the last: completion tokens trained per
 second (both sides train every completion they keep; forge_async drops none here unless a
-variant makes it), steps/s; for forge_async the trainer's idle share, the generator's (its
+variant makes it), and the same per CPU-second the side's processes used (a box shared with
+other work gives each side what the others leave: the per-CPU figure holds where the wall-clock
+one drifts), steps/s; for forge_async the trainer's idle share, the generator's (its
 engine not stepping, summary.json), the cores each proc used, the engine's running batch per
 engine step (`generator/running_mean`) and the share of engine steps with fewer than half of
 the calls' samples still running (`generator/under_half_frac`, docs/metrics.md).
@@ -40,6 +42,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from benchmarks.harness.app_run import REPO, STEP_LINE, timed_run
 from benchmarks.harness.proc_cpu import ProcCpu
@@ -98,9 +102,11 @@ def steady(times: list[float], tokens: list[float], warmup: int) -> dict:
     """Steps/s and completion tokens/s between step `warmup`'s line and the last (step i's line at
     times[i], its mean completion length tokens[i])."""
     span = times[-1] - times[warmup]
+    trained = sum(tokens[warmup + 1 :]) * COMPLETIONS_PER_STEP
     return {
         "steps_per_s": (len(times) - 1 - warmup) / span,
-        "tokens_per_s": sum(tokens[warmup + 1 :]) * COMPLETIONS_PER_STEP / span,
+        "tokens_per_s": trained / span,
+        "tokens": trained,
         "length_mean": statistics.fmean(tokens[warmup + 1 :]),
     }
 
@@ -124,8 +130,11 @@ def forge_run(case: Case, checkpoint: Path, steps: int, seed: int, overrides: li
     rows = metrics[warmup + 1 :]
     first, last = metrics[warmup], metrics[-1]
     idle_s = [m["train/idle_frac"] * m["time/wall_s"] for m in (first, last)]
+    result = steady(times, [m["completion/length_mean"] for m in metrics], warmup)
+    cpu_s = sum(cpu.cores().values()) * (cpu.marks[-1][0] - cpu.marks[0][0])
     return {
-        **steady(times, [m["completion/length_mean"] for m in metrics], warmup),
+        **result,
+        "tokens_per_cpu_s": result["tokens"] / cpu_s,
         "trainer_idle": (idle_s[1] - idle_s[0]) / (last["time/wall_s"] - first["time/wall_s"]),
         "generator_idle": summary["generator_idle_frac"],
         "running_mean": _weighted(rows, "generator/running_mean"),
@@ -164,15 +173,19 @@ def trl_run(case: Case, checkpoint: Path, steps: int, seed: int) -> dict:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    times, tokens, tail = [], [], []
+    process = psutil.Process(proc.pid)
+    times, tokens, cpu_s, tail = [], [], [], []
     for line in proc.stdout:
         tail = (tail + [line])[-30:]
         if match := _TRL_STEP.match(line.strip()):
             times.append(time.perf_counter() - start)
             tokens.append(float(match.group(2)))
+            cpu = process.cpu_times()
+            cpu_s.append(cpu.user + cpu.system)
     if proc.wait() != 0:
         raise SystemExit("the TRL run failed (is TRL installed? pip install -e '.[bench]'):\n" + "".join(tail))
-    return steady(times, tokens, case.warmup)
+    result = steady(times, tokens, case.warmup)
+    return result | {"tokens_per_cpu_s": result["tokens"] / (cpu_s[-1] - cpu_s[case.warmup])}
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -214,7 +227,10 @@ def main() -> None:
 
 
 def describe(r: dict) -> str:
-    text = f"{r['tokens_per_s']:,.0f} tokens/s, {r['steps_per_s']:.2f} steps/s, mean length {r['length_mean']:.1f}"
+    text = (
+        f"{r['tokens_per_s']:,.0f} tokens/s ({r['tokens_per_cpu_s']:,.0f} per CPU-second), "
+        f"{r['steps_per_s']:.2f} steps/s, mean length {r['length_mean']:.1f}"
+    )
     if "trainer_idle" in r:
         cores = ", ".join(f"{role} {c:.2f}" for role, c in sorted(r["cores"].items()))
         text += (
@@ -234,6 +250,8 @@ COLUMNS = [
     "side",
     "completion tokens/s",
     "x TRL",
+    "tokens per CPU-second",
+    "x TRL per CPU-second",
     "steps/s",
     "mean length",
     "trainer idle %",
@@ -249,13 +267,15 @@ def result_of(results: dict[str, dict[str, list[dict]]]) -> BenchmarkResult:
     result = BenchmarkResult("long_tail", "Long-tailed completion lengths against TRL", this_command())
     rows = []
     for case, by_side in results.items():
-        trl = _median(by_side[TRL], "tokens_per_s")
+        trl, trl_cpu = _median(by_side[TRL], "tokens_per_s"), _median(by_side[TRL], "tokens_per_cpu_s")
         for side, runs in by_side.items():
-            tokens = _median(runs, "tokens_per_s")
+            tokens, per_cpu = _median(runs, "tokens_per_s"), _median(runs, "tokens_per_cpu_s")
             result.figure(f"{case}: {side} completion tokens/s (median)", tokens, "tokens/s")
             if side != TRL:
                 result.figure(f"{case}: {side} / TRL, completion tokens/s", tokens / trl, "x")
-            rows.append([case, side, tokens, tokens / trl, _median(runs, "steps_per_s"), _median(runs, "length_mean")])
+                result.figure(f"{case}: {side} / TRL, completion tokens per CPU-second", per_cpu / trl_cpu, "x")
+            rows.append([case, side, tokens, tokens / trl, per_cpu, per_cpu / trl_cpu])
+            rows[-1] += [_median(runs, "steps_per_s"), _median(runs, "length_mean")]
             rows[-1] += _forge_columns(runs) if side != TRL else [None] * 6
         lines = [Line(side, *runs[0]["running_series"]) for side, runs in by_side.items() if side != TRL]
         result.series.append(
