@@ -10,7 +10,8 @@ ways for the same steps, per seed, one run after another:
 
 Both are evaluated the same way, against the random seat on held-out seeds
 (eval.seats=[policy,random], greedy, every eval.every_steps): the win rate (`eval/won_frac`) at the
-start, at the end, its best, and the first evaluated step at which it reaches the target (0.8).
+start, at the end and over the last five evaluations, its best, and the first evaluated step at which
+it reaches the target (0.8).
 The game's optimum against random on those seeds (nim.best_win_rate) is printed beside them.
 Both arms train on as many samples per step (a self-play game gives a sample per seat).
 """
@@ -39,7 +40,7 @@ def one_run(arm: str, seed: int, args: argparse.Namespace) -> dict:
             f"eval.prompts={args.eval_prompts}",
             *args.overrides,
         ]
-        timed_run(REPO, args.steps, command, run_dir)
+        lines = timed_run(REPO, args.steps, command, run_dir)
         metrics, evaluations = read_rows(run_dir)
     steps_at = [e["eval/version"] for e in evaluations]
     won = [e["eval/won_frac"] for e in evaluations]
@@ -50,10 +51,21 @@ def one_run(arm: str, seed: int, args: argparse.Namespace) -> dict:
         "won": won,
         "reached": next((step for step, w in zip(steps_at, won) if w >= args.target), None),
         "entropy": statistics.fmean(m["train/entropy"] for m in metrics[-10:]),
+        "seconds": lines[-1][0],
     }
 
 
-COLUMNS = ["arm", "seed", "won at start", "won at end", "best", "step reaching {target}", "entropy at end"]
+COLUMNS = [
+    "arm",
+    "seed",
+    "won at start",
+    "won at end",
+    "last 5 evaluations",
+    "best",
+    "step reaching {target}",
+    "entropy at end",
+    "seconds",
+]
 
 
 def cells(r: dict) -> list:
@@ -62,9 +74,11 @@ def cells(r: dict) -> list:
         r["seed"],
         round(r["won"][0], 2),
         round(r["won"][-1], 2),
+        round(statistics.fmean(r["won"][-5:]), 2),
         round(max(r["won"]), 2),
         r["reached"] if r["reached"] is not None else "-",
         round(r["entropy"], 3),
+        round(r["seconds"]),
     ]
 
 
@@ -79,6 +93,8 @@ def result_of(results: list[dict], args: argparse.Namespace, optimum: float) -> 
         if reached:
             result.figure(f"{arm}: median step reaching {target}", statistics.median(reached), "steps")
         result.figure(f"{arm}: median win rate at the end", statistics.median(r["won"][-1] for r in runs), "")
+        last = statistics.median(statistics.fmean(r["won"][-5:]) for r in runs)
+        result.figure(f"{arm}: median win rate over the last 5 evaluations", last, "")
         result.figure(f"{arm}: median best win rate", statistics.median(max(r["won"]) for r in runs), "")
     columns = [c.format(target=target) for c in COLUMNS]
     result.tables.append(
