@@ -57,6 +57,7 @@ FULL = QUICK | {
     "kept_set_loss": [],
     "learning_reliability": ["--seeds", "5"],
     "distillation": ["--seeds", "3"],
+    "self_play": [],
     "keep_mask": [],
     "snapshot_refresh": [],
     "sft_then_grpo": [],
