@@ -77,7 +77,7 @@ CASES = {
         TinyModelConfig(max_seq_len=MAX_TOKENS + 64),
         ("task.num_digits=5",),
         ("--num-digits=5",),
-        steps=40,
+        steps=25,
         warmup=5,
     ),
     "reasoning_gym": Case(
@@ -198,7 +198,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=1, help="alternations of every side, seeds 0 .. runs-1")
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: each case's, 40 and 12)")
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: each case's, 25 and 12)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
     parser.add_argument("--variant", action="append", default=[], help="LABEL=OVERRIDES: another forge_async side")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every forge_async side")
