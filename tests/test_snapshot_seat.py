@@ -78,6 +78,8 @@ def test_bad_snapshot_plans_fail_at_start_naming_the_key():
         SnapshotConfig(refresh_steps=0)
     with pytest.raises(ConfigError, match="env.snapshot.generators=0"):
         SnapshotConfig(generators=0)
+    with pytest.raises(ConfigError, match=r"env.snapshot.lag=5: must be in \[0, 4\] \(env.snapshot.refresh_steps=4\)"):
+        SnapshotConfig(refresh_steps=4, lag=5)
     seats = EnvConfig(name="x:y", seats=["policy", "snapshot"])
     with pytest.raises(
         ConfigError, match="weights.transport=torchstore: a `snapshot` seat .* use weights.transport=shm"
@@ -112,10 +114,10 @@ def test_turns_of_several_snapshot_seats_are_counted_together():
 def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_path):
     """Five steps of IteratedPrisonersDilemma-v0 (one round: a free message, then a decision; every
     turn is valid, so the snapshot's seat always plays, which TicTacToe's untrained first moves
-    rarely let it) against the snapshot, refreshed every two steps, its games on a proc of their own.
-    The snapshot holds version 0, then 2, then 4, and its turns' tokens carry those versions only;
-    no seat-1 completion is trained (the batch's seat figures are seat 0's) and the accounting adds
-    up with one sample an episode."""
+    rarely let it) against the snapshot, refreshed every two steps to the version one step before,
+    its games on a proc of their own. The snapshot holds version 0, then 1, then 3, and its turns'
+    tokens carry those versions only; no seat-1 completion is trained (the batch's seat figures
+    are seat 0's) and the accounting adds up with one sample an episode."""
     from tests.support.app_runs import assert_accounting
     from forge_async.cli.subprocess_run import run_app
 
@@ -129,6 +131,7 @@ def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_pa
         "env.textarena.bracket_actions=true",
         "env.seats=[policy,snapshot]",
         "env.snapshot.refresh_steps=2",
+        "env.snapshot.lag=1",
         "sampling.max_tokens=2",
         "env.max_turns=2",
         "env.procs=1",
@@ -145,14 +148,14 @@ def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_pa
     assert all(m["samples/trained"] == 16 * (i + 1) for i, m in enumerate(rows))
     assert not any("reward/seat_1" in m for m in rows)  # the batch's seats: the policy's only
     held = [m["snapshot/version"] for m in rows]
-    assert held == sorted(held) and set(held) <= {0, 2, 4} and held[0] == 0 and held[-1] >= 2, held
+    assert held == sorted(held) and set(held) <= {0, 1, 3} and held[0] == 0 and held[-1] >= 1, held
     assert [m["snapshot/refreshes"] for m in rows] == [sorted(set(held)).index(v) for v in held]
-    assert all(0 <= m["snapshot/lag"] <= 2 for m in rows)
+    assert all(1 <= m["snapshot/lag"] <= 3 for m in rows)
     assert all(m["snapshot/refresh_bytes"] > 0 for m in rows if m["snapshot/refreshes"])
     played = [m for m in rows if m["snapshot/turns"]]
     assert sum(m["snapshot/turns"] for m in rows) >= 16 and played
     turn_versions = {m[f"snapshot/turn_version_{end}"] for m in played for end in ("min", "max")}
-    assert turn_versions <= {0, 2, 4}, turn_versions
+    assert turn_versions <= {0, 1, 3}, turn_versions
     assert all(0 <= m["snapshot/seat_1_won_frac"] <= 1 for m in rows if "snapshot/seat_1_won_frac" in m)
 
 

@@ -1,15 +1,15 @@
 """A snapshot refresh: what letting a `snapshot` seat's generators forward costs the trained policy.
 
-    .venv/bin/python -m benchmarks.learning.snapshot_refresh [--steps 40] [--refresh-steps 5] [--rounds 2]
+    .venv/bin/python -m benchmarks.learning.snapshot_refresh [--steps 40] [--refresh-steps 5] [--lag 2] [--rounds 2]
     .venv/bin/python -m benchmarks.learning.snapshot_refresh --json benchmarks/results/snapshot_refresh.json
 
 Self-play of IteratedPrisonersDilemma-v0 (one round: a free message, then a decision; every turn
 valid, so the snapshot's seat always plays) against the snapshot (env.seats=[policy,snapshot]),
 the tiny bytes model on CPU, its games on a proc of their own, in two arms run in turns: the
-snapshot refreshed every --refresh-steps steps, and never (its refresh_steps past the run's
-steps: the same procs and games, no refresh). A refresh is due when version k is published (k a
-multiple of --refresh-steps); the steps around it are steps k and k + 1 (the refresh runs beside
-step k + 1). Per arm the median step time (seconds between consecutive steps' `time/wall_s`,
+snapshot refreshed every --refresh-steps steps to the version --lag steps before (copied aside
+when it is published), and never (its refresh_steps past the run's steps: the same procs and
+games, no refresh). A refresh is due when version k is published (k a multiple of
+--refresh-steps); the steps around it are steps k and k + 1 (the refresh runs beside step k + 1). Per arm the median step time (seconds between consecutive steps' `time/wall_s`,
 the first step left out: it waits for the first games); the slowest step around a refresh against
 the median of its own run (goal: at most 1.2x) and so the slowest of the other steps (what the
 box's own noise gives), and the median step around a refresh against that of the run's other steps; each refresh's time and the bytes it copied (`snapshot/refresh_ms`,
@@ -45,11 +45,12 @@ GAME = [
 GOAL = 1.2  # the slowest step around a refresh, against its run's median
 
 
-def one_run(steps: int, refresh_steps: int) -> list[dict]:
+def one_run(steps: int, refresh_steps: int, lag: int) -> list[dict]:
     """The metrics rows of one run."""
+    snapshot = [f"env.snapshot.refresh_steps={refresh_steps}", f"env.snapshot.lag={lag}"]
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        timed_run(REPO, steps, [*GAME, f"env.snapshot.refresh_steps={refresh_steps}"], run_dir)
+        timed_run(REPO, steps, [*GAME, *snapshot], run_dir)
         rows, _ = read_rows(run_dir)
     return rows
 
@@ -75,13 +76,13 @@ def refreshes(rows: list[dict]) -> list[tuple[float, int]]:
 
 
 def measure(args) -> BenchmarkResult:
-    arms = {"refreshed": args.refresh_steps, "never refreshed": args.steps + 1}
+    arms = {"refreshed": (args.refresh_steps, args.lag), "never refreshed": (args.steps + 1, 0)}
     times: dict[str, list[dict[int, float]]] = {arm: [] for arm in arms}
     refreshed: list[tuple[float, int]] = []
     for round_ in range(args.rounds):
-        for arm, refresh_steps in arms.items():
-            print(f"round {round_ + 1}/{args.rounds}: {arm} (env.snapshot.refresh_steps={refresh_steps}) ...")
-            rows = one_run(args.steps, refresh_steps)
+        for arm, (refresh_steps, lag) in arms.items():
+            print(f"round {round_ + 1}/{args.rounds}: {arm} (refresh_steps={refresh_steps}, lag={lag}) ...")
+            rows = one_run(args.steps, refresh_steps, lag)
             times[arm].append(step_times(rows))
             if arm == "refreshed":
                 refreshed += refreshes(rows)
@@ -106,7 +107,7 @@ def measure(args) -> BenchmarkResult:
     result.figure("median step around a refresh / the other steps' median", statistics.median(typical), "x")
     result.figure("median step, refreshed / never refreshed", medians["refreshed"] / medians["never refreshed"], "x")
     result.figure("refresh time (median)", statistics.median(ms), "ms")
-    result.figure("bytes copied per refresh", refreshed[0][1], "B")
+    result.figure("bytes copied per refresh (aside, then swapped in)", refreshed[-1][1], "B")
     result.figure("refreshes measured", len(refreshed), "")
     return result
 
@@ -115,6 +116,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--refresh-steps", type=int, default=5)
+    parser.add_argument("--lag", type=int, default=2, help="env.snapshot.lag")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each arm, in turns")
     add_json_argument(parser)
     args = parser.parse_args()

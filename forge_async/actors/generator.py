@@ -102,6 +102,7 @@ class Generator(ProcActor):
         calls_at_once = 1 if config.calls_at_once is None else config.calls_at_once
         self._call_slots = asyncio.Semaphore(calls_at_once) if calls_at_once else contextlib.nullcontext()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
+        self._taken: tuple[int, dict] | None = None  # a version copied aside (take_version: a lagged snapshot)
         self._decoding_since: int | None = None  # start (ns) of the current run of engine steps
         # Runs of engine steps (with the work between them: outputs, answering calls), and weight
         # swaps outside them: busy as the trace counts it (summary.json's generator_idle_frac).
@@ -364,6 +365,24 @@ class Generator(ProcActor):
         await self._drain()
         self._swap(state_dict, version)
         return Loaded(version)
+
+    @endpoint
+    async def take_version(self, version: int) -> int:
+        """Copy the channel's `version` (or the newer one in its slot by now) aside, for `use_taken`
+        (a snapshot that lags: handles/generators/snapshot.py); returns which version."""
+        with self.channel.reading(version) as (found, state_dict):
+            self._taken = found, {name: tensor.clone() for name, tensor in state_dict.items()}
+        return found
+
+    @endpoint
+    @answers_on_port
+    async def use_taken(self) -> Loaded:
+        """Swap in the version copied aside, as `load_version` swaps (none taken: keep the weights)."""
+        if self._taken is not None:
+            (version, state_dict), self._taken = self._taken, None
+            await self._drain()
+            self._swap(state_dict, version)
+        return Loaded(self.engine.version)
 
     async def _drain(self) -> None:
         """In drain mode, before a swap: no new request starts until the running ones have

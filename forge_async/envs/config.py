@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forge_async.config.keys import key
-from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, check_range
+from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_range
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.errors import ConfigError
 
@@ -156,11 +156,19 @@ class SnapshotConfig:
     refresh_steps: int = key(
         10,
         help=(
-            "with a `snapshot` seat: the snapshot moves to the trained policy's newest version once it is "
-            "this many versions behind, so its lag runs from 0 to refresh_steps; between refreshes it "
-            "holds its version ([environments.md](environments.md#a-frozen-past-self-the-snapshot-seat))"
+            "with a `snapshot` seat: the snapshot is refreshed when the trainer publishes a multiple of this, "
+            "to the version `lag` steps before; between refreshes it holds its version "
+            "([environments.md](environments.md#a-frozen-past-self-the-snapshot-seat))"
         ),
         accepts=">= 1",
+    )
+    lag: int = key(
+        0,
+        help=(
+            "with a `snapshot` seat: at each refresh the snapshot takes the version published this many steps "
+            "before (each snapshot generator keeps a copy of it aside until then; 0: the newest, no copy)"
+        ),
+        accepts="0 to refresh_steps",
     )
     generators: int = key(
         1,
@@ -175,6 +183,8 @@ class SnapshotConfig:
     def __post_init__(self) -> None:
         check_range("env.snapshot.refresh_steps", self.refresh_steps, AT_LEAST_1)
         check_range("env.snapshot.generators", self.generators, AT_LEAST_1)
+        lag = Range(0, self.refresh_steps)
+        check_range("env.snapshot.lag", self.lag, lag, note=f"env.snapshot.refresh_steps={self.refresh_steps}")
 
 
 @dataclass

@@ -228,6 +228,10 @@ class SharedMemoryChannel:
         finally:
             os.close(fd)
 
+    def version_bytes(self, version: int) -> int:
+        """The size of the slot file that holds (or held) `version`: one version's bytes."""
+        return self.slot_path(version % _SLOTS).stat().st_size
+
     def versions(self) -> list[int]:
         """Versions currently held in the slots (at most two)."""
         found = []

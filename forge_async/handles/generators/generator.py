@@ -92,6 +92,17 @@ class GeneratorHandle(RoleHandle):
         except GeneratorLost as lost:
             return ReceiverLost(str(lost))
 
+    async def take_version(self, version: int) -> int:
+        """Copy the trainer's `version` aside (a lagged snapshot's next weights); returns which it copied."""
+        return await self._call(lambda: self.actor.take_version.call_one(version))
+
+    async def use_taken(self) -> Loaded | ReceiverLost:
+        """Swap in the version copied aside, or be lost (its node is gone)."""
+        try:
+            return await self._call(lambda: self._replies.call_one(self.actor.use_taken, alive=self.actor.where))
+        except GeneratorLost as lost:
+            return ReceiverLost(str(lost))
+
     async def set_rng_state(self, state) -> None:
         await self._call(lambda: self.actor.set_rng_state.call_one(state))
 

@@ -2,20 +2,21 @@
 
     trainer --version v--> its shared-memory channel --(between engine steps)--> trained policy's generators
                                       |
-                                      +--(once v is env.snapshot.refresh_steps past the snapshot)--> snapshot's
+                                      +--(every env.snapshot.refresh_steps, K behind)--> snapshot's generators
 
 The snapshot has generators of its own (env.snapshot.generators; procs `generator<count>`, ...,
 after the trained policy's generator.count) on the trainer's node. They read the trainer's channel
 as the trained policy's generators there do, but hold their weights from the start
 (`hold_weights`): they take no version by themselves. Weight delivery tells the snapshot of each
-version published (`published`); once the newest is refresh_steps or more past the snapshot's,
-every snapshot generator is told to load it (`load_version`), swapped in between its engine steps
-as every update is (generator.swap_mode). The refresh runs beside the training loop, which never
-waits for it; one still running when the next is due is not doubled (the next version published
-checks again). The channel keeps the newest two versions only: a refresh takes the newest, so the
-snapshot's lag behind the trained policy runs from 0 to refresh_steps.
+version published (`published`), and it follows them as a lagged follower does
+(weights/lagged.py): refreshed every M = env.snapshot.refresh_steps steps to the version
+K = env.snapshot.lag steps before the refresh. Each of its generators copies that version aside
+when it is published (`take_version`; K = 0 copies nothing) and swaps it in at the refresh
+(`use_taken`, or `load_version` for K = 0), between its engine steps as every update is
+(generator.swap_mode). All of it runs beside the training loop, which never waits for it.
 
-A respawned snapshot generator holds the channel's newest version (the one it had may be gone).
+A respawned snapshot generator holds the channel's newest version (the one it had may be gone);
+a resumed run's snapshot holds the initial weights until its first refresh.
 
 They are not the trained policy's generators: the rollout workers, admission control, weight
 delivery's versions and evaluations never see them. Only snapshot seats' turns go to them
@@ -28,26 +29,26 @@ import time
 
 from forge_async.data.episode import Completion
 from forge_async.generation.config import SamplingConfig
+from forge_async.handles.generators.failures import GeneratorLost
 from forge_async.handles.generators.pool import GeneratorPool
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.rollout.turn_batcher import TurnBatcher
+from forge_async.weights.lagged import LaggedFollower
 from forge_async.weights.outcomes import Loaded
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
-class Snapshot:
-    def __init__(self, pool: GeneratorPool, refresh_steps: int, channel_dir: str, turn_batch_wait_s: float):
+class Snapshot(LaggedFollower):
+    def __init__(self, pool: GeneratorPool, lag: int, refresh_steps: int, channel_dir: str, turn_batch_wait_s: float):
         """`pool`: the snapshot's generators; `channel_dir`: the trainer's channel they read."""
+        super().__init__(lag, refresh_steps)
         self.pool = pool
-        self.refresh_steps = refresh_steps
         self.channel = SharedMemoryChannel(channel_dir)
         self.versions = [0] * pool.count  # the version each snapshot generator holds
-        self.newest = 0  # the trainer's newest version published
-        self.refreshes = 0
-        self.refresh_ms = 0.0  # the last refresh's, all its generators'
-        self.refresh_bytes = 0  # bytes copied into the snapshot's generators by the last refresh
-        self._refreshing: asyncio.Task | None = None
+        self.refresh_ms = 0.0  # the last refresh's (its swaps, all its generators')
+        self.refresh_bytes = 0  # bytes copied into the snapshot's generators for the last refresh
+        self._taken_bytes = 0  # bytes copied aside since the last refresh
         self._turns = TurnBatcher(self._generate, turn_batch_wait_s)
 
     @classmethod
@@ -61,12 +62,7 @@ class Snapshot:
             return None
         c = env.snapshot
         pool = GeneratorPool(spawner, procs_file, c.generators, config.generator.max_restarts, config.generator.count)
-        return cls(pool, c.refresh_steps, config.weights.channel_dir, env.turn_batch_wait_s)
-
-    @property
-    def version(self) -> int:
-        """The oldest version a snapshot generator holds."""
-        return min(self.versions)
+        return cls(pool, c.lag, c.refresh_steps, config.weights.channel_dir, env.turn_batch_wait_s)
 
     async def start(self) -> list[float]:
         """Its generators spawned, each holding the initial weights; returns their engines' start times."""
@@ -77,36 +73,40 @@ class Snapshot:
 
     async def _replaced(self, index: int, generator) -> None:
         self.versions[index] = await generator.hold_weights.call_one(True)
+        self.version = min(self.versions)
 
-    def published(self, version: int) -> None:
-        """The trainer published `version`: a refresh starts if one is due and none is running."""
-        self.newest = version
-        running = self._refreshing is not None and not self._refreshing.done()
-        if not running and version - self.version >= self.refresh_steps:
-            self._refreshing = asyncio.create_task(self._refresh(version))
+    async def take(self, version: int) -> None:
+        """Each live generator copies `version` aside (K = 0: nothing to copy, `use` loads it)."""
+        if self.lag:
+            copied = await asyncio.gather(
+                *(self._on_live(i, lambda g: g.take_version(version)) for i in self.pool.live())
+            )
+            self._taken_bytes = sum(found is not None for found in copied) * self.channel.version_bytes(version)
 
-    def check(self) -> None:
-        """Raise a refresh's failure (its generators failed past their restarts)."""
-        task = self._refreshing
-        if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()
-
-    async def _refresh(self, version: int) -> None:
+    async def use(self, version: int) -> int:
+        """Each live generator swaps in what it copied aside (K = 0: `version` itself); returns the
+        oldest version they hold."""
         start = time.perf_counter()
         live = self.pool.live()
-        outcomes = await asyncio.gather(*(self.pool.load_version(i, version) for i in live))
-        loaded = 0
-        for index, outcome in zip(live, outcomes):
-            if isinstance(outcome, Loaded):
-                self.versions[index] = outcome.version
-                loaded += 1
-        self.refreshes += 1
+        outcomes = await asyncio.gather(*(self._load(i, version) for i in live))
+        loaded = [(index, outcome.version) for index, outcome in zip(live, outcomes) if isinstance(outcome, Loaded)]
+        for index, held in loaded:
+            self.versions[index] = held
         self.refresh_ms = (time.perf_counter() - start) * 1e3
-        self.refresh_bytes = loaded * self._version_bytes()
+        self.refresh_bytes = self._taken_bytes + len(loaded) * self.channel.version_bytes(version)
+        self._taken_bytes = 0
+        return min(self.versions)
 
-    def _version_bytes(self) -> int:
-        """The size of one version in the channel (every version of a run has the same layout)."""
-        return self.channel.slot_path(0).stat().st_size
+    async def _load(self, index: int, version: int):
+        generator = self.pool[index]
+        return await (generator.use_taken() if self.lag else generator.load_version(version))
+
+    async def _on_live(self, index: int, call):
+        """`call(generator index)`; None if it is lost."""
+        try:
+            return await call(self.pool[index])
+        except GeneratorLost:
+            return None
 
     async def turn(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
         """One snapshot seat's turn, sent with the other snapshot turns asked meanwhile."""
@@ -126,12 +126,6 @@ class Snapshot:
             "snapshot/refresh_ms": self.refresh_ms,
             "snapshot/refresh_bytes": self.refresh_bytes,
         }
-
-    async def close(self) -> None:
-        """Cancel a refresh still running (the run is ending)."""
-        if self._refreshing is not None:
-            self._refreshing.cancel()
-            await asyncio.gather(self._refreshing, return_exceptions=True)
 
     async def stop(self) -> None:
         await self.close()
