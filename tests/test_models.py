@@ -11,7 +11,7 @@ from forge_async.models.hf_checkpoint import Checkpoint, CheckpointError
 from forge_async.errors import ConfigError
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import Llama3RopeScaling, ModelShape, UnsupportedModelError
-from forge_async.models.tiny import create_tiny_checkpoint
+from forge_async.models.tiny import create_tiny_checkpoint, write_tiny_config
 from forge_async.models.titan import build_titan_model, state_dict_adapter
 from forge_async.models.tokenizer import build_digit_tokenizer
 
@@ -58,6 +58,18 @@ def test_titan_model_matches_transformers(checkpoint_fixture, request):
     original = tiny_checkpoint.load_hf_state_dict()
     assert hf.keys() == original.keys()
     assert all(torch.equal(hf[k], original[k]) for k in hf)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen3_moe"])
+def test_tiny_config_reads_as_its_config_class_built_from_the_same_keys(family, tmp_path):
+    """config.json holds only the keys the tiny model sets: read with transformers (as vLLM
+    and AutoConfig read it), it is the model type's config class built from those keys."""
+    hf_config = write_tiny_config(tmp_path, TinyModelConfig(family=family))
+    read = transformers.AutoConfig.from_pretrained(str(tmp_path)).to_dict()
+    built = transformers.AutoConfig.for_model(**hf_config).to_dict()
+    del read["_name_or_path"], built["_name_or_path"]  # where it was read from
+    assert read == built
+    assert read["model_type"] == family and read["hidden_act"] == "silu"
 
 
 def test_missing_checkpoint_path_names_it(tmp_path):

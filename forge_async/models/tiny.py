@@ -6,10 +6,14 @@ beside a config.json and the tokenizer `model.tiny.tokenizer` names (digits or b
 models/tokenizer.py; the vocabulary is the tokenizer's). vLLM, transformers and the
 trainer all load the result like any downloaded checkpoint.
 
-It is written in two parts: `write_tiny_config` (config.json and tokenizer: transformers)
-and `write_tiny_weights` (TorchTitan). The app's controller writes the first and a
-trainer proc, which has TorchTitan loaded already, the second (handles/meshes.py); each
-half imports its library itself, so neither process pays the CPU of loading the other's.
+It is written in two parts: `write_tiny_config` (config.json and tokenizer: transformers'
+tokenizer classes) and `write_tiny_weights` (TorchTitan). The app's controller writes the
+first and a trainer proc, which has TorchTitan loaded already, the second (handles/meshes.py);
+each half imports its library itself, so neither process pays the CPU of loading the other's.
+config.json holds the keys the tiny model sets, not the whole of transformers' config class:
+whoever reads it with transformers (vLLM, AutoConfig) gets the model type's defaults for the
+rest, and the controller does not import the config classes (~0.9 CPU-s at start-up,
+benchmarks/pipeline/startup.py).
 """
 
 from pathlib import Path
@@ -19,11 +23,11 @@ from forge_async.models.config import TinyModelConfig
 from forge_async.models.shape import ModelShape
 
 _ROPE_THETA = 10000.0
-# The HF config class and architecture of each family's tiny model.
-_HF_CLASSES = {
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-    "llama": ("LlamaConfig", "LlamaForCausalLM"),
-    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+# The HF model type and architecture of each family's tiny model.
+_HF_TYPES = {
+    "qwen3": ("qwen3", "Qwen3ForCausalLM"),
+    "llama": ("llama", "LlamaForCausalLM"),
+    "qwen3_moe": ("qwen3_moe", "Qwen3MoeForCausalLM"),
 }
 
 
@@ -57,28 +61,28 @@ def _moe_keys(cfg: TinyModelConfig) -> dict:
 
 
 def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
-    import transformers
-
-    config_class, architecture = _HF_CLASSES[cfg.family]
-    return getattr(transformers, config_class)(
-        vocab_size=vocab_size,
-        hidden_size=cfg.dim,
-        intermediate_size=cfg.ffn_dim,
-        num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.n_heads,
-        head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.max_seq_len,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-        rope_parameters=_rope_parameters(cfg),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        architectures=[architecture],
-        dtype="float32",
+    """config.json: the model type and the keys the tiny model sets (the module's docstring)."""
+    model_type, architecture = _HF_TYPES[cfg.family]
+    return {
+        "model_type": model_type,
+        "architectures": [architecture],
+        "vocab_size": vocab_size,
+        "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_heads,
+        "head_dim": cfg.head_dim,
+        "max_position_embeddings": cfg.max_seq_len,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False,
+        "rope_parameters": _rope_parameters(cfg),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "dtype": "float32",
         **_moe_keys(cfg),
-    ).to_dict()
+    }
 
 
 def write_tiny_config(directory: str | Path, cfg: TinyModelConfig) -> dict:
