@@ -5,6 +5,7 @@
     lives.py      which generators live, those lost with their node, the restarts left
     pace.py       the pace each keeps, and the routing choice `by_finish_time`
     failures.py   GeneratorFailed, GeneratorLost
+    snapshot.py   Snapshot: a `snapshot` seat's generators of their own, a lagged copy of the policy
 
 A generator whose proc dies is respawned (a new proc, then the newest weights:
 `on_replaced`) and the call it lost is made again on the new one, up to
