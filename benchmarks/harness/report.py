@@ -60,6 +60,7 @@ FULL = QUICK | {
     "self_play": [],
     "keep_mask": [],
     "snapshot_refresh": [],
+    "rival": [],
     "sft_then_grpo": [],
     "agent_turn_cost": [],
     "agent_overhead": [],

@@ -36,6 +36,7 @@ def report_grpo(summary: dict, app: str, what: str) -> None:
         " checkpoints/, logs/)"
     )
     report_evaluations(summary)
+    report_rival(summary.get("rival"))
     if summary["dropped_other"] or summary["not_started"]:
         print(f"dropped by reason: {summary['dropped_by_reason']}")
     if summary["not_started"]:
@@ -49,6 +50,17 @@ def report_grpo(summary: dict, app: str, what: str) -> None:
             f"({summary['lost_requests']} lost requests issued again)"
         )
     report_early_end(summary, app)
+
+
+def report_rival(rival: dict | None) -> None:
+    """The `rival` seat's policy, trained beside the run's (handles/rival.py)."""
+    if rival is not None:
+        print(
+            f"rival: version {rival['version']}; samples: generated {rival['generated']} = trained "
+            f"{rival['trained']} + dropped stale {rival['dropped_stale']} + dropped other {rival['dropped_other']}"
+            f" + left in buffer {rival['left_in_buffer']} + in a step {rival['in_step']}"
+            f" ({'adds up' if rival['accounting_ok'] else 'DOES NOT ADD UP'})"
+        )
 
 
 def report_sft(summary: dict, app: str, what: str) -> None:

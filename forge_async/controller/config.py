@@ -24,12 +24,13 @@ from forge_async.config.checks import (
 from forge_async.data.config import FilterConfig
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.registry import check_environment_name
-from forge_async.envs.seats import SNAPSHOT, check_seats
+from forge_async.envs.seats import RIVAL, SNAPSHOT, check_seats
 from forge_async.envs.textarena import TEXTARENA
 from forge_async.errors import ConfigError
 from forge_async.evaluation.config import EvalConfig
 from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.learning.config import TrainerConfig
+from forge_async.learning.rival_config import RivalConfig, check_rival
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.mesh.config import PlacementConfig
 from forge_async.mesh.run_roles import BufferSpec, RunRoles
@@ -272,6 +273,7 @@ class GRPOConfig(RunConfig):
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     # A run whose episodes all drop stops; the console says drops as they go on (rollout/progress_watch.py).
     stall: StallConfig = field(default_factory=StallConfig)
+    rival: RivalConfig = field(default_factory=RivalConfig)  # a `rival` seat's policy (env.seats)
 
     def __post_init__(self) -> None:
         check_choices(self, "")
@@ -302,6 +304,8 @@ class GRPOConfig(RunConfig):
             )
         if SNAPSHOT in [*self.env.seats, *self.eval.seats]:
             self._check_snapshot_placement()
+        if RIVAL in self.env.seats:
+            check_rival(self)
         if self.loss.objective != "grpo":
             raise ConfigError(
                 f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
@@ -357,22 +361,26 @@ class GRPOConfig(RunConfig):
             raise ConfigError(f"{key}: with model.lora.rank the trainer publishes its adapters alone, not a model")
 
     def _check_snapshot_placement(self) -> None:
-        """A snapshot's generators read the trainer's shared-memory channel (handles/generators/snapshot.py):
-        that transport, on the trainer's one node."""
+        """A snapshot's generators read the trainer's shared-memory channel (handles/generators/snapshot.py)."""
         seats = f"a `{SNAPSHOT}` seat (env.seats={list(self.env.seats)}, eval.seats={list(self.eval.seats)})"
+        self.check_beside_trainer(seats, "env.snapshot.generators", self.generator.count, self.env.snapshot.generators)
+
+    def check_beside_trainer(self, seats: str, key: str, first: int, count: int) -> None:
+        """`count` generators of `seats`' own (procs generator<first> on, set by `key`) that read a
+        trainer's shared-memory channel: that transport, on the trainer's one node."""
         if self.weights.transport != "shm":
             raise ConfigError(
-                f"weights.transport={self.weights.transport}: {seats} plays on generators that read the "
+                f"weights.transport={self.weights.transport}: {seats} plays on generators that read a "
                 "trainer's shared-memory channel; use weights.transport=shm"
             )
-        placement, first = self.placement, self.generator.count
-        nodes = sorted({placement.generator_host(first + j) for j in range(self.env.snapshot.generators)})
+        placement = self.placement
+        nodes = sorted({placement.generator_host(first + j) for j in range(count)})
         if len(placement.trainer_hosts) != 1 or nodes != list(placement.trainer_hosts):
             raise ConfigError(
-                f"env.snapshot.generators={self.env.snapshot.generators}: {seats} plays on generators placed "
-                f"after the trained policy's (placement.generator_hosts={list(placement.generator_hosts)} puts "
-                f"them on node(s) {nodes}); they read the trainer's channel, on its one node "
-                f"(placement.trainer_hosts={list(placement.trainer_hosts)})"
+                f"{key}={count}: {seats} plays on generators placed after the trained policy's "
+                f"(placement.generator_hosts={list(placement.generator_hosts)} puts them on node(s) {nodes}); "
+                f"they read a trainer's channel, on its one node (placement.trainer_hosts="
+                f"{list(placement.trainer_hosts)})"
             )
 
     def _check_inputs(self) -> None:
@@ -386,6 +394,8 @@ class GRPOConfig(RunConfig):
         if self.env.name is not None:
             check_environment_name(self.env)
         check_seats(self.eval.seats, "eval.seats")
+        if RIVAL in self.env.seats and self.rival.path is not None and not Path(self.rival.path).expanduser().is_dir():
+            raise ConfigError(f"rival.path: checkpoint directory not found: {self.rival.path}")
 
     def _text_input(self) -> str | None:
         if self.env.name is not None and self.env.name.startswith(TEXTARENA):

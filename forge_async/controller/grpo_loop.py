@@ -212,7 +212,8 @@ class GRPOLoop(TrainingLoop):
             if batch is not None:
                 return batch, buffer
             self.rollouts.watch.check()  # every episode dropping: the run cannot progress
-            missing = (self.config.batch_size - buffer.size) // self.config.group_size
+            # rounded up: a group may give fewer samples than group_size (a seat that never moved)
+            missing = -(-(self.config.batch_size - buffer.size) // self.config.group_size)
 
     async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, BufferStats]:
         """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""

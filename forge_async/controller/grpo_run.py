@@ -71,7 +71,7 @@ async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task
     if config.env.procs:
         new_environment = await handles.environments.start(new_environment)
     runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context, session_limit)
-    return SeatRunner(runner, config.env.seats, handles.snapshot) if config.env.seats else runner
+    return SeatRunner(runner, config.env.seats, handles.snapshot, handles.rival) if config.env.seats else runner
 
 
 async def train_on(

@@ -102,6 +102,8 @@ async def write_summary(
         "weight_receivers": weight_receivers,
         "placement": handles.placement,
         "skipped_rows": skipped_rows,
+        # a `rival` seat's policy (handles/rival.py): its version and samples, accounted as the run's
+        "rival": None if handles.rival is None else await handles.rival.summary(),
     }
     accounted = (
         summary["trained"]

@@ -235,7 +235,8 @@ class EnvConfig:
         [],
         help=(
             "a multi-player game's seats in turn order, each `policy` (the policy trained: several make "
-            "self-play), `snapshot` (the policy some steps ago: `env.snapshot.*`), `random` (a move its "
+            "self-play), `snapshot` (the policy some steps ago: `env.snapshot.*`), `rival` (a second policy "
+            "trained in the same run: `rival.*`), `random` (a move its "
             "observations show) or a `module:function` scripted player "
             "(`(observations, seat) -> move`); each policy seat's turns are a completion of their own "
             "([environments.md](environments.md#several-players-in-one-episode)); []: one seat, the policy's"

@@ -4,6 +4,8 @@ played by the policy being trained, by a frozen snapshot of it, or by a scripted
     env.seats=[policy,policy]            self-play: both seats the policy
     env.seats=[policy,snapshot]          against the policy of a few steps ago (env.snapshot.*,
                                          its own generators: handles/generators/snapshot.py)
+    env.seats=[policy,rival]             against a second policy trained in the same run (rival.*,
+                                         its own trainer, generators and buffer: handles/rival.py)
     env.seats=[policy,random]            against a random player: one of the turn's moves, when the
                                          environment lists them, else a move its observations show
     env.seats=[policy,mymodule:player]   against `player(observations: list[str], seat: int) -> str`,
@@ -18,9 +20,11 @@ by seat, so advantages compare a seat's episodes with that seat's (rollout/multi
 Scripted turns are the environment's business: nothing of them is trained. A snapshot seat
 plays as a policy seat does (a transcript of its own, the run's sampling, its turns sampled on the
 snapshot's generators, each token tagged with the snapshot's version) and gives no completion:
-its turns and rewards are only counted (`metrics`).
+its turns and rewards are only counted (`metrics`). A rival seat plays as a policy seat does, its
+turns sampled on the rival's generators, and gives a completion as a policy seat does, which the
+rollouts hand to the rival's buffer (rollout/multi_turn.py); admission control counts policy seats only.
 
-Limits are per model seat (policy or snapshot): `env.max_turns` of its turns, `env.max_episode_tokens` of its
+Limits are per model seat (policy, snapshot or rival): `env.max_turns` of its turns, `env.max_episode_tokens` of its
 transcript; and all seats together take at most `env.max_turns` turns each. An episode that
 reaches one ends, its game unfinished (rewards 0). A scripted player
 that raises, returns no text, or (async) takes longer than `env.timeout_s` drops its episode
@@ -46,6 +50,8 @@ from forge_async.tasks.task import Prompt
 
 POLICY = "policy"  # the seat is the policy being trained
 SNAPSHOT = "snapshot"  # the policy as it was some steps ago, never trained (env.snapshot.*)
+RIVAL = "rival"  # a second policy, trained in the same run by a trainer of its own (rival.*)
+MODEL_SEATS = (POLICY, SNAPSHOT, RIVAL)  # seats whose turns a model samples
 RANDOM = "random"  # a random move among those its observations show
 # (the seat's observations so far, as text, oldest first; the seat) -> the turn's text
 Player = Callable[[list[str], int], "str | Awaitable[str]"]
@@ -60,14 +66,16 @@ def check_seats(seats: list[str], key: str = "env.seats") -> None:
     if POLICY not in seats:
         raise ConfigError(f"{key}={list(seats)}: no seat is the policy; name at least one `{POLICY}`")
     for seat, name in enumerate(seats):
-        if name not in (POLICY, SNAPSHOT, RANDOM):
+        if name not in (*MODEL_SEATS, RANDOM):
             scripted_player(name, seat, key)
 
 
 def scripted_player(name: str, seat: int, key: str = "env.seats") -> Player:
     """The `module:function` of a scripted seat."""
     if ":" not in name:
-        raise ConfigError(f"{key}[{seat}]={name!r}: `{POLICY}`, `{SNAPSHOT}`, `{RANDOM}` or a `module:function`")
+        raise ConfigError(
+            f"{key}[{seat}]={name!r}: `{POLICY}`, `{SNAPSHOT}`, `{RIVAL}`, `{RANDOM}` or a `module:function`"
+        )
     return load_callable(name, f"{key}[{seat}]")
 
 
@@ -94,6 +102,18 @@ class SnapshotPlayer(Protocol):
 
     def metrics(self) -> dict[str, float]:
         """The snapshot's version, lag and refreshes."""
+        ...
+
+
+class RivalPlayer(Protocol):
+    """The rival seats' policy (handles/rival.py: Rival)."""
+
+    async def turn(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
+        """One turn, sampled on the rival's generators."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """The rival's version, samples and rewards."""
         ...
 
 
@@ -131,15 +151,24 @@ class _Seat:
 class SeatRunner:
     """Plays multi-seat episodes with `runner`'s environments, limits and timeouts."""
 
-    def __init__(self, runner: EnvRunner, seats: list[str], snapshot: SnapshotPlayer | None = None):
-        """`snapshot`: plays the `snapshot` seats (needed if there are any)."""
-        if SNAPSHOT in seats and snapshot is None:
-            raise ConfigError(f"seats {list(seats)}: a `{SNAPSHOT}` seat needs the snapshot's generators")
+    def __init__(
+        self,
+        runner: EnvRunner,
+        seats: list[str],
+        snapshot: SnapshotPlayer | None = None,
+        rival: RivalPlayer | None = None,
+    ):
+        """`snapshot`, `rival`: play the `snapshot` and `rival` seats (needed if there are any)."""
+        for name, player in ((SNAPSHOT, snapshot), (RIVAL, rival)):
+            if name in seats and player is None:
+                raise ConfigError(f"seats {list(seats)}: a `{name}` seat needs the {name}'s generators")
         self.runner = runner
         self.seats = list(seats)
         self.snapshot = snapshot
+        self.rival = rival
+        self.rival_seats = [i for i, name in enumerate(seats) if name == RIVAL]
         self.tally = SnapshotTally()
-        scripted = [i for i, name in enumerate(seats) if name not in (POLICY, SNAPSHOT, RANDOM)]
+        scripted = [i for i, name in enumerate(seats) if name not in (*MODEL_SEATS, RANDOM)]
         self.players = {i: scripted_player(seats[i], i) for i in scripted}
         self.turn_batch_wait_s = runner.turn_batch_wait_s
         self.policy_seats = sum(name == POLICY for name in seats)
@@ -159,7 +188,7 @@ class SeatRunner:
         finish = "done"
         while True:
             seat = seats[turn.seat]
-            if self.seats[seat.index] in (POLICY, SNAPSHOT):
+            if self.seats[seat.index] in MODEL_SEATS:
                 played = await self._model_turn(seat, turn.observation, generate, sampling)
                 if played is None:
                     finish = "max_episode_tokens"
@@ -176,14 +205,14 @@ class SeatRunner:
                 break
             turn = self._seat_turn(SeatTurn(step.seat, step.observation, step.moves) if step.seat is not None else step)
         self._count_snapshot_games(seats, rewards)
-        trained = [s for s in seats if self.seats[s.index] == POLICY and s.first is not None and s.turns]
+        trained = [s for s in seats if self.seats[s.index] in (POLICY, RIVAL) and s.first is not None and s.turns]
         return [self._completion(seat, rewards, finish) for seat in trained]
 
     def _at_turn_limit(self, seat: _Seat, seats: list[_Seat]) -> bool:
         """A policy seat has taken env.max_turns turns, or the seats all together as many as every
         seat's share (an environment that asks only its scripted seats ends too)."""
         limit = self.runner.limits.max_turns
-        model_seat_done = self.seats[seat.index] in (POLICY, SNAPSHOT) and seat.turns == limit
+        model_seat_done = self.seats[seat.index] in MODEL_SEATS and seat.turns == limit
         all_seats_done = sum(s.turns for s in seats) >= limit * len(seats)
         return model_seat_done or all_seats_done
 
@@ -206,11 +235,13 @@ class SeatRunner:
     async def _model_turn(
         self, seat: _Seat, observation: Observation, generate: GenerateOne, sampling: SamplingConfig
     ) -> ModelTurn | None:
-        """The policy's turn at `seat` (or the snapshot's, with the run's sampling), its observation
-        added to the seat's transcript first; None when the transcript has no room left for a turn."""
+        """The policy's turn at `seat` (or the snapshot's or rival's, with the run's sampling), its
+        observation added to the seat's transcript first; None when the transcript has no room left."""
         runner = self.runner
         if self.seats[seat.index] == SNAPSHOT:
             generate, sampling = self.snapshot.turn, runner.sampling
+        elif self.seats[seat.index] == RIVAL:
+            generate, sampling = self.rival.turn, runner.sampling
         if seat.first is None:
             seat.first = runner._first_observation_ids(observation)
         else:
@@ -266,11 +297,12 @@ class SeatRunner:
     def metrics(self) -> dict[str, float]:
         """With a snapshot seat: the snapshot's version, lag and refreshes, and its seats' turns
         (the versions their tokens carry) and games (their seats' mean reward and won share) since
-        the last call; nothing without one."""
+        the last call; with a rival seat, the rival's figures; nothing without either."""
+        figures = {} if self.rival is None else self.rival.metrics()
         if self.snapshot is None:
-            return {}
+            return figures
         tally, self.tally = self.tally, SnapshotTally()
-        return {**self.snapshot.metrics(), **tally.figures()}
+        return {**figures, **self.snapshot.metrics(), **tally.figures()}
 
     def _completion(self, seat: _Seat, rewards: dict[int, float], finish: str) -> Completion:
         t = seat.transcript

@@ -9,6 +9,7 @@ from forge_async.handles.generators import GeneratorPool
 from forge_async.handles.generators.snapshot import Snapshot
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.relays import WeightRelays
+from forge_async.handles.rival import Rival
 from forge_async.handles.scorers import ScorerModelHandle
 from forge_async.mesh.supervision import STOP_TIMEOUT_S, within
 from forge_async.handles.trainer import TrainerHandle
@@ -27,6 +28,7 @@ class RunHandles:
     uses_torchstore: bool
     engine_start_s: list[float]  # each generator's engine start-up
     snapshot: Snapshot | None = None  # a `snapshot` seat's generators (env.seats)
+    rival: Rival | None = None  # a `rival` seat's policy: trainer, generators, buffer (env.seats)
 
     async def trace_spans(self) -> dict[str, list]:
         """Every actor's spans since the last call, by track; a proc that cannot answer is left out."""
@@ -66,6 +68,7 @@ class RunHandles:
             *(s.stop() for s in self.scorers.values()),
             self.environments.stop(),
             *([] if self.snapshot is None else [self.snapshot.stop()]),
+            *([] if self.rival is None else [self.rival.stop()]),
         )
         if self.uses_torchstore:
             from forge_async.weights import store  # heavy to import: only where torchstore is used

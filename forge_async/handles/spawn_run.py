@@ -14,6 +14,7 @@ from forge_async.handles.generators import GeneratorPool
 from forge_async.handles.generators.snapshot import Snapshot
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.relays import WeightRelays
+from forge_async.handles.rival import Rival
 from forge_async.handles.run import RunHandles
 from forge_async.handles.scorers import ScorerModelHandle
 from forge_async.handles.trainer import TrainerHandle
@@ -46,6 +47,7 @@ async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_di
         uses_torchstore=uses_torchstore(config),
         engine_start_s=[],
         snapshot=Snapshot.of_run(config, spawner, procs_file),
+        rival=Rival.of_run(config, spawner, procs_file, run_dir),
     )
     try:
         handles.engine_start_s = await _start(handles)
@@ -65,6 +67,7 @@ async def _start(handles: RunHandles) -> list[float]:
             _start_in_turn(handles.scorers.values()),
             _start_store(handles.uses_torchstore),
             _start_if_any(handles.snapshot),
+            _start_if_any(handles.rival),
         )
     except ActorError as err:
         if isinstance(err.exception, UserError):
@@ -73,7 +76,7 @@ async def _start(handles: RunHandles) -> list[float]:
     return engine_start_s
 
 
-async def _start_if_any(role: BufferHandle | Snapshot | None) -> None:
+async def _start_if_any(role: BufferHandle | Snapshot | Rival | None) -> None:
     if role is not None:
         await role.start()
 

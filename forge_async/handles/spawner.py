@@ -6,7 +6,7 @@ bring it back after a failure.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from forge_async.controller.config import RunConfig
 from forge_async.errors import UserError
@@ -16,6 +16,7 @@ from forge_async.mesh import roles
 from forge_async.mesh.procs import RunProcs
 from forge_async.mesh.run_roles import RunRoles
 from forge_async.models.hf_checkpoint import Checkpoint
+from forge_async.weights.config import WeightsConfig
 
 
 @dataclass
@@ -23,6 +24,20 @@ class RoleSpawner:
     procs: RunProcs
     checkpoint: Checkpoint  # the initial policy
     pad_id: int
+    # A rival's spawner (`for_rival`): its trainer's role, its own weight channel, its learning rate
+    trainer_role: roles.Role = roles.TRAINER
+    own_weights: WeightsConfig | None = None  # None: the run's
+    lr: float | None = None  # None: trainer.lr
+
+    def for_rival(self, checkpoint: Checkpoint, channel_dir: str, lr: float | None) -> "RoleSpawner":
+        """The spawner of a `rival` seat's policy (handles/rival.py): its trainer (rival_trainer) and
+        generators start from `checkpoint` and meet at the shared-memory channel `channel_dir`."""
+        weights = replace(self.config.weights, channel_dir=channel_dir)
+        return replace(self, checkpoint=checkpoint, trainer_role=roles.RIVAL_TRAINER, own_weights=weights, lr=lr)
+
+    @property
+    def weights(self) -> WeightsConfig:
+        return self.own_weights or self.config.weights
 
     @property
     def config(self) -> RunConfig:
@@ -36,9 +51,9 @@ class RoleSpawner:
         """(procs, Trainer) with torch.distributed up and the initial weights loaded."""
         return await meshes.spawn_trainer(
             self.learner_spec(),
-            self.config.weights,
-            self.procs.host(roles.TRAINER),
-            procs=self.procs.take(roles.TRAINER),
+            self.weights,
+            self.procs.host(self.trainer_role),
+            procs=self.procs.take(self.trainer_role),
         )
 
     def learner_spec(self) -> LearnerSpec:
@@ -47,7 +62,7 @@ class RoleSpawner:
         reference = None if r.trainer_reference is None else str(self.scorer_checkpoint(r.trainer_reference).path)
         return LearnerSpec(
             str(self.checkpoint.path),
-            c.trainer,
+            c.trainer if self.lr is None else replace(c.trainer, lr=self.lr),
             self.pad_id,
             r.loss,
             r.importance,
@@ -64,7 +79,7 @@ class RoleSpawner:
         return await meshes.spawn_generator(
             self.checkpoint,
             c.generator,
-            c.weights,
+            self.weights,
             index,
             procs=self.procs.take(roles.generator(index)),
             lora=c.model.lora,

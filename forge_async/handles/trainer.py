@@ -14,7 +14,6 @@ from forge_async.learning.results import PolicySaved, Published, SaveFailed, Sta
 from forge_async.handles.handle import RoleHandle
 from forge_async.handles.procs_file import ProcsFile, Where, located
 from forge_async.mesh.supervision import T, failure_cause
-from forge_async.mesh.roles import TRAINER
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort
 
@@ -26,7 +25,7 @@ _TRAINER_PROC = re.compile(r"\btrainer-(\d+)<")
 
 class TrainerHandle(RoleHandle):
     def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
-        super().__init__(spawner, procs_file, TRAINER)
+        super().__init__(spawner, procs_file, spawner.trainer_role)  # TRAINER, or a rival's
         self._replies = ReplyPort()  # the step, every step: answered on one port
 
     async def _spawn(self) -> tuple:
@@ -38,7 +37,7 @@ class TrainerHandle(RoleHandle):
     @property
     def where(self) -> list[Where]:
         """Where each rank runs, by rank."""
-        return self.procs_file.where[str(TRAINER)]
+        return self.procs_file.where[str(self.role)]
 
     async def train_and_push(self, batch: list[Episode], targets: tuple[str, ...]) -> StepResult:
         """One optimizer step on `batch`, then the new weights published to `targets`."""
@@ -73,7 +72,7 @@ class TrainerHandle(RoleHandle):
     async def trace_spans(self) -> dict[str, list]:
         """Each rank's spans since the last call, by track."""
         spans = await self.actor.trace_spans.call()
-        return {f"trainer rank {rank}": s for rank, s in enumerate(spans.values())}
+        return {f"{self.role} rank {rank}": s for rank, s in enumerate(spans.values())}
 
     async def _call(self, call: Callable[[], Awaitable[dict[int, T]]]) -> T:
         """`call()` on every rank: rank 0's result."""
@@ -85,8 +84,8 @@ class TrainerHandle(RoleHandle):
     def _name_failure(self, err: Exception) -> str:
         rank = failed_rank(str(err))
         if rank is None or rank >= len(self.where):
-            return f"a trainer proc failed: {err}"
-        return f"trainer rank {rank} ({located(self.where[rank])}) failed: {failure_cause(err)}"
+            return f"a {self.role} proc failed: {err}"
+        return f"{self.role} rank {rank} ({located(self.where[rank])}) failed: {failure_cause(err)}"
 
 
 def failed_rank(message: str) -> int | None:

@@ -53,6 +53,8 @@ PRELOAD = {
     Kind.SCORER: ("forge_async.actors.logprob_model", "forge_async.models.titan"),
     Kind.ENVIRONMENT: ("forge_async.actors.environment_host",),
 }
+PRELOAD[Kind.RIVAL_TRAINER] = PRELOAD[Kind.TRAINER]
+_TRAINERS = (Kind.TRAINER, Kind.RIVAL_TRAINER)  # a rival's trainer is placed as the trainer is
 
 
 Step = Callable[[], None]
@@ -168,7 +170,7 @@ class RunProcs:
     def host(self, role: Role) -> HostMesh | None:
         """The node(s) `role` runs on; None for a trainer on this host alone."""
         placement = self.config.placement
-        if role.kind is Kind.TRAINER:
+        if role.kind in _TRAINERS:
             nodes = placement.trainer_hosts
             return self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
         if role.kind is Kind.GENERATOR:
@@ -181,7 +183,7 @@ class RunProcs:
 
     def spawn(self, role: Role) -> ProcMesh:
         """New procs for `role`, importing what its actor needs as they start."""
-        procs = self.config.trainer.procs if role.kind is Kind.TRAINER else 1
+        procs = self.config.trainer.procs if role.kind in _TRAINERS else 1
         return spawn_procs(
             self.host(role),
             procs,

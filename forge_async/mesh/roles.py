@@ -3,7 +3,7 @@
 A role is a kind and, for kinds that come several to a run, an index: the
 generator's position, the model scorer's position in `scorers`, the environment
 proc's position, or the node a weight relay serves. The weight sender runs on the
-trainer's (first) node. Its name (`generator3`,
+trainer's (first) node, and so does a rival's trainer. Its name (`generator3`,
 `weight_relay1`) names the proc mesh, its log file and its entry in procs.json.
 """
 
@@ -19,6 +19,7 @@ class Kind(str, Enum):
     WEIGHT_SENDER = "weight_sender"
     SCORER = "scorer"
     ENVIRONMENT = "environment"
+    RIVAL_TRAINER = "rival_trainer"  # a `rival` seat's policy's trainer (handles/rival.py)
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Role:
 TRAINER = Role(Kind.TRAINER)
 REPLAY_BUFFER = Role(Kind.REPLAY_BUFFER)
 WEIGHT_SENDER = Role(Kind.WEIGHT_SENDER)
+RIVAL_TRAINER = Role(Kind.RIVAL_TRAINER)
 
 
 def generator(index: int) -> Role:

@@ -7,6 +7,10 @@ new group in its place. A slow group holds up nothing but itself: no call-sized
 batch waits for its longest episode. What stragglers cost is measured per group:
 the time its episodes that ended first (trained or dropped) waited for its last one,
 and the spread of their lengths (`rollout/straggler_wait_ms` and its max, `rollout/length_spread`).
+
+With `rival` seats (env.seats), a group's rival seats' completions are scored apart and go to the
+rival's buffer (handles/rival.py), with the rival samples of its dropped episodes; the group's
+episodes, drops and tokens that the run's buffer and admission control see are the policy's only.
 """
 
 import asyncio
@@ -36,6 +40,8 @@ class EpisodeRollouts(Rollouts):
             1, calls_in_flight=self.prompts_per_rollout, samples_per_episode=self.samples_per_episode
         )
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
+        self.rival = getattr(runner, "rival", None)  # a SeatRunner's, with rival seats: where theirs go
+        self.rival_seats = set(getattr(runner, "rival_seats", ()))
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []
 
@@ -68,7 +74,7 @@ class EpisodeRollouts(Rollouts):
             played = played if isinstance(played, list) else [played]
             self.ended[played[0].finish_reason if played else "done"] += 1
             for completion in played:
-                self.tokens += completion.model_tokens
+                self.tokens += 0 if completion.seat in self.rival_seats else completion.model_tokens
             return played
 
         outcomes = await asyncio.gather(*(play() for _ in range(self.group_size)))
@@ -77,16 +83,28 @@ class EpisodeRollouts(Rollouts):
         samples = self.samples_per_episode
         dropped = Counter({reason: n * samples for reason, n in Counter(drop.reason for drop in drops).items()})
         self._straggler_waits_s.append(max(ended_at) - min(ended_at))
-        episodes = []
+        episodes, rivals = [], []
         if completions:
             lengths = [len(c.token_ids) for c in completions]
             self._length_spreads.append(max(lengths) - min(lengths))
             groups = by_seat(completions)  # advantages compare a seat's episodes with that seat's
-            episodes, unscored = await self._scored([prompt] * len(groups), groups)
-            dropped.update(unscored)
+            rivals = [g for g in groups if g[0].seat in self.rival_seats]
+            groups = [g for g in groups if g[0].seat not in self.rival_seats]
+            if groups:
+                episodes, unscored = await self._scored([prompt] * len(groups), groups)
+                dropped.update(unscored)
+        if self.rival is not None:
+            await self._to_rival(prompt, rivals, drops)
         first_drops = {drop.reason: drop for drop in reversed(drops)}  # reversed: each reason's first wins
         self._watched(episodes, dropped, {reason: str(drop) for reason, drop in first_drops.items()})
         return episodes, _buffered(dropped, drops, samples)
+
+    async def _to_rival(self, prompt: Prompt, groups: list[list[Completion]], drops: list[EpisodeDropped]) -> None:
+        """The rival seats' completions of a group, scored, into the rival's buffer, with the rival
+        samples of the group's dropped episodes (as `_buffered` counts the policy's)."""
+        episodes, unscored = await self._scored([prompt] * len(groups), groups) if groups else ([], {})
+        dropped = Counter({reason: n * len(self.rival_seats) for reason, n in Counter(d.reason for d in drops).items()})
+        self.rival.add(episodes, _buffered(dropped + Counter(unscored), drops, len(self.rival_seats)))
 
     def metrics(self) -> dict[str, float]:
         """Straggler figures of the groups finished since the last call; episodes ended by a limit;

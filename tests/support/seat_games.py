@@ -6,7 +6,7 @@ import asyncio
 from forge_async.data.episode import Completion
 from forge_async.envs.environment import EnvStep, ModelTurn, SeatTurn
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
-from forge_async.envs.seats import SeatRunner, SnapshotPlayer
+from forge_async.envs.seats import RivalPlayer, SeatRunner, SnapshotPlayer
 from forge_async.generation.config import SamplingConfig
 from forge_async.tasks.task import Prompt
 from tests.support.scripted import BYTES
@@ -46,11 +46,16 @@ class Moves:
 
 
 def seat_runner(
-    env_factory, seats: list[str], max_turns: int = 8, context: int = 256, snapshot: SnapshotPlayer | None = None
+    env_factory,
+    seats: list[str],
+    max_turns: int = 8,
+    context: int = 256,
+    snapshot: SnapshotPlayer | None = None,
+    rival: RivalPlayer | None = None,
 ) -> SeatRunner:
     limits = EpisodeLimits(max_turns, context, context)
     runner = EnvRunner(env_factory, BYTES, SamplingConfig(max_tokens=8), limits, timeout_s=5.0)
-    return SeatRunner(runner, seats, snapshot)
+    return SeatRunner(runner, seats, snapshot, rival)
 
 
 def play(runner: SeatRunner, model) -> list[Completion]:

@@ -9,6 +9,8 @@ again (`take_back`), and the run's figures read their paces and restarts.
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from forge_async.data.episode import Completion
+from forge_async.generation.config import SamplingConfig
 from forge_async.handles.generators.failures import GeneratorLost
 from forge_async.handles.generators.generator import GeneratorHandle
 from forge_async.handles.generators.lives import GeneratorLives
@@ -63,6 +65,14 @@ class GeneratorPool:
                 return await work(self._generators[index])
             except GeneratorLost:
                 index = self.stand_in(index)
+
+    async def generate_soonest(
+        self, prompts: list[list[int]], sampling: SamplingConfig, n: int
+    ) -> list[list[Completion]]:
+        """`generate` on the live generator soonest to finish it (a pool that plays seats' turns:
+        a snapshot's, a rival's), or on its stand-in if it is lost meanwhile."""
+        index = self.by_finish_time(len(prompts) * n)[0]
+        return await self.on_live(index, lambda generator: generator.generate(prompts, sampling, n))
 
     def lose(self, index: int, why: str) -> None:
         """Generator `index` is lost (`why`): no more calls go to it; GeneratorFailed if it was the last."""

@@ -49,7 +49,7 @@ class Snapshot(LaggedFollower):
         self.refresh_ms = 0.0  # the last refresh's (its swaps, all its generators')
         self.refresh_bytes = 0  # bytes copied into the snapshot's generators for the last refresh
         self._taken_bytes = 0  # bytes copied aside since the last refresh
-        self._turns = TurnBatcher(self._generate, turn_batch_wait_s)
+        self._turns = TurnBatcher(pool.generate_soonest, turn_batch_wait_s)
 
     @classmethod
     def of_run(cls, config, spawner: RoleSpawner, procs_file: ProcsFile) -> "Snapshot | None":
@@ -111,10 +111,6 @@ class Snapshot(LaggedFollower):
     async def turn(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
         """One snapshot seat's turn, sent with the other snapshot turns asked meanwhile."""
         return await self._turns(prompt_ids, sampling)
-
-    async def _generate(self, prompts: list[list[int]], sampling: SamplingConfig, n: int) -> list[list[Completion]]:
-        index = self.pool.by_finish_time(len(prompts) * n)[0]
-        return await self.pool.on_live(index, lambda generator: generator.generate(prompts, sampling, n))
 
     def metrics(self) -> dict[str, float]:
         """The snapshot's version and its lag behind the trainer's newest, its refreshes, and the last
