@@ -3,14 +3,18 @@ on its own generators and give completions that go to its own buffer and trainer
 policy's; bad rival plans fail at start naming the key; and a real run of Nim between two tiny
 digits models, each trained by its own trainer."""
 
+import asyncio
 import json
 
 import pytest
 
 from forge_async.controller.config import GRPOConfig
+from forge_async.data.episode import Completion, Episode
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.seats import check_seats
-from forge_async.errors import ConfigError
+from forge_async.errors import ConfigError, TrainerFailed
+from forge_async.handles.rival import Rival
+from forge_async.learning.results import StepResult
 from forge_async.evaluation.config import EvalConfig
 from forge_async.learning.rival_config import RivalConfig
 from forge_async.mesh.config import PlacementConfig
@@ -22,6 +26,7 @@ from tests.support.seat_games import Moves, Relay, play, seat_runner
 pytestmark = pytest.mark.unit
 
 AGAINST_RANDOM = EvalConfig(seats=["policy", "random"])
+SEATS = EnvConfig(name="nim", seats=["policy", "rival"])
 
 
 class RivalMoves(Moves):
@@ -114,3 +119,78 @@ def test_two_policies_train_on_their_own_seats_of_nim(tmp_path):
     assert rival["generated"] == sum(rival[p] for p in parts) > 0
     assert "rival: version" in run.output and "adds up" in run.output
     assert "rival_trainer" in json.loads((run.run_dir / "procs.json").read_text())
+
+
+class Steps:
+    """The rival's trainer as its learner sees it: each step a version more (or a failure)."""
+
+    def __init__(self, fail: bool = False):
+        self.version, self.batches, self.fail = 0, [], fail
+
+    async def train_and_push(self, batch, targets):
+        if self.fail:
+            raise RuntimeError("out of memory")
+        self.batches.append(batch)
+        self.version += 1
+        return StepResult(self.version, {}, 0.0, 0)
+
+
+async def settled() -> None:
+    """Until the learner has done what it can with what it holds (its steps here never wait)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def rival_episode(version: int, reward: float = 1.0) -> Episode:
+    completion = Completion([1], [2, 3], [-0.1, -0.1], [version, version], "x", "stop", env_reward=reward, seat=1)
+    return Episode(completion, reward, 0.0)
+
+
+def test_the_rival_learns_a_batch_at_a_time_dropping_stale_samples_and_accounts_for_them(tmp_path):
+    async def run():
+        config = GRPOConfig(env=SEATS, eval=AGAINST_RANDOM, prompts_per_step=1, group_size=2, prompts_per_rollout=1)
+        config.max_policy_age = 0
+        rival = Rival(config, None, None, tmp_path)
+        rival.trainer = steps = Steps()
+        rival.learn_beside()
+        rival.add([rival_episode(0), rival_episode(0, -1.0)], {"env_error": 1})
+        await settled()
+        assert rival.version == 1 and len(steps.batches) == 1
+        rival.add([rival_episode(0)], {})  # a version behind its trainer: stale at max_policy_age=0
+        rival.add([rival_episode(1)], {})
+        await settled()
+        assert rival.version == 1  # one fresh sample: no batch yet
+        figures = rival.metrics()
+        assert figures["rival/dropped_stale"] == 1 and figures["rival/reward"] == 0.5
+        rival.add([rival_episode(1)], {})
+        await settled()
+        assert rival.version == 2 and rival.metrics()["rival/trained_seat_1"] == 4
+        return await rival.summary()
+
+    summary = asyncio.run(run())
+    assert summary == {
+        "version": 2,
+        "generated": 6,
+        "trained": 4,
+        "dropped_stale": 1,
+        "dropped_other": 1,
+        "dropped_by_reason": {"env_error": 1, "stale": 1},
+        "left_in_buffer": 0,
+        "in_step": 0,
+        "accounting_ok": True,
+    }
+
+
+def test_a_failed_rival_step_ends_the_run_at_its_next_turn(tmp_path):
+    async def run():
+        config = GRPOConfig(env=SEATS, eval=AGAINST_RANDOM, prompts_per_step=1, group_size=2, prompts_per_rollout=1)
+        rival = Rival(config, None, None, tmp_path)
+        rival.trainer = Steps(fail=True)
+        rival.learn_beside()
+        rival.add([rival_episode(0), rival_episode(0)], {})
+        await settled()
+        with pytest.raises(TrainerFailed, match="the rival's learner failed: RuntimeError: out of memory"):
+            await rival.turn([1], None)
+        await rival.close()
+
+    asyncio.run(run())

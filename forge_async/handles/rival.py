@@ -76,7 +76,7 @@ class Rival:
         self.pool = GeneratorPool(spawner, self._procs_file, c.rival.generators, c.generator.max_restarts, first)
         self._turns = TurnBatcher(self.pool.generate_soonest, c.env.turn_batch_wait_s)
         _, starts = await asyncio.gather(self.trainer.start(), self.pool.start())
-        self._learning = asyncio.create_task(self._learn())
+        self.learn_beside()
         return starts
 
     async def _initial_model(self) -> Checkpoint:
@@ -114,6 +114,10 @@ class Rival:
         self.buffer.add(episodes, dropped)
         self._episodes.extend(episodes)
         self._added.set()
+
+    def learn_beside(self) -> None:
+        """Start the learner task (its trainer is up)."""
+        self._learning = asyncio.create_task(self._learn())
 
     async def _learn(self) -> None:
         """A step whenever the buffer holds a batch (staler samples dropped first), its version
