@@ -119,6 +119,9 @@ def test_two_policies_train_on_their_own_seats_of_nim(tmp_path):
     assert rival["generated"] == sum(rival[p] for p in parts) > 0
     assert "rival: version" in run.output and "adds up" in run.output
     assert "rival_trainer" in json.loads((run.run_dir / "procs.json").read_text())
+    saved = run.run_dir / "rival_final_model"
+    assert rival["final_model"] == str(saved) and (saved / "config.json").is_file()
+    assert f"rival's policy: {saved}" in run.output
 
 
 class Steps:
@@ -177,6 +180,7 @@ def test_the_rival_learns_a_batch_at_a_time_dropping_stale_samples_and_accounts_
         "dropped_by_reason": {"env_error": 1, "stale": 1},
         "left_in_buffer": 0,
         "in_step": 0,
+        "final_model": None,
         "accounting_ok": True,
     }
 

@@ -60,6 +60,7 @@ def report_rival(rival: dict | None) -> None:
             f"{rival['trained']} + dropped stale {rival['dropped_stale']} + dropped other {rival['dropped_other']}"
             f" + left in buffer {rival['left_in_buffer']} + in a step {rival['in_step']}"
             f" ({'adds up' if rival['accounting_ok'] else 'DOES NOT ADD UP'})"
+            + (f"; rival's policy: {rival['final_model']}" if rival.get("final_model") else "")
         )
 
 

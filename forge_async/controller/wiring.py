@@ -9,7 +9,6 @@ modules) overlap the procs' own start-up.
 
 import asyncio
 import json
-import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,13 +21,13 @@ from forge_async.errors import TrainerFailed
 from forge_async.handles.meshes import write_tiny_weights_on
 from forge_async.handles.run import RunHandles
 from forge_async.handles.spawn_run import spawn_run
-from forge_async.learning.results import SaveFailed
+from forge_async.handles.trainer import save_policy
 from forge_async.mesh.procs import RunProcs
 from forge_async.mesh.roles import TRAINER
 from forge_async.models.hf_checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
 from forge_async.observability.console import since_launch
-from forge_async.observability.outputs import replace_text, report_side_output_failure, write_side_output
+from forge_async.observability.outputs import replace_text, write_side_output
 from forge_async.observability.span_names import MESHES_START, START_UP_LANE
 from forge_async.observability.spans import TRACER, trace_events
 from forge_async.process import disk_full
@@ -90,6 +89,8 @@ async def run_to_the_end(
             loop.note_cut_short("no final policy saved: the trainer was still in its step")
         else:
             final_model = await save_final_policy(handles, run_dir)
+            if handles.rival is not None:
+                await handles.rival.save_final(run_dir / "rival_final_model")
         if trace:
             await write_trace(handles, run_dir)
         loop.record.failure = loop.record.failure or disk_full.first()
@@ -99,16 +100,7 @@ async def run_to_the_end(
 async def save_final_policy(handles: RunHandles, run_dir: Path) -> str | None:
     """RUN_DIR/final_model (and final_adapter with LoRA); None if it could not be written (then
     nothing half-written is left there)."""
-    print("saving the final policy ...", flush=True)
-    started = asyncio.get_running_loop().time()
-    final = run_dir / "final_model"
-    saved = await handles.trainer.save_hf(str(final), str(run_dir / "final_adapter"))
-    if isinstance(saved, SaveFailed):
-        shutil.rmtree(final, ignore_errors=True)
-        report_side_output_failure(final, saved.why)
-        return None
-    print(f"final policy saved in {asyncio.get_running_loop().time() - started:.1f}s: {saved.path}", flush=True)
-    return saved.path
+    return await save_policy(handles.trainer, run_dir / "final_model", run_dir / "final_adapter", "final policy")
 
 
 async def write_trace(handles: RunHandles, run_dir: Path) -> None:

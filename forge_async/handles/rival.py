@@ -16,7 +16,8 @@ buffer holds one, trains one step and publishes it; the loop never waits for it.
 Rival seats' episodes are scored with the others' (grouped by seat) and handed here by the rollouts
 (rollout/multi_turn.py, `add`); admission control counts the trained policy's seats only. A failed
 rival trainer ends the run (TrainerFailed), raised at the next rival turn. The rival is not
-checkpointed and not saved at the end (controller/config.py refuses `resume` with it).
+checkpointed (controller/config.py refuses `resume` with it); the run's end saves its policy as
+RUN_DIR/rival_final_model.
 """
 
 import asyncio
@@ -32,7 +33,7 @@ from forge_async.handles.generators.pool import GeneratorPool
 from forge_async.handles.meshes import write_tiny_weights_on
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
-from forge_async.handles.trainer import TrainerHandle
+from forge_async.handles.trainer import TrainerHandle, save_policy
 from forge_async.mesh.roles import RIVAL_TRAINER
 from forge_async.models.hf_checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
@@ -58,6 +59,7 @@ class Rival:
         self._learning: asyncio.Task | None = None
         self._stopping = False
         self._turns: TurnBatcher | None = None  # from `start`, on its generators
+        self.final_model: str | None = None  # RUN_DIR/rival_final_model, once saved at the end
 
     @classmethod
     def of_run(cls, config, spawner: RoleSpawner, procs_file: ProcsFile, run_dir: Path) -> "Rival | None":
@@ -177,6 +179,14 @@ class Rival:
             figures["rival/won_frac"] = statistics.fmean((e.completion.env_reward or 0) > 0 for e in episodes)
         return figures
 
+    async def save_final(self, path: Path) -> None:
+        """Its policy, learning stopped first, as a Hugging Face checkpoint at `path` (said in
+        summary.json's `rival.final_model`)."""
+        await self.close()
+        self.final_model = await save_policy(
+            self.trainer, path, path.with_name("rival_final_adapter"), "rival's policy"
+        )
+
     async def summary(self) -> dict:
         """summary.json's `rival`: its learning stopped first, its samples accounted for."""
         await self.close()
@@ -190,6 +200,7 @@ class Rival:
             "dropped_by_reason": stats.dropped_by_reason,
             "left_in_buffer": stats.size,
             "in_step": stats.sampled - self.trained,  # taken for a step the run's end left unfinished
+            "final_model": self.final_model,
         }
         accounted = sum(summary[k] for k in ("trained", "dropped_stale", "dropped_other", "left_in_buffer", "in_step"))
         return {**summary, "accounting_ok": accounted == stats.added}

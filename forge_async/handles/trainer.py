@@ -5,8 +5,11 @@ rank whose proc dies ends the run: TrainerFailed names the rank, its host and pi
 (the run can be resumed from its last checkpoint).
 """
 
+import asyncio
 import re
+import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from forge_async.data.episode import Episode
 from forge_async.errors import TrainerFailed
@@ -16,6 +19,7 @@ from forge_async.handles.procs_file import ProcsFile, Where, located
 from forge_async.mesh.supervision import T, failure_cause
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort
+from forge_async.observability.outputs import report_side_output_failure
 
 _POINT = re.compile(r"\{('\w+': \d+/\d+(?:, '\w+': \d+/\d+)*)\}")  # {'hosts': 1/2, 'procs': 0/1}
 _COORD = re.compile(r"'(\w+)': (\d+)/(\d+)")
@@ -102,3 +106,17 @@ def failed_rank(message: str) -> int | None:
         return rank
     proc = _TRAINER_PROC.search(message)
     return None if proc is None else int(proc.group(1))
+
+
+async def save_policy(trainer: TrainerHandle, final: Path, adapter: Path, what: str) -> str | None:
+    """`trainer`'s policy as a Hugging Face checkpoint at `final` (and its adapter at `adapter` with
+    LoRA), said on the console as `what`; None if it could not be written (nothing half-written left)."""
+    print(f"saving the {what} ...", flush=True)
+    started = asyncio.get_running_loop().time()
+    saved = await trainer.save_hf(str(final), str(adapter))
+    if isinstance(saved, SaveFailed):
+        shutil.rmtree(final, ignore_errors=True)
+        report_side_output_failure(final, saved.why)
+        return None
+    print(f"{what} saved in {asyncio.get_running_loop().time() - started:.1f}s: {saved.path}", flush=True)
+    return saved.path
