@@ -115,3 +115,39 @@ def test_a_seat_plan_of_another_size_fails_at_start_naming_the_key():
         app_config("env.seats=[policy,policy,random]", "eval.seats=[]", config_name="selfplay_nim").check_paths()
     with pytest.raises(ConfigError, match=r"env.seats must name 2 seats.*got \[\]"):
         app_config("env.seats=[]", "eval.seats=[]", config_name="selfplay_nim").check_paths()
+
+
+@pytest.mark.e2e
+def test_grpo_self_plays_nim_and_each_seat_accounts_for_its_own_games(tmp_path):
+    """A short run of the selfplay_nim preset (both seats the policy, real vLLM and Monarch): the
+    accounting adds up counting a sample per seat, every game ends with a winner (each seat's
+    reward +1 or -1, so its mean reward is 2 x its won share - 1), and evaluations play the
+    random seat."""
+    from forge_async.cli.subprocess_run import run_app
+    from tests.support.app_runs import assert_accounting
+
+    run = run_app(
+        tmp_path / "run",
+        "--config-name=selfplay_nim",
+        "steps=3",
+        "prompts_per_step=4",
+        "group_size=4",
+        "prompts_per_rollout=4",
+        "eval.every_steps=3",
+        "eval.prompts=8",
+        timeout=600,
+    )
+    assert run.returncode == 0, run.output
+    assert_accounting(run.summary)
+    assert [m["samples/trained"] for m in run.metrics] == [16, 32, 48]
+    for m in run.metrics:
+        assert m["episodes/ended_max_turns"] == 0
+        for seat in (0, 1):
+            if f"reward/seat_{seat}" in m:
+                assert m[f"reward/seat_{seat}"] == pytest.approx(2 * m[f"seat_{seat}/won_frac"] - 1)
+    assert {key for m in run.metrics for key in m if key.startswith("reward/seat_")} == {
+        "reward/seat_0",
+        "reward/seat_1",
+    }
+    assert [e["eval/version"] for e in run.evaluations] == [0, 3]
+    assert all(e["eval/prompts"] == 8 and 0 <= e["eval/won_frac"] <= 1 for e in run.evaluations)
