@@ -192,15 +192,18 @@ def descendants(pid: int) -> list[int]:
 
 class CpuAtFirstStep:
     """A console-line callback: at the first step's line, the CPU seconds of every process
-    this benchmark started (the app and its procs), by pid."""
+    this benchmark started (the app and its procs), by pid, and the box's load (its 1-minute
+    load average: how many processes wanted a core, the other jobs' among them)."""
 
     def __init__(self):
         self.by_pid: dict[int, float] = {}
+        self.load = 0.0
 
     def __call__(self, line: str) -> None:
         if not self.by_pid and STEP_LINE.match(line):
             taken = {pid: cpu_seconds(pid) for pid in descendants(os.getpid())}
             self.by_pid = {pid: cpu for pid, cpu in taken.items() if cpu}
+            self.load = os.getloadavg()[0]
 
     def by_process(self, procs_file: Path) -> dict[str, float]:
         """CPU seconds by process, named as procs.json names them (the controller, each role;
@@ -218,15 +221,17 @@ class CpuAtFirstStep:
         return cpu
 
 
-def one_run(repo: Path, steps: int, overrides: list[str]) -> tuple[dict, dict, dict]:
-    """(console phases, per-process breakdown, CPU seconds at the first step) of one run."""
+def one_run(repo: Path, steps: int, overrides: list[str]) -> tuple[dict, dict, dict, float]:
+    """(console phases, per-process breakdown, CPU seconds at the first step, the box's load
+    then) of one run."""
     cpu = CpuAtFirstStep()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         lines = timed_run(repo, steps, overrides, run_dir=run_dir, on_line=cpu)
         trace = run_dir / "trace.json"
         spans = trace_spans(trace) if trace.is_file() else {}
-        return phases(lines), breakdown(spans, engine_starts(lines)), cpu.by_process(run_dir / "procs.json")
+        where = breakdown(spans, engine_starts(lines))
+        return phases(lines), where, cpu.by_process(run_dir / "procs.json"), cpu.load
 
 
 HEADLINES = ("model ready", "first step", "last step -> exit, less the final save")  # the figures of --json
@@ -249,7 +254,7 @@ def kind(phase: str) -> str:
     return "since launch" if phase in dict(MILESTONES) else "interval"
 
 
-def result_of(results: list[dict], median: dict, where: dict, cpu: dict, runs: int) -> BenchmarkResult:
+def result_of(results: list[dict], median: dict, where: dict, cpu: dict, loads: list[float]) -> BenchmarkResult:
     result = BenchmarkResult("startup", "Start-up and teardown", this_command())
     for phase in HEADLINES:
         if phase in median:
@@ -257,6 +262,8 @@ def result_of(results: list[dict], median: dict, where: dict, cpu: dict, runs: i
             result.figure(f"{name} (median)", median[phase], "s")
     if cpu:
         result.figure("CPU seconds of all processes at the first step (median)", cpu["all"], "s")
+    result.figure("the box's 1-minute load average at the first step (median)", statistics.median(loads), "")
+    runs = len(results)
     columns = ["phase", "kind", *(f"run {i + 1} (s)" for i in range(len(results))), "median (s)"]
     rows = [[phase, kind(phase), *(r.get(phase) for r in results), value] for phase, value in median.items()]
     result.tables.append(Table(f"Start-up and teardown, {len(results)} runs", columns, rows))
@@ -298,13 +305,14 @@ def main() -> None:
     args = parser.parse_args()
     print(f"warm-up run ({args.repo}) ...", flush=True)
     timed_run(args.repo, args.steps, args.overrides)
-    results, wheres, cpus = [], [], []
+    results, wheres, cpus, loads = [], [], [], []
     for i in range(args.runs):
-        console, where, cpu = one_run(args.repo, args.steps, args.overrides)
+        console, where, cpu, load = one_run(args.repo, args.steps, args.overrides)
         results.append(console)
         wheres.append(where)
         cpus.append(with_total(cpu))
-        print(f"run {i + 1}: " + ", ".join(f"{k} {v:.1f}s" for k, v in console.items()), flush=True)
+        loads.append(load)
+        print(f"run {i + 1} (load {load:.1f}): " + ", ".join(f"{k} {v:.1f}s" for k, v in console.items()), flush=True)
     median = medians(results)
     where = medians(wheres) if any(wheres) else {}
     cpu = medians(cpus) if any(cpus) else {}
@@ -319,7 +327,7 @@ def main() -> None:
     printed("where the first step's time goes (median, seconds since launch)", rows)
     printed("CPU seconds at the first step (median)", [(proc, f"{s:5.2f}") for proc, s in cpu.items()])
     if args.json:
-        result_of(results, median, where, cpu, args.runs).write(args.json)
+        result_of(results, median, where, cpu, loads).write(args.json)
 
 
 if __name__ == "__main__":
