@@ -16,8 +16,9 @@ tokens and 16 prompts x 8 completions a step, on both sides:
   model, untrained: lengths spread over the whole budget, a third or so cut at 256.
 
 Each run is a process launched as a user would (`python -m apps.grpo ...` and
-`python -m benchmarks.pipeline.trl_grpo ...`, alternated: forge_async, TRL, forge_async, ...,
-same checkpoint, same seed), neither evaluating nor checkpointing. Measured after each case's
+`python -m benchmarks.pipeline.trl_grpo ...`, alternated: forge_async, TRL with torch's threads,
+TRL with one (--trl-threads), forge_async, ..., same checkpoint, same seed), neither evaluating
+nor checkpointing; ratios are against the fastest TRL side. Measured after each case's
 first few steps, between that step's console line and the last: completion tokens trained per
 second (both sides train every completion they keep; forge_async drops none here unless a
 variant makes it), and the same per CPU-second the side's processes used (a box shared with
@@ -55,8 +56,17 @@ from forge_async.process.runtime import environment_without_defaults
 
 MAX_TOKENS = 256
 LR = 1e-12  # untrained: the lengths stay those of the initial model
-TRL = "TRL"
 FORGE = "forge_async"
+# TRL's sides by --trl-threads: torch's default threads (0: both cores), one thread. On a box
+# shared with other work, two threads wait for each other at every small op (a scheduler slice
+# each time, several ms on the tiny model's microsecond ops): one thread is then several times
+# faster. The ratios are taken against the fastest TRL side.
+
+
+def trl_side(threads: int) -> str:
+    return "TRL" if threads == 0 else f"TRL, {threads} thread{'s' if threads > 1 else ''}"
+
+
 _TRL_STEP = re.compile(r"^step (\d+) reward [0-9.]+ mean_length ([0-9.]+)$")
 COMPLETIONS_PER_STEP = 16 * 8
 
@@ -151,7 +161,7 @@ def _weighted(rows: list[dict], key: str) -> float:
     return sum(r[key] * r["generator/engine_steps"] for r in rows) / max(steps, 1)
 
 
-def trl_run(case: Case, checkpoint: Path, steps: int, seed: int) -> dict:
+def trl_run(case: Case, checkpoint: Path, steps: int, seed: int, threads: int | None) -> dict:
     command = [
         sys.executable,
         "-m",
@@ -162,6 +172,7 @@ def trl_run(case: Case, checkpoint: Path, steps: int, seed: int) -> dict:
         f"--seed={seed}",
         f"--max-tokens={MAX_TOKENS}",
         f"--lr={LR}",
+        *([f"--threads={threads}"] if threads else []),
     ]
     start = time.perf_counter()
     # the user's environment, without forge_async's process defaults (as benchmarks.pipeline.vs_trl)
@@ -201,9 +212,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default: each case's, 25 and 12)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
     parser.add_argument("--variant", action="append", default=[], help="LABEL=OVERRIDES: another forge_async side")
+    parser.add_argument(
+        "--trl-threads", default="0,1", help="TRL sides, by torch threads (0: torch's default, every core)"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every forge_async side")
     add_json_argument(parser)
     args = parser.parse_args()
+    trl_sides = {trl_side(int(n)): int(n) for n in args.trl_threads.split(",")}
     sides = {FORGE: args.overrides} | {label: args.overrides + o for label, o in map(parse_variant, args.variant)}
     results: dict[str, dict[str, list[dict]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -211,13 +226,13 @@ def main() -> None:
             case = CASES[name]
             steps = args.steps or case.steps
             checkpoint = create_tiny_checkpoint(Path(tmp) / name, case.tiny)
-            results[name] = {side: [] for side in [*sides, TRL]}
+            results[name] = {side: [] for side in [*sides, *trl_sides]}
             for seed in range(args.runs):
-                for side, overrides in [*sides.items(), (TRL, None)]:
-                    if side == TRL:
-                        r = trl_run(case, checkpoint, steps, seed)
+                for side in results[name]:
+                    if side in trl_sides:
+                        r = trl_run(case, checkpoint, steps, seed, trl_sides[side])
                     else:
-                        r = forge_run(case, checkpoint, steps, seed, overrides)
+                        r = forge_run(case, checkpoint, steps, seed, sides[side])
                     results[name][side].append(r)
                     print(f"{name:14} {side:24} seed {seed}: {describe(r)}", flush=True)
     result = result_of(results)
@@ -249,7 +264,7 @@ COLUMNS = [
     "case",
     "side",
     "completion tokens/s",
-    "x TRL",
+    "x TRL (faster side)",
     "tokens per CPU-second",
     "x TRL per CPU-second",
     "steps/s",
@@ -264,25 +279,32 @@ COLUMNS = [
 
 
 def result_of(results: dict[str, dict[str, list[dict]]]) -> BenchmarkResult:
+    """The figures, against the fastest TRL side of each case (the sides named "TRL...")."""
     result = BenchmarkResult("long_tail", "Long-tailed completion lengths against TRL", this_command())
     rows = []
     for case, by_side in results.items():
-        trl, trl_cpu = _median(by_side[TRL], "tokens_per_s"), _median(by_side[TRL], "tokens_per_cpu_s")
+        trls = [runs for side, runs in by_side.items() if _is_trl(side)]
+        trl = max(_median(runs, "tokens_per_s") for runs in trls)
+        trl_cpu = max(_median(runs, "tokens_per_cpu_s") for runs in trls)
         for side, runs in by_side.items():
             tokens, per_cpu = _median(runs, "tokens_per_s"), _median(runs, "tokens_per_cpu_s")
             result.figure(f"{case}: {side} completion tokens/s (median)", tokens, "tokens/s")
-            if side != TRL:
-                result.figure(f"{case}: {side} / TRL, completion tokens/s", tokens / trl, "x")
-                result.figure(f"{case}: {side} / TRL, completion tokens per CPU-second", per_cpu / trl_cpu, "x")
+            if not _is_trl(side):
+                result.figure(f"{case}: {side} / TRL's faster side, completion tokens/s", tokens / trl, "x")
+                result.figure(f"{case}: {side} / TRL's faster side, tokens per CPU-second", per_cpu / trl_cpu, "x")
             rows.append([case, side, tokens, tokens / trl, per_cpu, per_cpu / trl_cpu])
             rows[-1] += [_median(runs, "steps_per_s"), _median(runs, "length_mean")]
-            rows[-1] += _forge_columns(runs) if side != TRL else [None] * 6
-        lines = [Line(side, *runs[0]["running_series"]) for side, runs in by_side.items() if side != TRL]
+            rows[-1] += _forge_columns(runs) if not _is_trl(side) else [None] * 6
+        lines = [Line(side, *runs[0]["running_series"]) for side, runs in by_side.items() if not _is_trl(side)]
         result.series.append(
             Series(f"{case}: engine batch running per engine step", "seconds into the run", "samples running", lines)
         )
     result.tables.append(Table("Each side, steady state (medians over the runs)", COLUMNS, rows))
     return result
+
+
+def _is_trl(side: str) -> bool:
+    return side.startswith("TRL")
 
 
 def _forge_columns(runs: list[dict]) -> list:

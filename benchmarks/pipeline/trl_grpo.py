@@ -11,7 +11,7 @@ checkpoint, batch (16 prompts x 8 completions), answer budget, sampling, learnin
 Adam betas and gradient clip as the CPU default, and the task's own reward function.
 `--config-name` takes the task of a preset in configs/ (its `task:` section, as forge_async
 builds it; default: the CPU default's digits task with `--num-digits`), `--max-tokens` and
-`--lr` the answer budget and learning rate.
+`--lr` the answer budget and learning rate, `--threads` torch's threads.
 TRL's defaults for the rest (DAPO token-mean loss, rewards scaled by the group's std,
 no KL penalty, so no reference model). Prints `step N reward R` after every step.
 """
@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--max-tokens", type=int, default=ANSWER_TOKENS, help="the answer budget")
+    parser.add_argument("--threads", type=int, default=None, help="torch's threads (default: torch's, every core)")
     parser.add_argument(
         "--completion-tokens",
         type=int,
@@ -104,6 +105,8 @@ def main() -> None:
     max_tokens = args.completion_tokens or args.max_tokens
     exact = {"min_new_tokens": args.completion_tokens} if args.completion_tokens else {}
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.float32)
     overrides = [f"task.num_digits={args.num_digits}"] if args.num_digits is not None else []
