@@ -57,6 +57,7 @@ FULL = QUICK | {
     "kept_set_loss": [],
     "learning_reliability": ["--seeds", "5"],
     "distillation": ["--seeds", "3"],
+    "self_distillation": [],
     "self_play": [],
     "keep_mask": [],
     "snapshot_refresh": [],
