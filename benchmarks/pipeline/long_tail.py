@@ -2,6 +2,7 @@
 
     pip install -e ".[bench]"    # TRL, for this benchmark only
     .venv/bin/python -m benchmarks.pipeline.long_tail [--runs 1] [--steps N] [--cases digits,reasoning_gym]
+    .venv/bin/python -m benchmarks.pipeline.long_tail --trl-threads 1   # TRL with one torch thread alone
     .venv/bin/python -m benchmarks.pipeline.long_tail --variant "2 generators=generator.count=2" [-- overrides ...]
 
 A batch waits for its slowest completion: a synchronous trainer pads every batch to its longest
@@ -11,15 +12,15 @@ tokens and 16 prompts x 8 completions a step, on both sides:
 
 - digits: the CPU default's max-of-5-digits task on its tiny model, untrained (lr 1e-12, so
   the lengths stay the untrained model's over the whole run: EOS is one of the digit
-  tokenizer's 16 tokens, a geometric length of mean ~16 with a tail past 100);
+  tokenizer's 14 tokens, a geometric length of mean ~15 with a tail past 100);
 - reasoning_gym: configs/reasoning_gym.yaml's chain_sum prompts on the byte-tokenizer tiny
-  model, untrained: lengths spread over the whole budget, a third or so cut at 256.
+  model, untrained: lengths spread over the whole budget, mean ~160, many cut at 256.
 
 Each run is a process launched as a user would (`python -m apps.grpo ...` and
 `python -m benchmarks.pipeline.trl_grpo ...`, alternated: forge_async, TRL with torch's threads,
 TRL with one (--trl-threads), forge_async, ..., same checkpoint, same seed), neither evaluating
-nor checkpointing; ratios are against the fastest TRL side. Measured after each case's
-first few steps, between that step's console line and the last: completion tokens trained per
+nor checkpointing; ratios are against the fastest TRL side. Measured after each case's first
+few steps, between that step's console line and the last: completion tokens trained per
 second (both sides train every completion they keep; forge_async drops none here unless a
 variant makes it), and the same per CPU-second the side's processes used (a box shared with
 other work gives each side what the others leave: the per-CPU figure holds where the wall-clock
