@@ -1,17 +1,18 @@
 """Self-distillation against a lagged teacher vs GRPO alone: the CPU default, the same steps.
 
-    .venv/bin/python -m benchmarks.learning.self_distillation                 # seeds 0-2, 200 steps
-    .venv/bin/python -m benchmarks.learning.self_distillation --lag 5 --refresh-steps 10 --coef 0.1
+    .venv/bin/python -m benchmarks.learning.self_distillation                 # seeds 0-2, 200 steps, coef 0.1 1 10
+    .venv/bin/python -m benchmarks.learning.self_distillation --lag 5 --refresh-steps 10 --coef 1
     .venv/bin/python -m benchmarks.learning.self_distillation --json PATH     # also the results in the report's shape
 
-Per seed, `python -m apps.grpo` (the default task and model) runs twice: GRPO alone (the
-default's scorers: the task reward and the reference KL in the trainer), and GRPO plus a teacher
-that is the policy itself --lag steps before each refresh, refreshed every --refresh-steps steps
-(the default's scorers and `{kind: teacher, model: self, ...}`; its per-token advantage
-coef * (log pi_teacher - log pi_student) is added to GRPO's). Per run: the step and the seconds
+Per seed, `python -m apps.grpo` (the default task and model) runs GRPO alone (the default's
+scorers: the task reward and the reference KL in the trainer), then once per --coef GRPO plus a
+teacher that is the policy itself --lag steps before each refresh, refreshed every
+--refresh-steps steps (the default's scorers and `{kind: teacher, model: self, ...}`; its
+per-token advantage coef * (log pi_teacher - log pi_student) is added to GRPO's). Per run: the step and the seconds
 from launch at which the 5-step mean reward first reaches the target, the reward of the last 10
 steps, and for the teacher arm the reverse KL to the teacher, first and last 10 steps; then the
-medians and the ratio of steps (teacher / GRPO alone), and the reward and reverse KL over steps.
+medians and, per coef, the ratio of steps (teacher / GRPO alone); the reward and the reverse KL
+over steps.
 """
 
 import argparse
@@ -26,7 +27,7 @@ from forge_async.controller.config import GRPOConfig
 from forge_async.observability.metrics import read_rows
 from forge_async.scoring.config import ScorerConfig
 
-ARMS = ("grpo", "grpo+self")
+ALONE = "grpo"
 WINDOW = 5  # the moving mean of the reward the target is read on (harness/app_run.py's)
 
 
@@ -87,14 +88,20 @@ def cells(run: Run) -> list[str]:
 COLUMNS = ["arm", "seed", "step", "s", "final", "reverse KL (first -> last 10 steps)"]
 
 
+def arms_of(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Arm name -> its overrides: GRPO alone first, then GRPO plus the teacher at each coef."""
+    taught = {f"grpo+self {coef:g}": [scorers_with_teacher(args.lag, args.refresh_steps, coef)] for coef in args.coef}
+    return {ALONE: [], **taught}
+
+
 def median_of(runs: list[Run], arm: str, key: str) -> float | None:
     values = [getattr(r, key) for r in runs if r.arm == arm and getattr(r, key) is not None]
     return statistics.median(values) if values else None
 
 
-def steps_ratio(runs: list[Run]) -> float | None:
-    """The teacher arm's median steps to the target over GRPO alone's; None unless both reach it."""
-    alone, taught = (median_of(runs, arm, "step") for arm in ARMS)
+def steps_ratio(runs: list[Run], arm: str) -> float | None:
+    """A teacher arm's median steps to the target over GRPO alone's; None unless both reach it."""
+    alone, taught = median_of(runs, ALONE, "step"), median_of(runs, arm, "step")
     return taught / alone if alone and taught else None
 
 
@@ -102,48 +109,46 @@ def moving_mean(values: list[float]) -> list[float]:
     return [statistics.fmean(values[max(0, i - WINDOW + 1) : i + 1]) for i in range(len(values))]
 
 
-def median_over_seeds(series: list[list[float]]) -> list[float]:
-    return [statistics.median(at) for at in zip(*series)]
+def median_line(label: str, series: list[list[float]]) -> Line:
+    """The median over seeds at each step, steps counted from 1."""
+    y = [round(statistics.median(at), 4) for at in zip(*series)]
+    return Line(label, list(range(1, len(y) + 1)), y)
 
 
-def series_of(runs: list[Run]) -> list[Series]:
-    """The 5-step mean reward over steps (median over seeds) per arm; each seed's reverse KL over steps."""
-    reward = []
-    for arm in ARMS:
-        y = median_over_seeds([moving_mean(r.rewards) for r in runs if r.arm == arm])
-        reward.append(Line(arm, list(range(1, len(y) + 1)), [round(v, 4) for v in y]))
-    kl = [
-        Line(f"seed {r.seed}", list(range(1, len(r.reverse_kl) + 1)), [round(v, 4) for v in r.reverse_kl])
-        for r in runs
-        if r.reverse_kl
-    ]
+def series_of(runs: list[Run], arms: list[str]) -> list[Series]:
+    """Per arm, the 5-step mean reward over steps and the reverse KL to the teacher over steps (medians over seeds)."""
+    reward = [median_line(arm, [moving_mean(r.rewards) for r in runs if r.arm == arm]) for arm in arms]
+    kl = [median_line(arm, [r.reverse_kl for r in runs if r.arm == arm]) for arm in arms if arm != ALONE]
     return [
         Series(f"Reward over steps ({WINDOW}-step mean, median over seeds)", "step", "reward", reward),
-        Series("Reverse KL to the lagged teacher over steps (grpo+self)", "step", "log pi - log pi_teacher", kl),
+        Series("Reverse KL to the lagged teacher over steps (median over seeds)", "step", "nats per token", kl),
     ]
 
 
-def result_of(runs: list[Run], args: argparse.Namespace) -> BenchmarkResult:
-    result = BenchmarkResult(
-        "self_distillation", "Self-distillation against a lagged teacher vs GRPO alone", this_command()
-    )
-    if (ratio := steps_ratio(runs)) is not None:
-        result.figure(f"grpo+self / grpo steps to reward {args.target}", ratio, "x")
-    for arm in ARMS:
-        reached = [r for r in runs if r.arm == arm and r.step is not None]
-        result.figure(f"{arm}: seeds reaching {args.target}", len(reached), f"of {args.seeds}")
-        if reached:
-            result.figure(f"{arm}: median steps to {args.target}", median_of(runs, arm, "step"), "steps")
-            result.figure(f"{arm}: median seconds from launch to {args.target}", median_of(runs, arm, "seconds"), "s")
-        result.figure(f"{arm}: median reward, last 10 steps", median_of(runs, arm, "final"), "")
-    taught = [r for r in runs if r.reverse_kl]
-    if taught:
-        for part, cut in (("first", slice(None, 10)), ("last", slice(-10, None))):
+def arm_figures(result: BenchmarkResult, runs: list[Run], arm: str, args: argparse.Namespace) -> None:
+    if arm != ALONE and (ratio := steps_ratio(runs, arm)) is not None:
+        result.figure(f"{arm} / {ALONE} steps to reward {args.target}", ratio, "x")
+    reached = [r for r in runs if r.arm == arm and r.step is not None]
+    result.figure(f"{arm}: seeds reaching {args.target}", len(reached), f"of {args.seeds}")
+    if reached:
+        result.figure(f"{arm}: median steps to {args.target}", median_of(runs, arm, "step"), "steps")
+        result.figure(f"{arm}: median seconds from launch to {args.target}", median_of(runs, arm, "seconds"), "s")
+    result.figure(f"{arm}: median reward, last 10 steps", median_of(runs, arm, "final"), "")
+    taught = [r for r in runs if r.arm == arm and r.reverse_kl]
+    for part, cut in (("first", slice(None, 10)), ("last", slice(-10, None))):
+        if taught:
             value = statistics.median(statistics.fmean(r.reverse_kl[cut]) for r in taught)
-            result.figure(f"grpo+self: median reverse KL to the teacher, {part} 10 steps", value, "")
-    title = f"Per run: the first step whose {WINDOW}-step mean reward reaches {args.target}, its seconds from launch"
-    result.tables.append(Table(title, COLUMNS, [cells(r) for r in runs]))
-    result.series.extend(series_of(runs))
+            result.figure(f"{arm}: median reverse KL to the teacher, {part} 10 steps", value, "")
+
+
+def result_of(runs: list[Run], arms: list[str], args: argparse.Namespace) -> BenchmarkResult:
+    title = "Self-distillation against a lagged teacher vs GRPO alone"
+    result = BenchmarkResult("self_distillation", title, this_command())
+    for arm in arms:
+        arm_figures(result, runs, arm, args)
+    heading = f"Per run: the first step whose {WINDOW}-step mean reward reaches {args.target}, its seconds from launch"
+    result.tables.append(Table(heading, COLUMNS, [cells(r) for r in runs]))
+    result.series.extend(series_of(runs, arms))
     return result
 
 
@@ -154,17 +159,19 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("--lag", type=int, default=5, help="the teacher: the policy this many steps before a refresh")
     parser.add_argument("--refresh-steps", type=int, default=10, help="the teacher is refreshed every this many steps")
-    parser.add_argument("--coef", type=float, default=0.1, help="scale of the teacher's per-token advantage")
+    parser.add_argument(
+        "--coef", type=float, nargs="+", default=[0.1, 1.0, 10.0], help="scales of the teacher's per-token advantage"
+    )
     add_json_argument(parser)
     args = parser.parse_args()
-    arms = {"grpo": [], "grpo+self": [scorers_with_teacher(args.lag, args.refresh_steps, args.coef)]}
+    arms = arms_of(args)
     print(" | ".join(COLUMNS), flush=True)
     runs = []
     for seed in range(args.seeds):
         for arm, overrides in arms.items():
             runs.append(one_run(arm, seed, args.steps, args.target, overrides))
             print(" | ".join(cells(runs[-1])), flush=True)
-    result = result_of(runs, args)
+    result = result_of(runs, list(arms), args)
     result.print_summary()
     if args.json:
         result.write(args.json)
