@@ -110,8 +110,8 @@ FORGE_COMMON = (
 
 
 def steady(times: list[float], tokens: list[float], warmup: int) -> dict:
-    """Steps/s and completion tokens/s between step `warmup`'s line and the last (step i's line at
-    times[i], its mean completion length tokens[i])."""
+    """Steps/s and completion tokens/s from the console line of step `warmup + 1` to the last
+    (times[i]: step i + 1's line, seconds from launch; tokens[i]: its mean completion length)."""
     span = times[-1] - times[warmup]
     trained = sum(tokens[warmup + 1 :]) * COMPLETIONS_PER_STEP
     return {
@@ -162,7 +162,8 @@ def _weighted(rows: list[dict], key: str) -> float:
     return sum(r[key] * r["generator/engine_steps"] for r in rows) / max(steps, 1)
 
 
-def trl_run(case: Case, checkpoint: Path, steps: int, seed: int, threads: int | None) -> dict:
+def trl_run(case: Case, checkpoint: Path, steps: int, seed: int, threads: int) -> dict:
+    """`threads`: torch's threads in TRL's process (0: torch's default)."""
     command = [
         sys.executable,
         "-m",
