@@ -8,11 +8,12 @@ Per seed, `python -m apps.grpo` (the default task and model) runs GRPO alone (th
 scorers: the task reward and the reference KL in the trainer), then once per --coef GRPO plus a
 teacher that is the policy itself --lag steps before each refresh, refreshed every
 --refresh-steps steps (the default's scorers and `{kind: teacher, model: self, ...}`; its
-per-token advantage coef * (log pi_teacher - log pi_student) is added to GRPO's). Per run: the step and the seconds
-from launch at which the 5-step mean reward first reaches the target, the reward of the last 10
-steps, and for the teacher arm the reverse KL to the teacher, first and last 10 steps; then the
-medians and, per coef, the ratio of steps (teacher / GRPO alone); the reward and the reverse KL
-over steps.
+per-token advantage coef * (log pi_teacher - log pi_student) is added to GRPO's). Per run: the
+step and the seconds from launch at which the 5-step mean reward first reaches the target, the
+reward of the last 10 steps, and for a teacher arm the reverse KL to the teacher: its mean over
+the first and the last 10 steps, and its largest 10-step mean (it peaks while the reward
+climbs); then the medians and, per coef, the ratio of steps (teacher / GRPO alone); the reward
+and the reverse KL over steps (medians over seeds).
 """
 
 import argparse
@@ -74,9 +75,17 @@ def one_run(arm: str, seed: int, steps: int, target: float, overrides: list[str]
     )
 
 
+def kl_parts(kl: list[float]) -> dict[str, float]:
+    """The reverse KL's mean over the first and the last 10 steps, and its largest 10-step mean (mid-learning)."""
+    means = [statistics.fmean(kl[i : i + 10]) for i in range(len(kl) - 9)]
+    return {"first": means[0], "largest": max(means), "last": means[-1]}
+
+
 def kl_cell(run: Run) -> str:
-    kl = run.reverse_kl
-    return f"{statistics.fmean(kl[:10]):.3f} -> {statistics.fmean(kl[-10:]):.3f}" if kl else ""
+    if not run.reverse_kl:
+        return ""
+    parts = kl_parts(run.reverse_kl)
+    return f"{parts['first']:.3f} -> {parts['last']:.3f} (largest {parts['largest']:.3f})"
 
 
 def cells(run: Run) -> list[str]:
@@ -85,7 +94,7 @@ def cells(run: Run) -> list[str]:
     return [run.arm, str(run.seed), step, seconds, f"{run.final:.2f}", kl_cell(run)]
 
 
-COLUMNS = ["arm", "seed", "step", "s", "final", "reverse KL (first -> last 10 steps)"]
+COLUMNS = ["arm", "seed", "step", "s", "final", "reverse KL, 10-step means: first -> last (largest)"]
 
 
 def arms_of(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -135,10 +144,10 @@ def arm_figures(result: BenchmarkResult, runs: list[Run], arm: str, args: argpar
         result.figure(f"{arm}: median seconds from launch to {args.target}", median_of(runs, arm, "seconds"), "s")
     result.figure(f"{arm}: median reward, last 10 steps", median_of(runs, arm, "final"), "")
     taught = [r for r in runs if r.arm == arm and r.reverse_kl]
-    for part, cut in (("first", slice(None, 10)), ("last", slice(-10, None))):
+    for part in ("first", "largest", "last"):
         if taught:
-            value = statistics.median(statistics.fmean(r.reverse_kl[cut]) for r in taught)
-            result.figure(f"{arm}: median reverse KL to the teacher, {part} 10 steps", value, "")
+            value = statistics.median(kl_parts(r.reverse_kl)[part] for r in taught)
+            result.figure(f"{arm}: median reverse KL to the teacher, {part} 10-step mean", value, "")
 
 
 def result_of(runs: list[Run], arms: list[str], args: argparse.Namespace) -> BenchmarkResult:
