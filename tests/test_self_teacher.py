@@ -69,6 +69,24 @@ def test_the_teacher_is_refreshed_every_m_steps_to_the_version_k_steps_before():
     assert channel.calls[:3] == [("use", None), ("take", 2), ("use", 2)]
 
 
+def test_a_resumed_runs_teacher_takes_the_restored_version_then_follows_its_schedule():
+    async def run() -> list[int]:
+        teacher.resumed(7)  # restored at 7: versions 2..6 are gone with the run that made them
+        await asyncio.sleep(0.01)
+        held = [teacher.version]
+        for version in (8, 9):
+            teacher.published(version)
+            await asyncio.sleep(0.01)
+            held.append(teacher.version)
+        await teacher.close()
+        return held
+
+    channel = Channel()
+    teacher = SelfTeacher(ScorerConfig(kind="teacher", model="self", lag=1, refresh_steps=3), channel)
+    assert asyncio.run(run()) == [7, 7, 8]
+    assert channel.calls == [("take", 7), ("use", 7), ("take", 8), ("use", 8)]
+
+
 def test_bad_self_teachers_fail_at_start_naming_the_key():
     check_scorers([ScorerConfig(), ScorerConfig(kind="teacher", model="self", lag=2, refresh_steps=4)])
     bad = {

@@ -173,7 +173,7 @@ class TrainingLoop:
         """A resumed run's generators start from the initial weights: publish the restored version."""
         if self.record.version > 0:
             await self.handles.trainer.push_weights(self.delivery.push_targets)
-            self.delivery.publish(self.record.version)
+            self.delivery.publish(self.record.version, resumed=True)
 
     async def _checkpoint(self) -> None:
         """Save the run; one that cannot be saved (a full disk) ends it, as a failure, after

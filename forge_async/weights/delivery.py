@@ -52,6 +52,8 @@ class Follower(Protocol):
 
     def published(self, version: int) -> None: ...
 
+    def resumed(self, version: int) -> None: ...
+
     def check(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -96,14 +98,15 @@ class WeightDelivery:
         for follower in self.followers:
             follower.check()
 
-    def publish(self, version: int) -> None:
-        """The trainer has published `version` to the push targets: bring it to every generator."""
+    def publish(self, version: int, resumed: bool = False) -> None:
+        """The trainer has published `version` to the push targets: bring it to every generator.
+        `resumed`: the version a resumed run restored, which followers take at once."""
         self.check()
         self.published = version
         for event in self._wake:
             event.set()
         for follower in self.followers:
-            follower.published(version)
+            follower.resumed(version) if resumed else follower.published(version)
 
     def take_back(self, index: int) -> None:
         """Receiver `index`, lost with its node, is back (spawned again, holding no version yet):

@@ -8,10 +8,12 @@ keeps the newest two versions only), and when version k * M is published they lo
 runs from K to K + M. Weight delivery tells them each version published (`published`); the
 copies and loads run in order on a task of their own, beside the training loop, which never
 waits for them. A version copied after a newer one took its slot in the channel is that newer
-one: the version held says which.
+one: the version held says which. A resumed run's followers take and load the restored version
+(`resumed`): the versions before it are gone with the run that made them.
 """
 
 import asyncio
+from abc import ABC, abstractmethod
 
 TAKE = "take"  # copy the version just published aside
 USE = "use"  # load the version copied aside
@@ -28,7 +30,7 @@ def steps_at(version: int, lag: int, refresh_steps: int) -> list[str]:
     return steps
 
 
-class LaggedFollower:
+class LaggedFollower(ABC):
     """Takes and loads versions as `steps_at` says; `take` and `use` are the follower's own."""
 
     def __init__(self, lag: int, refresh_steps: int):
@@ -40,18 +42,25 @@ class LaggedFollower:
         self._work: asyncio.Queue[tuple[str, int]] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
 
+    @abstractmethod
     async def take(self, version: int) -> None:
         """Copy the trainer's `version` aside."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def use(self, version: int) -> int:
         """Load what was copied aside (`version` was just published); returns the version held."""
-        raise NotImplementedError
 
     def published(self, version: int) -> None:
         """The trainer published `version`: queue what it asks of the follower."""
+        self._queue(version, steps_at(version, self.lag, self.refresh_steps))
+
+    def resumed(self, version: int) -> None:
+        """A resumed run's trainer published its restored `version`: the follower takes and
+        loads it, the nearest to its lagged version that is left."""
+        self._queue(version, [TAKE, USE])
+
+    def _queue(self, version: int, steps: list[str]) -> None:
         self.newest = version
-        steps = steps_at(version, self.lag, self.refresh_steps)
         for step in steps:
             self._work.put_nowait((step, version))
         if steps and self._worker is None:

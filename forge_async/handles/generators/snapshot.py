@@ -16,7 +16,8 @@ when it is published (`take_version`; K = 0 copies nothing) and swaps it in at t
 (generator.swap_mode). All of it runs beside the training loop, which never waits for it.
 
 A respawned snapshot generator holds the channel's newest version (the one it had may be gone);
-a resumed run's snapshot holds the initial weights until its first refresh.
+a resumed run's snapshot takes the restored version at once (the older ones are gone with the
+run that made them), and follows the schedule from there.
 
 They are not the trained policy's generators: the rollout workers, admission control, weight
 delivery's versions and evaluations never see them. Only snapshot seats' turns go to them
