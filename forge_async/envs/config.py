@@ -158,7 +158,7 @@ class SnapshotConfig:
         help=(
             "with a `snapshot` seat: the snapshot is refreshed when the trainer publishes a multiple of this, "
             "to the version `lag` steps before; between refreshes it holds its version "
-            "([environments.md](environments.md#a-frozen-past-self-the-snapshot-seat))"
+            "([multiplayer.md](multiplayer.md#a-frozen-past-self-the-snapshot-seat))"
         ),
         accepts=">= 1",
     )
@@ -223,7 +223,7 @@ class EnvConfig:
             "makes one Environment per episode (imported at start); `openenv`: an OpenEnv server "
             "(`env.openenv.*`); `textarena:GAME` plays a TextArena game (one player, or `env.seats`' players) "
             "([environments.md](environments.md#textarena-games)); `nim`: a built-in two-player game for "
-            "`env.seats` ([environments.md](environments.md#a-game-the-tiny-model-learns-by-self-play-nim)); "
+            "`env.seats` ([multiplayer.md](multiplayer.md#a-game-the-tiny-model-learns-by-self-play-nim)); "
             "`agent:...` runs an agent program per "
             "episode "
             "([environments.md](environments.md#agent-programs-through-an-openai-compatible-endpoint)); "
@@ -239,7 +239,7 @@ class EnvConfig:
             "trained in the same run: `rival.*`), `random` (a move its "
             "observations show) or a `module:function` scripted player "
             "(`(observations, seat) -> move`); each policy seat's turns are a completion of their own "
-            "([environments.md](environments.md#several-players-in-one-episode)); []: one seat, the policy's"
+            "([multiplayer.md](multiplayer.md)); []: one seat, the policy's"
         ),
         accepts="[], or two or more seats with at least one `policy`",
     )

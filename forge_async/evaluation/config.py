@@ -42,7 +42,7 @@ class EvalConfig:
         [],
         help=(
             "with `env.seats`: the seats evaluations play, e.g. `[policy,random]` for the win rate against a "
-            "random player while training plays itself ([environments.md](environments.md#several-players-in-one-episode)); "
+            "random player while training plays itself ([multiplayer.md](multiplayer.md)); "
             "[]: `env.seats`"
         ),
         accepts="[], or as many seats as `env.seats`, at least one `policy`",

@@ -16,7 +16,7 @@ class RivalConfig:
         help=(
             "with a `rival` seat (env.seats): the rival's initial model, a Hugging Face checkpoint that "
             "shares the policy's tokenizer; null: the tiny model of `model.tiny` initialised from "
-            "`rival.seed` ([environments.md](environments.md#two-trained-policies-the-rival-seat))"
+            "`rival.seed` ([multiplayer.md](multiplayer.md#two-trained-policies-the-rival-seat))"
         ),
         accepts="a checkpoint directory, or null",
     )

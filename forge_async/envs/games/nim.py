@@ -11,7 +11,7 @@ lists its legal moves (`SeatTurn.moves`), which is what a random seat picks from
 
 The game is solved: leaving a multiple of 4 wins, so a seat facing a pile that is not one takes
 `pile % 4`. `perfect` plays that; `best_win_rate` is what the best player wins against the random
-seat (docs/environments.md, Nim).
+seat (docs/multiplayer.md, Nim).
 """
 
 import random
