@@ -10,7 +10,6 @@ import copy
 import json
 import os
 import zlib
-from pathlib import Path
 
 import pytest
 
@@ -24,12 +23,12 @@ from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.actions import FieldAction, NoAction, field_value, opening
 from forge_async.envs.openenv.rendering import ObservationText
 from forge_async.envs.openenv.schema import action_form
-from forge_async.envs.openenv.server_process import ServerProcess
 from forge_async.envs.openenv.startup import check_tool_parser
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.errors import ConfigError
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
 from forge_async.tasks.task import Prompt, prompt_token_ids
+from tests.support.openenv_server import serve
 from tests.support.scripted import ScriptedText
 
 pytestmark = pytest.mark.unit
@@ -137,13 +136,6 @@ def test_the_action_field_comes_from_the_schema_and_a_wrong_one_is_named_at_star
         check_openenv(OpenEnvConfig(url=number_board.url, action_field="move"))
     with pytest.raises(ConfigError, match=r"action_field=metadata: a object field"):
         action_form(number_board.url, OpenEnvConfig(url=number_board.url, action_field="metadata"), None, 10)
-
-
-def serve(app: str, log_dir: Path):
-    process = ServerProcess(app, workers=1, sessions=8, log_path=log_dir / "server.log")
-    process.start()
-    process.wait_until_up(120)
-    return process
 
 
 @pytest.fixture(scope="module")

@@ -5,31 +5,23 @@ OpenEnv's own textarena_env serving TicTacToe to two players, unmodified."""
 
 import asyncio
 import os
-from pathlib import Path
 
 import pytest
 
 from forge_async.envs.config import EnvConfig, OpenEnvConfig
 from forge_async.envs.openenv import openenv_environments
-from forge_async.envs.openenv.server_process import ServerProcess
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.envs.seats import SeatRunner
 from forge_async.generation.config import SamplingConfig
 from forge_async.tasks.seeds import seed_prompt
 from forge_async.tasks.task import Prompt
+from tests.support.openenv_server import serve
 from tests.support.scripted import BYTES, ScriptedText
 
 pytestmark = pytest.mark.procs
 
 RACE_TO_TEN = "tests.openenv_servers.race_to_ten:app"
 OPENENV_REPO = os.environ.get("FORGE_OPENENV_REPO")
-
-
-def serve(app: str, log_dir: Path) -> ServerProcess:
-    process = ServerProcess(app, workers=1, sessions=8, log_path=log_dir / "server.log")
-    process.start()
-    process.wait_until_up(120)
-    return process
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from forge_async.cli.subprocess_run import hydra_command_line
+from forge_async.process.runtime import environment_without_defaults
 
 REPO = Path(__file__).resolve().parents[2]
 STEP_LINE = re.compile(r"^step +(\d+)[ /]")  # a console step line
@@ -62,3 +63,17 @@ def launch_to_reward(lines: list[tuple[float, str]], metrics: list[dict], target
     step = metrics[i]["step"]
     at = next(t for t, line in lines if (m := STEP_LINE.match(line)) and int(m.group(1)) == step)
     return at, step
+
+
+def launch_trl(arguments: list[str]) -> subprocess.Popen:
+    """benchmarks/pipeline/trl_grpo.py with `arguments`, its output (text) on a pipe, in the user's
+    environment without forge_async's process defaults (OMP_WAIT_POLICY=PASSIVE slows a single
+    process that uses both cores for its small parallel regions)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.pipeline.trl_grpo", *arguments],
+        cwd=REPO,
+        env=environment_without_defaults(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

@@ -38,8 +38,6 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -47,13 +45,12 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.harness.app_run import REPO, STEP_LINE, timed_run
+from benchmarks.harness.app_run import REPO, STEP_LINE, launch_trl, timed_run
 from benchmarks.harness.proc_cpu import ProcCpu
 from benchmarks.harness.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
 from forge_async.observability.metrics import read_rows
-from forge_async.process.runtime import environment_without_defaults
 
 MAX_TOKENS = 256
 LR = 1e-12  # untrained: the lengths stay those of the initial model
@@ -164,10 +161,7 @@ def _weighted(rows: list[dict], key: str) -> float:
 
 def trl_run(case: Case, checkpoint: Path, steps: int, seed: int, threads: int) -> dict:
     """`threads`: torch's threads in TRL's process (0: torch's default)."""
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.pipeline.trl_grpo",
+    arguments = [
         str(checkpoint),
         *case.trl,
         f"--steps={steps}",
@@ -177,15 +171,7 @@ def trl_run(case: Case, checkpoint: Path, steps: int, seed: int, threads: int) -
         *([f"--threads={threads}"] if threads else []),
     ]
     start = time.perf_counter()
-    # the user's environment, without forge_async's process defaults (as benchmarks.pipeline.vs_trl)
-    proc = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=environment_without_defaults(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = launch_trl(arguments)
     process = psutil.Process(proc.pid)
     times, tokens, cpu_s, tail = [], [], [], []
     for line in proc.stdout:

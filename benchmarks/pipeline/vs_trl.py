@@ -26,18 +26,15 @@ against the seconds from launch in its first run.
 import argparse
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness.app_run import REPO, first_reaching, timed_run
+from benchmarks.harness.app_run import REPO, first_reaching, launch_trl, timed_run
 from benchmarks.harness.results import BenchmarkResult, Line, Series, Table, add_json_argument, this_command
 from forge_async.observability.metrics import read_rows
 from forge_async.models.config import TinyModelConfig
 from forge_async.models.tiny import create_tiny_checkpoint
-from forge_async.process.runtime import environment_without_defaults
 
 _TRL_STEP = re.compile(r"^step (\d+) reward ([0-9.]+) ")
 COMPLETIONS_PER_STEP = 16 * 8  # both sides: 16 prompts x 8 completions
@@ -59,10 +56,7 @@ def forge_async_run(
 
 
 def trl_run(checkpoint: Path, num_digits: int, steps: int, seed: int, target: float, tokens: int | None) -> dict:
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.pipeline.trl_grpo",
+    arguments = [
         str(checkpoint),
         f"--num-digits={num_digits}",
         f"--steps={steps}",
@@ -70,16 +64,7 @@ def trl_run(checkpoint: Path, num_digits: int, steps: int, seed: int, target: fl
         *([f"--completion-tokens={tokens}"] if tokens else []),
     ]
     start = time.perf_counter()
-    # TRL gets the user's environment, without forge_async's process defaults (OMP_WAIT_POLICY=PASSIVE
-    # slows a single process that uses both cores for its small parallel regions).
-    proc = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env=environment_without_defaults(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = launch_trl(arguments)
     step_times, rewards, tail = [], [], []
     for line in proc.stdout:
         tail = (tail + [line])[-30:]
