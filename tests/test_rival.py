@@ -1,7 +1,7 @@
 """A second trained policy (env.seats' `rival`: envs/seats.py, handles/rival.py): its seats play
 on its own generators and give completions that go to its own buffer and trainer, never the
-policy's; bad rival plans fail at start naming the key; and a real run of Nim between two tiny
-digits models, each trained by its own trainer."""
+policy's; bad rival plans fail at start naming the key; and a real run of a TextArena game
+between two tiny byte models, each trained by its own trainer."""
 
 import asyncio
 import json
@@ -83,19 +83,28 @@ def test_bad_rival_plans_fail_at_start_naming_the_key():
 
 
 @pytest.mark.e2e
-def test_two_policies_train_on_their_own_seats_of_nim(tmp_path):
-    """Four steps of Nim, the policy at seat 0 and the rival (another tiny digits model) at seat 1,
-    the games on a proc of their own. Each batch the policy's trainer takes holds seat-0 samples only;
-    each the rival's trainer takes, seat-1 samples only; both trainers' versions advance; the samples
-    of each policy add up."""
+def test_two_policies_train_on_their_own_seats_of_a_textarena_game(tmp_path):
+    """Four steps of IteratedPrisonersDilemma-v0 as TextArena ships it (one round: a free message,
+    then a decision; every turn is valid, so both seats play every game), the policy at seat 0 and
+    the rival (another tiny byte model) at seat 1, the games on a proc of their own. Each batch the
+    policy's trainer takes holds seat-0 samples only; each the rival's trainer takes, seat-1 samples
+    only; both trainers' versions advance; the samples of each policy add up."""
     from forge_async.cli.subprocess_run import run_app
     from tests.support.app_runs import assert_accounting
 
     run = run_app(
         tmp_path / "run",
-        "--config-name=selfplay_nim",
+        "task.name=seeds",
+        "model.tiny.tokenizer=bytes",
+        "model.tiny.max_seq_len=2048",
+        "env.name=textarena:IteratedPrisonersDilemma-v0",
+        "env.textarena.game_kwargs={num_rounds:1,communication_turns:1}",
+        "env.textarena.bracket_actions=true",
         "env.seats=[policy,rival]",
+        "eval.seats=[policy,random]",
         "rival.lr=0.002",
+        "sampling.max_tokens=2",
+        "env.max_turns=2",
         "env.procs=1",
         "steps=4",
         "prompts_per_step=4",
