@@ -17,7 +17,7 @@ from forge_async.envs.seats import check_seats, random_move
 from forge_async.envs.textarena import TextArenaEnv, TextArenaError, check_game
 from forge_async.errors import ConfigError
 from forge_async.observability.metrics import seat_metrics
-from forge_async.rollout.multi_turn import by_seat
+from forge_async.rollout.multi_turn import advantage_groups, by_seat
 from forge_async.tasks.seeds import seed_prompt
 from tests.support.scripted import BYTES
 from tests.support.seat_games import Moves, Relay, play, seat_runner
@@ -140,6 +140,10 @@ def test_rollouts_group_by_seat_and_metrics_report_each_seat():
 
     group = [completion(0, 1.0), completion(1, -1.0), completion(0, -1.0), completion(1, 1.0), completion(0, 1.0)]
     assert [[c.seat for c in g] for g in by_seat(group)] == [[0, 0, 0], [1, 1]]
+    assert advantage_groups(group, "seat") == by_seat(group)
+    assert advantage_groups(group, "game") == [group] and advantage_groups([], "game") == []
+    with pytest.raises(ConfigError, match="env.seat_baseline='both': one of seat, game"):
+        EnvConfig(name="nim", seats=["policy", "policy"], seat_baseline="both")
     figures = seat_metrics([Episode(c, c.env_reward, 0.0) for c in group])
     assert figures == pytest.approx(
         {"reward/seat_0": 1 / 3, "seat_0/won_frac": 2 / 3, "reward/seat_1": 0.0, "seat_1/won_frac": 0.5}

@@ -123,5 +123,5 @@ def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunne
     common = (task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed)
     watch = ProgressWatch(config.stall)
     if env_runner is not None:
-        return EpisodeRollouts(env_runner, *common, watch=watch)
+        return EpisodeRollouts(env_runner, *common, seat_baseline=config.env.seat_baseline, watch=watch)
     return Rollouts(*common, partial_calls=config.filter.zero_variance_groups, watch=watch)

@@ -1,10 +1,11 @@
 """env.*: the environment of multi-turn episodes, and the settings of each kind (docs/environments.md)."""
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, POSITIVE, Range, check_range
+from forge_async.config.choices import check_choices
 from forge_async.envs.agent.config import AgentConfig
 from forge_async.errors import ConfigError
 
@@ -243,6 +244,14 @@ class EnvConfig:
         ),
         accepts="[], or two or more seats with at least one `policy`",
     )
+    seat_baseline: Literal["seat", "game"] = key(
+        "seat",
+        help=(
+            "with several `policy` seats, what a completion's advantage is relative to: `seat`, the group's "
+            "completions of the same seat (a first mover against first movers); `game`, all the group's "
+            "completions of the policy's seats together ([multiplayer.md](multiplayer.md))"
+        ),
+    )
     max_turns: int = key(
         4,
         help=(
@@ -287,6 +296,7 @@ class EnvConfig:
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)  # a `snapshot` seat's
 
     def __post_init__(self) -> None:
+        check_choices(self, "env")
         check_range("env.max_turns", self.max_turns, AT_LEAST_1)
         check_range(
             "env.max_episode_tokens",

@@ -28,12 +28,14 @@ from forge_async.rollout.types import Dropped, Generator, Producer, WorkerShape
 
 
 class EpisodeRollouts(Rollouts):
-    def __init__(self, runner: EnvRunner, *args, **kwargs):
-        """`runner` plays each episode; the rest as Rollouts' arguments, where
-        `prompts_per_rollout` is the groups a rollout worker keeps in flight, each on its own
-        (and the groups of one sync-mode call)."""
+    def __init__(self, runner: EnvRunner, *args, seat_baseline: str = "seat", **kwargs):
+        """`runner` plays each episode; `seat_baseline` (env.seat_baseline): `game` judges the
+        policy's seats' completions of a group together, `seat` each seat's apart; the rest as
+        Rollouts' arguments, where `prompts_per_rollout` is the groups a rollout worker keeps in
+        flight, each on its own (and the groups of one sync-mode call)."""
         super().__init__(*args, **kwargs)
         self.runner = runner
+        self.seat_baseline = seat_baseline
         # the samples one episode gives: its policy seats (env.seats), each its own completion
         self.samples_per_episode = getattr(runner, "policy_seats", 1)
         self.shape = WorkerShape(
@@ -87,9 +89,8 @@ class EpisodeRollouts(Rollouts):
         if completions:
             lengths = [len(c.token_ids) for c in completions]
             self._length_spreads.append(max(lengths) - min(lengths))
-            groups = by_seat(completions)  # advantages compare a seat's episodes with that seat's
-            rivals = [g for g in groups if g[0].seat in self.rival_seats]
-            groups = [g for g in groups if g[0].seat not in self.rival_seats]
+            rivals = by_seat([c for c in completions if c.seat in self.rival_seats])
+            groups = advantage_groups([c for c in completions if c.seat not in self.rival_seats], self.seat_baseline)
             if groups:
                 episodes, unscored = await self._scored([prompt] * len(groups), groups)
                 dropped.update(unscored)
@@ -144,6 +145,14 @@ class WorkerEpisodes:
 
     async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
         return await self.rollouts._play_groups(self.batcher(generator), num_prompts)
+
+
+def advantage_groups(completions: list[Completion], seat_baseline: str) -> list[list[Completion]]:
+    """A group's completions of the trained policy as advantages compare them: each seat's with
+    that seat's (`seat`), or all together (`game`); none: no group."""
+    if seat_baseline == "game":
+        return [completions] if completions else []
+    return by_seat(completions)
 
 
 def by_seat(completions: list[Completion]) -> list[list[Completion]]:
