@@ -91,21 +91,14 @@ def test_two_policies_train_on_their_own_seats_of_a_textarena_game(tmp_path):
     only; both trainers' versions advance; the samples of each policy add up."""
     from forge_async.cli.subprocess_run import run_app
     from tests.support.app_runs import assert_accounting
+    from tests.support.seat_games import ONE_ROUND_DILEMMA
 
     run = run_app(
         tmp_path / "run",
-        "task.name=seeds",
-        "model.tiny.tokenizer=bytes",
-        "model.tiny.max_seq_len=2048",
-        "env.name=textarena:IteratedPrisonersDilemma-v0",
-        "env.textarena.game_kwargs={num_rounds:1,communication_turns:1}",
-        "env.textarena.bracket_actions=true",
+        *ONE_ROUND_DILEMMA,
         "env.seats=[policy,rival]",
         "eval.seats=[policy,random]",
         "rival.lr=0.002",
-        "sampling.max_tokens=2",
-        "env.max_turns=2",
-        "env.procs=1",
         "steps=4",
         "prompts_per_step=4",
         "group_size=4",

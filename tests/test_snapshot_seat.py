@@ -120,21 +120,14 @@ def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_pa
     are seat 0's) and the accounting adds up with one sample an episode."""
     from tests.support.app_runs import assert_accounting
     from forge_async.cli.subprocess_run import run_app
+    from tests.support.seat_games import ONE_ROUND_DILEMMA
 
     run = run_app(
         tmp_path / "run",
-        "task.name=seeds",
-        "model.tiny.tokenizer=bytes",
-        "model.tiny.max_seq_len=2048",
-        "env.name=textarena:IteratedPrisonersDilemma-v0",
-        "env.textarena.game_kwargs={num_rounds:1,communication_turns:1}",
-        "env.textarena.bracket_actions=true",
+        *ONE_ROUND_DILEMMA,
         "env.seats=[policy,snapshot]",
         "env.snapshot.refresh_steps=2",
         "env.snapshot.lag=1",
-        "sampling.max_tokens=2",
-        "env.max_turns=2",
-        "env.procs=1",
         "steps=5",
         "prompts_per_step=4",
         "group_size=4",

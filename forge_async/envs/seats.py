@@ -93,27 +93,16 @@ def random_move(observations: list[str], rng: random.Random) -> str:
     return "[0]"
 
 
-class SnapshotPlayer(Protocol):
-    """The snapshot seats' player (handles/generators/snapshot.py: Snapshot)."""
+class ModelPlayer(Protocol):
+    """A model that plays seats on generators of its own: the snapshot seats'
+    (handles/generators/snapshot.py: Snapshot) or the rival seats' (handles/rival.py: Rival)."""
 
     async def turn(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
-        """One turn, sampled on the snapshot's generators."""
+        """One turn, sampled on its generators."""
         ...
 
     def metrics(self) -> dict[str, float]:
-        """The snapshot's version, lag and refreshes."""
-        ...
-
-
-class RivalPlayer(Protocol):
-    """The rival seats' policy (handles/rival.py: Rival)."""
-
-    async def turn(self, prompt_ids: list[int], sampling: SamplingConfig) -> Completion:
-        """One turn, sampled on the rival's generators."""
-        ...
-
-    def metrics(self) -> dict[str, float]:
-        """The rival's version, samples and rewards."""
+        """Its figures: a snapshot's version, lag and refreshes; a rival's version, samples and rewards."""
         ...
 
 
@@ -155,8 +144,8 @@ class SeatRunner:
         self,
         runner: EnvRunner,
         seats: list[str],
-        snapshot: SnapshotPlayer | None = None,
-        rival: RivalPlayer | None = None,
+        snapshot: ModelPlayer | None = None,
+        rival: ModelPlayer | None = None,
     ):
         """`snapshot`, `rival`: play the `snapshot` and `rival` seats (needed if there are any)."""
         for name, player in ((SNAPSHOT, snapshot), (RIVAL, rival)):
@@ -238,10 +227,9 @@ class SeatRunner:
         """The policy's turn at `seat` (or the snapshot's or rival's, with the run's sampling), its
         observation added to the seat's transcript first; None when the transcript has no room left."""
         runner = self.runner
-        if self.seats[seat.index] == SNAPSHOT:
-            generate, sampling = self.snapshot.turn, runner.sampling
-        elif self.seats[seat.index] == RIVAL:
-            generate, sampling = self.rival.turn, runner.sampling
+        player = {SNAPSHOT: self.snapshot, RIVAL: self.rival}.get(self.seats[seat.index])
+        if player is not None:  # its own generators, the run's sampling
+            generate, sampling = player.turn, runner.sampling
         if seat.first is None:
             seat.first = runner._first_observation_ids(observation)
         else:

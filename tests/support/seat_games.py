@@ -6,10 +6,25 @@ import asyncio
 from forge_async.data.episode import Completion
 from forge_async.envs.environment import EnvStep, ModelTurn, SeatTurn
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
-from forge_async.envs.seats import RivalPlayer, SeatRunner, SnapshotPlayer
+from forge_async.envs.seats import ModelPlayer, SeatRunner
 from forge_async.generation.config import SamplingConfig
 from forge_async.tasks.task import Prompt
 from tests.support.scripted import BYTES
+
+
+# TextArena's IteratedPrisonersDilemma-v0 in one round (a free message, then a decision) on the tiny
+# byte model, its games on a proc of their own: every turn is valid, so every seat plays every game.
+ONE_ROUND_DILEMMA = [
+    "task.name=seeds",
+    "model.tiny.tokenizer=bytes",
+    "model.tiny.max_seq_len=2048",
+    "env.name=textarena:IteratedPrisonersDilemma-v0",
+    "env.textarena.game_kwargs={num_rounds:1,communication_turns:1}",
+    "env.textarena.bracket_actions=true",
+    "sampling.max_tokens=2",
+    "env.max_turns=2",
+    "env.procs=1",
+]
 
 
 class Relay:
@@ -50,8 +65,8 @@ def seat_runner(
     seats: list[str],
     max_turns: int = 8,
     context: int = 256,
-    snapshot: SnapshotPlayer | None = None,
-    rival: RivalPlayer | None = None,
+    snapshot: ModelPlayer | None = None,
+    rival: ModelPlayer | None = None,
 ) -> SeatRunner:
     limits = EpisodeLimits(max_turns, context, context)
     runner = EnvRunner(env_factory, BYTES, SamplingConfig(max_tokens=8), limits, timeout_s=5.0)
