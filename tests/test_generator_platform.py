@@ -12,7 +12,7 @@ from forge_async.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 
-EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False, plain_weights=True)
+EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False, plain_weights=True, cpu_threads=1)
 
 
 @pytest.mark.parametrize(
@@ -26,8 +26,18 @@ EAGER = EnginePlatform(on_gpu=False, enforce_eager=True, compile=False, plain_we
         # No compile on GPU keeps CUDA graphs: eager stays off.
         (None, False, True, EnginePlatform(True, enforce_eager=False, compile=False)),
         # Compile on CPU: eager's default follows (vLLM's enforce_eager would undo compile).
-        (None, True, False, EnginePlatform(False, enforce_eager=False, compile=True, plain_weights=True)),
-        (False, None, False, EnginePlatform(False, enforce_eager=False, compile=False, plain_weights=True)),
+        (
+            None,
+            True,
+            False,
+            EnginePlatform(False, enforce_eager=False, compile=True, plain_weights=True, cpu_threads=1),
+        ),
+        (
+            False,
+            None,
+            False,
+            EnginePlatform(False, enforce_eager=False, compile=False, plain_weights=True, cpu_threads=1),
+        ),
     ],
 )
 def test_null_means_the_platform_default_and_explicit_values_win(enforce_eager, compile, on_gpu, expected):
@@ -118,3 +128,35 @@ def test_the_environment_without_defaults_drops_only_what_forge_async_added(monk
     assert "OMP_WAIT_POLICY" not in env
     assert env["TOKENIZERS_PARALLELISM"] == "true"
     assert env["PATH"] == os.environ["PATH"]
+
+
+@pytest.mark.parametrize(
+    "bind, cores",
+    [("0", [0]), ("0-3", [0, 1, 2, 3]), ("0,2", [0, 2]), ("1, 3-4", [1, 3, 4]), ("auto", None), ("nobind", None)],
+)
+def test_cpu_threads_bind_lists_cores_or_leaves_torch_its_default(bind, cores):
+    assert GeneratorConfig(cpu_threads_bind=bind).cpu_cores() == cores
+
+
+@pytest.mark.parametrize("bind", ["", "zero", "3-1", "0-", "-1", "0;1"])
+def test_a_malformed_core_list_is_refused_naming_the_key(bind):
+    with pytest.raises(ConfigError, match=r"generator.cpu_threads_bind=.*a list of cores"):
+        GeneratorConfig(cpu_threads_bind=bind)
+
+
+def test_the_engine_gets_a_torch_thread_per_listed_core_on_cpu_only():
+    assert resolve_platform(GeneratorConfig(cpu_threads_bind="0-2"), on_gpu=False).cpu_threads == 3
+    assert resolve_platform(GeneratorConfig(cpu_threads_bind="nobind"), on_gpu=False).cpu_threads is None
+    assert resolve_platform(GeneratorConfig(cpu_threads_bind="0-2"), on_gpu=True).cpu_threads is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU decisions")
+def test_prepare_process_sets_this_threads_torch_threads_from_the_core_list():
+    before = torch.get_num_threads()
+    try:
+        prepare_process(GeneratorConfig(cpu_threads_bind="0"))
+        assert torch.get_num_threads() == 1
+        prepare_process(GeneratorConfig(cpu_threads_bind="0,1"))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -60,8 +60,14 @@ class GeneratorConfig:
     )
     cpu_threads_bind: str = key(
         "0",
-        help='vLLM\'s OpenMP threads on CPU; `"0"`: on core 0, the other cores left to the trainer',
-        accepts='cores (`"0"`, `"0-3"`), `auto`, `nobind`',
+        help=(
+            'CPU engines: the cores the engine computes on. A list (`"0"`, `"0-3"`, `"0,2"`) gives the engine '
+            'that many torch threads (vLLM\'s in-process engine applies no binding of its own); `"0"`: one, the '
+            "other cores left to the trainer. `auto`, `nobind`: torch's default, a thread per core: on a tiny "
+            "model each small op then waits for the others "
+            "([benchmarks.md](benchmarks.md#long-tails-benchmarkspipelinelong_tailpy))"
+        ),
+        accepts='cores (`"0"`, `"0-3"`, `"0,2"`), `auto`, `nobind`',
     )
     gpu_memory_utilization: float = key(
         0.5,
@@ -132,12 +138,29 @@ class GeneratorConfig:
         check_range("generator.calls_at_once", self.calls_at_once, AT_LEAST_0, nullable=True, note="0 = no limit")
         check_range("generator.gpu_memory_utilization", self.gpu_memory_utilization, FRACTION)
         check_range("generator.kv_cache_gib", self.kv_cache_gib, POSITIVE, nullable=True, note="null = vLLM's default")
+        self.cpu_cores()  # a malformed list is refused here, naming the key
         if self.enforce_eager and self.compile:
             # vLLM's enforce_eager sets its compilation mode to none, whatever was asked.
             raise ConfigError(
                 "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's "
                 "torch.compile off; set generator.enforce_eager=false (or null)"
             )
+
+    def cpu_cores(self) -> list[int] | None:
+        """The cores `cpu_threads_bind` lists (None: `auto` or `nobind`, torch's default threads)."""
+        value = str(self.cpu_threads_bind)
+        if value in ("auto", "nobind"):
+            return None
+        cores: list[int] = []
+        for part in value.split(","):
+            low, dash, high = part.strip().partition("-")
+            high = high if dash else low
+            if not low.isdigit() or not high.isdigit() or int(high) < int(low):
+                raise ConfigError(
+                    f'generator.cpu_threads_bind={value!r}: a list of cores ("0", "0-3", "0,2"), auto or nobind'
+                )
+            cores.extend(range(int(low), int(high) + 1))
+        return sorted(set(cores))
 
     def kv_cache_bytes(self, shape: ModelShape, max_model_len: int, dtype: str) -> int | None:
         """kv_cache_gib in bytes (None: vLLM sizes it), checked to hold one sequence of the

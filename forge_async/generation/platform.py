@@ -17,7 +17,8 @@ The defaults, per platform:
   is then set in the proc, before vLLM builds its sampler: it wraps its logprobs op in
   torch.compile, which would otherwise compile on the first logprobs request and hold it up.
   `cpu_weights` (plain by default) says whether the linear layers keep their weights unpacked
-  (generation/engine_weights.py).
+  (generation/engine_weights.py). `cpu_threads_bind` sets the engine's torch threads: vLLM
+  applies it only in its multiprocess executor, not in the generator's in-process engine.
 """
 
 import os
@@ -33,6 +34,7 @@ class EnginePlatform:
     enforce_eager: bool  # no CUDA graphs and no compile (vLLM turns compile off under it)
     compile: bool
     plain_weights: bool = False  # CPU: linear weights kept unpacked, swaps copy them in place
+    cpu_threads: int | None = None  # CPU: the engine's torch threads (None: torch's default, one per core)
 
     def llm_kwargs(self) -> dict:
         """vLLM's knobs for these decisions (LLM(...) keyword arguments), and no asynchronous
@@ -56,7 +58,11 @@ def resolve_platform(config: GeneratorConfig, on_gpu: bool) -> EnginePlatform:
     compiled = config.compile if config.compile is not None else on_gpu and not config.enforce_eager
     eager = config.enforce_eager if config.enforce_eager is not None else not on_gpu and not compiled
     plain = not on_gpu and config.cpu_weights == "plain"
-    return EnginePlatform(on_gpu=on_gpu, enforce_eager=eager, compile=compiled, plain_weights=plain)
+    cores = None if on_gpu else config.cpu_cores()
+    threads = len(cores) if cores else None
+    return EnginePlatform(
+        on_gpu=on_gpu, enforce_eager=eager, compile=compiled, plain_weights=plain, cpu_threads=threads
+    )
 
 
 def prepare_process(config: GeneratorConfig) -> EnginePlatform:
@@ -73,4 +79,11 @@ def prepare_process(config: GeneratorConfig) -> EnginePlatform:
             "would silently turn vLLM's torch.compile off: unset it, or set generator.compile=false"
         )
     os.environ.update(platform.env())
+    if platform.cpu_threads:
+        # vLLM binds a CPU engine's threads only in its multiprocess executor; in process (ours)
+        # the engine runs on torch's default of a thread per core, and each of the tiny model's
+        # small ops then waits for the other threads (~20x its single-thread time on 2 cores).
+        # Per thread under OpenMP: set again by the generator's setup, on the thread that steps;
+        # torch's own function, which vLLM's CPU worker replaces with a no-op once it starts.
+        torch._C.set_num_threads(platform.cpu_threads)
     return platform
