@@ -26,8 +26,7 @@ class At:
 
 async def admitted(gate: AdmissionControl, n: int, version=0, unit: int | None = None) -> int:
     """The samples `gate` admits of `n`, from a generator at `version`."""
-    samples, _ = await gate.admit(n, At(version), unit)
-    return samples
+    return (await gate.admit(n, At(version), unit)).samples
 
 
 def run(coro):
@@ -88,7 +87,7 @@ def test_a_call_goes_to_the_choice_it_was_admitted_by():
         await gate.weights_moved()
         return await waiting
 
-    assert run(scenario()) == (B, Choice(2, 1))
+    assert run(scenario())[:2] == (B, Choice(2, 1))
 
 
 def test_slow_trainer_pauses_generation_and_nothing_goes_stale():
@@ -197,3 +196,69 @@ def test_a_multi_seat_call_is_admitted_for_each_policy_seat_and_a_seat_that_neve
     gate, buffered = run(scenario())
     assert shape.samples_per_call(group_size) == 8 and buffered == [7] * calls
     assert (gate.queued, gate.in_flight) == (7 * calls, 0)
+
+
+def test_a_call_that_finishes_first_waits_for_the_calls_admitted_before_it():
+    """Two workers' calls run at once and the later-admitted one finishes first: its episodes
+    reach the buffer after the earlier call's, the order admission counted them in."""
+    finish_order, added = [], []
+
+    class Timed:
+        """Each call's episodes carry its admission number; the first call takes longest."""
+
+        def __init__(self):
+            self.calls = 0
+
+        async def produce(self, generator, num_prompts: int):
+            call, self.calls = self.calls, self.calls + 1
+            await asyncio.sleep(0.05 if call == 0 else 0.0)
+            finish_order.append(call)
+            return [Episode(Completion([1], [2], [0.0], [0], "", "stop"), 0.0, float(call))] * B, {}
+
+    async def scenario():
+        gate = AdmissionControl(batch_size=B, max_policy_age=10)  # room for every call: none waits
+        stop = asyncio.Event()
+
+        class Buffer:
+            async def add(self, episodes, dropped):
+                added.append(int(episodes[0].advantage))
+                if len(added) >= 2:
+                    stop.set()
+
+        shape = WorkerShape(1, calls_in_flight=2)
+        worker = run_worker(At(0), Timed(), shape, group_size=B, buffer=Buffer(), admission=gate, stop=stop)
+        await asyncio.wait_for(worker, 10)
+        return gate
+
+    gate = run(scenario())
+    assert finish_order[:2] == [1, 0]  # the second call was done first...
+    assert added[:2] == [0, 1]  # ...and still reached the buffer second
+    assert gate.in_flight == 0
+
+
+def test_a_lost_call_lets_the_calls_behind_it_go():
+    from forge_async.rollout.arrival_order import ArrivalOrder
+
+    async def scenario():
+        order = ArrivalOrder()
+        first, second, third = order.issue(), order.issue(), order.issue()
+        third_in = asyncio.create_task(order.turn(third))
+        await order.turn(first)  # the oldest never waits
+        await order.retire(second)  # retired out of order (lost before the first arrived)
+        await asyncio.sleep(0.01)
+        assert not third_in.done()  # the first still holds its place
+        await order.retire(first)
+        await asyncio.wait_for(third_in, 1)
+
+    run(scenario())
+
+
+def test_without_admission_control_calls_arrive_as_they_finish():
+    from forge_async.rollout.arrival_order import ArrivalOrder
+
+    async def scenario():
+        order = ArrivalOrder(enabled=False)
+        order.issue()
+        await asyncio.wait_for(order.turn(order.issue()), 1)
+
+    run(scenario())

@@ -15,6 +15,7 @@ EVALUATE = "evaluate"  # evaluation/schedule.py, in the evaluation lane
 HELD_BACK = "held back by admission"
 GENERATE_AND_SCORE = "generate + score"
 BUFFER_ADD = "buffer add"
+IN_ORDER = "waits for earlier calls"  # a call done before calls admitted ahead of it (rollout/arrival_order.py)
 
 # The replay buffer (actors/replay_buffer.py)
 REPLAY_ADD = "add"

@@ -12,13 +12,23 @@ policy age is at most
 so a request is admitted only when this is <= max_policy_age, and otherwise
 waits (counted as paused time) until the trainer has consumed enough or new
 weights reached the generator. Stale drops stay in the buffer as the safety
-net; with admission control on they should not happen.
+net; with admission control on they should not happen. That holds because
+admitted calls reach the buffer in admission order, however they finish
+(arrival_order.py): each admitted call holds a ticket for its turn.
 """
 
 import asyncio
 import time
+from typing import NamedTuple
 
+from forge_async.rollout.arrival_order import ArrivalOrder
 from forge_async.rollout.types import Choice, Router
+
+
+class Admitted(NamedTuple):
+    samples: int  # 0: none, the run is closing
+    choice: Choice | None  # the generator the call goes to
+    ticket: int | None  # its turn to reach the buffer (arrival_order.py)
 
 
 class AdmissionControl:
@@ -32,6 +42,7 @@ class AdmissionControl:
         self.training = False  # a step is running: the next batch is taken at version + 1
         self.paused_s = 0.0
         self.closed = False
+        self.arrivals = ArrivalOrder(enabled)
         self._changed = asyncio.Condition()
 
     def restore(self, trainer_version: int, queued: int) -> None:
@@ -56,16 +67,17 @@ class AdmissionControl:
             n -= unit
         return max(n, 0)
 
-    async def admit(self, n: int, router: Router, unit: int | None = None) -> tuple[int, Choice | None]:
-        """Wait until n samples fit, count them; returns n and the generator they go to.
+    async def admit(self, n: int, router: Router, unit: int | None = None) -> Admitted:
+        """Wait until n samples fit, count them; returns n, the generator they go to and the
+        call's ticket for the buffer (the caller retires it: `self.arrivals`).
 
         A call is judged by the version of the generator it will go to, and which one that is
         can change while it waits (another finishes its work, one receives new weights): so
         `router` chooses anew at every check, and the choice the call was admitted by is
         returned. With `unit` (a group's samples): wait until one unit fits, then admit as many
         units as fit, up to n. Needed when groups may be dropped on arrival (filter.*): a full
-        request might never fit beside the few samples left queued. Returns (0, None), admitting
-        nothing, once the run is closing.
+        request might never fit beside the few samples left queued. Admits nothing (0 samples,
+        no ticket) once the run is closing.
         """
         unit = unit or n
         start = time.perf_counter()
@@ -77,11 +89,12 @@ class AdmissionControl:
                     break
                 await self._changed.wait()
             if self.closed:
-                return 0, None
+                return Admitted(0, None, None)
             self.queued += admitted
             self.in_flight += admitted
+            ticket = self.arrivals.issue()
         self.paused_s += time.perf_counter() - start
-        return admitted, choice
+        return Admitted(admitted, choice, ticket)
 
     async def close(self) -> None:
         async with self._changed:

@@ -2,20 +2,22 @@
 
 Every call is admitted on its own (rollout/admission.py): only as many samples go out as
 can still be trained on in time, given the version the generator it goes to samples
-with (routing.py chooses the generator). A call whose generator is lost with its host
+with (routing.py chooses the generator), and reaches the buffer in admission order
+(arrival_order.py). A call whose generator is lost with its host
 releases its admission and the worker goes on (the next choice is a live generator).
 A worker keeps `shape.calls_in_flight` calls going at once: single-turn, one call
-of `prompts_per_rollout` prompts; multi-turn, that many groups, each buffered the
-moment its last episode ends (a slow group holds up nothing but itself).
+of `prompts_per_rollout` prompts; multi-turn, that many groups, each buffered once its
+last episode ends and every group admitted before it is in (a slow group holds up the
+buffering of later ones, never their generation).
 """
 
 import asyncio
 
-from forge_async.rollout.admission import AdmissionControl
+from forge_async.rollout.admission import Admitted, AdmissionControl
 from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.generators import GeneratorLost
-from forge_async.rollout.types import Choice, Producer, Router, WorkerShape
-from forge_async.observability.span_names import BUFFER_ADD, GENERATE_AND_SCORE, HELD_BACK
+from forge_async.rollout.types import Producer, Router, WorkerShape
+from forge_async.observability.span_names import BUFFER_ADD, GENERATE_AND_SCORE, HELD_BACK, IN_ORDER
 from forge_async.observability.spans import TRACER
 
 
@@ -41,11 +43,11 @@ async def run_worker(
                 await _settle(pending)
                 continue
             with TRACER.span(HELD_BACK, lane):
-                admitted, choice = await _admit(admission, size, router, unit, pending)
-            if not admitted:
+                admitted = await _admit(admission, size, router, unit, pending)
+            if not admitted.samples:
                 break
             per_prompt = shape.samples_per_prompt(group_size)
-            call = _call_into_buffer(producer, choice, admitted, per_prompt, buffer, admission, lane)
+            call = _call_into_buffer(producer, admitted, per_prompt, buffer, admission, lane)
             if shape.calls_in_flight == 1:
                 await call  # the request goes out now, not after a pass of the event loop
             else:
@@ -59,36 +61,41 @@ async def run_worker(
 
 async def _call_into_buffer(
     producer: Producer,
-    choice: Choice,
-    admitted: int,
+    admitted: Admitted,
     per_prompt: int,
     buffer: BufferHandle,
     admission: AdmissionControl,
     lane: str,
 ) -> None:
-    """One call of `admitted` samples (`per_prompt` a prompt at most) into the buffer. Admission
-    counts a multi-seat episode's policy seats; those that never moved give nothing, and their
-    admission is released."""
+    """One admitted call's samples (`per_prompt` a prompt at most) into the buffer, in admission
+    order (its ticket's turn). Admission counts a multi-seat episode's policy seats; those that
+    never moved give nothing, and their admission is released."""
+    samples = admitted.samples
     try:
-        with TRACER.span(GENERATE_AND_SCORE, lane):
-            episodes, dropped = await producer.produce(choice.generator, admitted // per_prompt)
-    except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
-        await admission.lost(admitted)
-        return
-    except BaseException:  # the worker cancelled: nothing of it will arrive
-        await admission.lost(admitted)
-        raise
-    with TRACER.span(BUFFER_ADD, lane):
-        await buffer.add(episodes, dropped)
-    arrived = min(len(episodes) + sum(dropped.values()), admitted)
-    if arrived < admitted:
-        await admission.lost(admitted - arrived)
+        try:
+            with TRACER.span(GENERATE_AND_SCORE, lane):
+                episodes, dropped = await producer.produce(admitted.choice.generator, samples // per_prompt)
+            with TRACER.span(IN_ORDER, lane):
+                await admission.arrivals.turn(admitted.ticket)
+        except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
+            await admission.lost(samples)
+            return
+        except BaseException:  # the worker cancelled: nothing of it will arrive
+            await admission.lost(samples)
+            raise
+        with TRACER.span(BUFFER_ADD, lane):
+            await buffer.add(episodes, dropped)
+    finally:
+        await admission.arrivals.retire(admitted.ticket)
+    arrived = min(len(episodes) + sum(dropped.values()), samples)
+    if arrived < samples:
+        await admission.lost(samples - arrived)
     await admission.generated(arrived)
 
 
 async def _admit(
     admission: AdmissionControl, size: int, router: Router, unit: int | None, pending: set[asyncio.Task]
-) -> tuple[int, Choice | None]:
+) -> Admitted:
     """Admission for one call (its samples, and the generator it goes to), raising meanwhile the
     error of any call in flight that fails."""
     if not pending:  # nothing to watch: admitted at once where there is room, without a pass of the loop
