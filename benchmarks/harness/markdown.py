@@ -12,7 +12,9 @@ def markdown_table(columns: list[str], rows: list[list]) -> str:
     def cell(value) -> str:
         if value is None:
             return "-"
-        return escaped(f"{value:.4g}" if isinstance(value, float) else str(value))
+        if isinstance(value, float):  # four significant digits, without an exponent from 10,000 on
+            return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+        return escaped(str(value))
 
     lines = ["| " + " | ".join(map(escaped, columns)) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
