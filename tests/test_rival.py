@@ -200,3 +200,17 @@ def test_a_failed_rival_step_ends_the_run_at_its_next_turn(tmp_path):
         await rival.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.unit
+def test_a_run_with_a_rival_says_it_cannot_be_resumed_and_prints_no_resume_command(capsys):
+    from forge_async.cli.report import report_early_end
+
+    assert GRPOConfig().resumable
+    assert not GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "rival"]), eval=AGAINST_RANDOM).resumable
+    ended = {"failure": "the rival's learner failed", "stop_reason": None, "cut_short": [], "run_dir": "RUN"}
+    report_early_end({**ended, "resumable": False}, "apps.grpo")
+    out = capsys.readouterr().out
+    assert "stopped early" in out and "resume with" not in out
+    report_early_end({**ended, "resumable": True}, "apps.grpo")
+    assert "resume with: python -m apps.grpo resume=RUN" in capsys.readouterr().out

@@ -78,7 +78,8 @@ def launch(
     """An app's life under Hydra: its config (`prepare(run_dir)`), the run (`run(config, run_dir)`:
     `run_with`'s), the report, the exit status.
 
-    Bad input is one line and status 2; a trainer failure, status 1 with the resume command;
+    Bad input is one line and status 2; a trainer failure, status 1 with the resume command
+    (where the run can be resumed);
     `report(summary, app, what)` says how the run went (cli/report.py), `after(summary)` adds
     the app's own lines."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -86,6 +87,7 @@ def launch(
     # has nothing to shut down, and starting Monarch's runtime to stop it would put Monarch's
     # "internal logs are being written to /tmp/..." line on the console.
     monarch_started = False
+    config = None
     try:
         config = prepare(run_dir)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
@@ -98,7 +100,8 @@ def launch(
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except TrainerFailed as err:
-        print(f"error: {err}\nresume with: python -m {app} resume={run_dir}", file=sys.stderr)
+        resume = f"\nresume with: python -m {app} resume={run_dir}" if getattr(config, "resumable", True) else ""
+        print(f"error: {err}{resume}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet
         print("interrupted during start-up", file=sys.stderr)

@@ -123,5 +123,5 @@ def report_early_end(summary: dict, app: str) -> None:
         print(f"interrupted ({summary['stop_reason']}) after step {summary['steps']}")
     for what in summary["cut_short"]:
         print(f"cut short: {what}")
-    if summary["failure"] or summary["stop_reason"]:
+    if (summary["failure"] or summary["stop_reason"]) and summary["resumable"]:
         print(f"resume with: python -m {app} resume={summary['run_dir']}")

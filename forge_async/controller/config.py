@@ -416,6 +416,11 @@ class GRPOConfig(RunConfig):
         )
 
     @property
+    def resumable(self) -> bool:
+        """Whether `resume=RUN_DIR` can continue this run: a rival's policy is not checkpointed."""
+        return RIVAL not in self.env.seats
+
+    @property
     def multi_turn(self) -> bool:
         """Whether episodes are played in an environment: env.name's, or the task's own."""
         return self.env.name is not None or self.task.name in MULTI_TURN_TASKS

@@ -30,6 +30,7 @@ def write_summary(
         # what a stop past checkpoint.stop_grace_s abandoned or did not save; [] when nothing was
         "cut_short": record.cut_short,
         "failure": record.failure,
+        "resumable": True,  # resume=RUN_DIR can continue it
         "trained": record.trained,  # demonstrations
         "trained_tokens": demonstrations.tokens,  # their completion tokens, EOS included
         "skipped_demonstrations": demonstrations.skipped,

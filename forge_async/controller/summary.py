@@ -51,6 +51,7 @@ async def write_summary(
         # what a stop past checkpoint.stop_grace_s abandoned or did not save; [] when nothing was
         "cut_short": record.cut_short,
         "failure": record.failure,
+        "resumable": config.resumable,  # resume=RUN_DIR can continue it (not with a rival)
         "generated": buffer.added,
         "trained": record.trained,
         "dropped_stale": buffer.dropped_stale,
