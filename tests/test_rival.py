@@ -214,3 +214,14 @@ def test_a_run_with_a_rival_says_it_cannot_be_resumed_and_prints_no_resume_comma
     assert "stopped early" in out and "resume with" not in out
     report_early_end({**ended, "resumable": True}, "apps.grpo")
     assert "resume with: python -m apps.grpo resume=RUN" in capsys.readouterr().out
+
+
+@pytest.mark.unit
+def test_the_start_up_line_names_the_rival_and_snapshot_procs_with_the_rest():
+    from forge_async.controller.startup import spawned_meshes
+
+    config = GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "rival"]), eval=AGAINST_RANDOM)
+    assert spawned_meshes(config, config.run_roles()).endswith("rival trainer x1, rival generators x1")
+    config = GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "snapshot"]), eval=AGAINST_RANDOM)
+    assert spawned_meshes(config, config.run_roles()).endswith("snapshot generators x1")
+    assert "rival" not in spawned_meshes(GRPOConfig(), GRPOConfig().run_roles())
