@@ -262,3 +262,39 @@ def test_without_admission_control_calls_arrive_as_they_finish():
         await asyncio.wait_for(order.turn(order.issue()), 1)
 
     run(scenario())
+
+
+def test_a_call_admitted_as_another_call_fails_never_goes_out_and_holds_no_one_back():
+    """A worker's call fails at the moment its next call is admitted: the worker ends with the
+    error, and the admitted call's samples and turn are released (another worker's calls would
+    wait behind it for good)."""
+
+    class FailsSecond:
+        def __init__(self):
+            self.calls = 0
+
+        async def produce(self, generator, num_prompts: int):
+            self.calls += 1
+            if self.calls == 2:
+                raise RuntimeError("a scorer failed")
+            await asyncio.sleep(0.02)
+            return [Episode(Completion([1], [2], [0.0], [0], "", "stop"), 0.0, 0.0)] * B, {}
+
+    async def scenario():
+        gate = AdmissionControl(batch_size=B, max_policy_age=10)
+        stop, added = asyncio.Event(), []
+
+        class Buffer:
+            async def add(self, episodes, dropped):
+                added.append(len(episodes))
+
+        shape = WorkerShape(1, calls_in_flight=3)  # the third is admitted as the second fails
+        worker = run_worker(At(0), FailsSecond(), shape, group_size=B, buffer=Buffer(), admission=gate, stop=stop)
+        with pytest.raises(RuntimeError, match="a scorer failed"):
+            await asyncio.wait_for(worker, 10)
+        next_ticket = gate.arrivals.issue()
+        await asyncio.wait_for(gate.arrivals.turn(next_ticket), 1)  # no ticket before it is left unretired
+        return gate
+
+    gate = run(scenario())
+    assert gate.in_flight == 0

@@ -97,7 +97,8 @@ async def _admit(
     admission: AdmissionControl, size: int, router: Router, unit: int | None, pending: set[asyncio.Task]
 ) -> Admitted:
     """Admission for one call (its samples, and the generator it goes to), raising meanwhile the
-    error of any call in flight that fails."""
+    error of any call in flight that fails. A call admitted as that error came never goes out:
+    its admission and its turn are released, so the other workers' calls are not held behind it."""
     if not pending:  # nothing to watch: admitted at once where there is room, without a pass of the loop
         return await admission.admit(size, router, unit)
     admit = asyncio.ensure_future(admission.admit(size, router, unit))
@@ -105,6 +106,11 @@ async def _admit(
         while not admit.done():
             await _settle(pending, admit)
         return admit.result()
+    except BaseException:
+        if admit.done() and not admit.cancelled() and admit.exception() is None and admit.result().samples:
+            await admission.lost(admit.result().samples)
+            await admission.arrivals.retire(admit.result().ticket)
+        raise
     finally:
         admit.cancel()
 
