@@ -91,7 +91,7 @@ def test_two_policies_train_on_their_own_seats_of_a_textarena_game(tmp_path):
     only; both trainers' versions advance; the samples of each policy add up."""
     from forge_async.cli.subprocess_run import run_app
     from tests.support.app_runs import assert_accounting
-    from tests.support.seat_games import ONE_ROUND_DILEMMA
+    from benchmarks.learning.snapshot_refresh import ONE_ROUND_DILEMMA
 
     run = run_app(
         tmp_path / "run",

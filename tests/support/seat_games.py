@@ -12,21 +12,6 @@ from forge_async.tasks.task import Prompt
 from tests.support.scripted import BYTES
 
 
-# TextArena's IteratedPrisonersDilemma-v0 in one round (a free message, then a decision) on the tiny
-# byte model, its games on a proc of their own: every turn is valid, so every seat plays every game.
-ONE_ROUND_DILEMMA = [
-    "task.name=seeds",
-    "model.tiny.tokenizer=bytes",
-    "model.tiny.max_seq_len=2048",
-    "env.name=textarena:IteratedPrisonersDilemma-v0",
-    "env.textarena.game_kwargs={num_rounds:1,communication_turns:1}",
-    "env.textarena.bracket_actions=true",
-    "sampling.max_tokens=2",
-    "env.max_turns=2",
-    "env.procs=1",
-]
-
-
 class Relay:
     """Two seats take turns; each sees the other's last move. Ends after `moves` moves: seat 0
     wins (+1) if its last move was "w"."""
