@@ -225,3 +225,16 @@ def test_the_start_up_line_names_the_rival_and_snapshot_procs_with_the_rest():
     config = GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "snapshot"]), eval=AGAINST_RANDOM)
     assert spawned_meshes(config, config.run_roles()).endswith("snapshot generators x1")
     assert "rival" not in spawned_meshes(GRPOConfig(), GRPOConfig().run_roles())
+
+
+@pytest.mark.unit
+def test_a_snapshot_seat_in_evaluations_alone_still_counts_its_generators_before_the_rivals():
+    """The rival's generators are the procs after the policy's and the snapshot's, wherever the
+    snapshot seat is (env.seats or eval.seats only)."""
+    rival = EnvConfig(name="nim", seats=["policy", "rival"])
+    assert GRPOConfig(env=rival, eval=AGAINST_RANDOM).snapshot_generators == 0
+    config = GRPOConfig(env=rival, eval=EvalConfig(seats=["policy", "snapshot"]))
+    assert config.snapshot_generators == 1
+    two_nodes = PlacementConfig(trainer_hosts=[0], generator_hosts=[0, 0, 1])  # generator2: the rival's
+    with pytest.raises(ConfigError, match=r"rival.generators=1: .* on node\(s\) \[1\]"):
+        GRPOConfig(env=rival, eval=EvalConfig(seats=["policy", "snapshot"]), placement=two_nodes)

@@ -302,7 +302,7 @@ class GRPOConfig(RunConfig):
                 f"eval.seats={list(self.eval.seats)}: evaluations play env.seats' game, of "
                 f"{len(self.env.seats)} seats (env.seats={list(self.env.seats)}); name as many"
             )
-        if SNAPSHOT in [*self.env.seats, *self.eval.seats]:
+        if self.snapshot_generators:
             self._check_snapshot_placement()
         if RIVAL in self.env.seats:
             check_rival(self)
@@ -414,6 +414,12 @@ class GRPOConfig(RunConfig):
         return RunRoles(
             self.loss, self.importance, self.kl_coef, self.trainer_reference, buffer, self.scorers, self.env.procs
         )
+
+    @property
+    def snapshot_generators(self) -> int:
+        """The generators of a `snapshot` seat in env.seats or eval.seats (procs after
+        generator.count's; handles/generators/snapshot.py); 0: no snapshot seat."""
+        return self.env.snapshot.generators if SNAPSHOT in [*self.env.seats, *self.eval.seats] else 0
 
     @property
     def resumable(self) -> bool:

@@ -13,7 +13,7 @@ from forge_async.cluster.torchrun import leave_torchrun_job
 from forge_async.controller.config import RunConfig
 from forge_async.cluster.hosts import Hosts
 from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults
-from forge_async.envs.seats import RIVAL, SNAPSHOT
+from forge_async.envs.seats import RIVAL
 from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.console import since_launch
 from forge_async.observability.span_names import LAUNCH, START_UP_LANE
@@ -70,9 +70,9 @@ def spawned_meshes(config: RunConfig, roles: RunRoles) -> str:
         meshes.append(f"model scorers x{len(roles.model_scorers)}")
     if roles.environment_procs:
         meshes.append(f"environments x{roles.environment_procs}")
-    env = getattr(config, "env", None)  # SFT's config has none
-    if env is not None and SNAPSHOT in [*env.seats, *config.eval.seats]:
-        meshes.append(f"snapshot generators x{env.snapshot.generators}")
+    if getattr(config, "snapshot_generators", 0):  # SFT's config has no seats
+        meshes.append(f"snapshot generators x{config.snapshot_generators}")
+    env = getattr(config, "env", None)
     if env is not None and RIVAL in env.seats:
         meshes.append(f"rival trainer x{config.trainer.procs}, rival generators x{config.rival.generators}")
     return ", ".join(meshes)

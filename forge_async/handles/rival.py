@@ -73,7 +73,7 @@ class Rival:
         c = self.config
         channel = str(Path(c.weights.channel_dir) / CHANNEL)
         spawner = self._spawner.for_rival(await self._initial_model(), channel, c.rival.lr)
-        first = c.generator.count + (c.env.snapshot.generators if "snapshot" in c.env.seats else 0)
+        first = c.generator.count + c.snapshot_generators
         self.trainer = TrainerHandle(spawner, self._procs_file)
         self.pool = GeneratorPool(spawner, self._procs_file, c.rival.generators, c.generator.max_restarts, first)
         self._turns = TurnBatcher(self.pool.generate_soonest, c.env.turn_batch_wait_s)

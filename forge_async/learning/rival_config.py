@@ -52,7 +52,7 @@ def check_rival(config) -> None:
     other through its own shared-memory channel; it is not checkpointed, not LoRA-trained, not
     scored by model scorers, and evaluations play against a seat that is not trained."""
     seats = f"a `rival` seat (env.seats={list(config.env.seats)})"
-    first = config.generator.count + (config.env.snapshot.generators if "snapshot" in config.env.seats else 0)
+    first = config.generator.count + config.snapshot_generators
     config.check_beside_trainer(seats, "rival.generators", first, config.rival.generators)
     placement = config.placement
     if placement.trainer_gpus is not None or placement.generator_gpus is not None:

@@ -55,12 +55,9 @@ class Snapshot(LaggedFollower):
     @classmethod
     def of_run(cls, config, spawner: RoleSpawner, procs_file: ProcsFile) -> "Snapshot | None":
         """The run's snapshot, if env.seats or eval.seats has a `snapshot` seat (config: GRPOConfig's)."""
-        from forge_async.envs.seats import SNAPSHOT
-
-        env = getattr(config, "env", None)
-        seats = [] if env is None else [*env.seats, *config.eval.seats]
-        if SNAPSHOT not in seats:
+        if not getattr(config, "snapshot_generators", 0):  # SFT's config has no seats
             return None
+        env = config.env
         c = env.snapshot
         pool = GeneratorPool(spawner, procs_file, c.generators, config.generator.max_restarts, config.generator.count)
         return cls(pool, c.lag, c.refresh_steps, config.weights.channel_dir, env.turn_batch_wait_s)
