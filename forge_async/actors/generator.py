@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import tempfile
 import time
 
@@ -112,7 +111,6 @@ class Generator(ProcActor):
 
     @endpoint
     async def setup(self) -> float:
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", self.config.cpu_threads_bind)
         if self.scratch_dir is not None:
             # The engine's temporary files (vLLM's rendezvous file) and the LoRA adapter's
             # directory go with the run's scratch directory, which is removed however the run ends.
