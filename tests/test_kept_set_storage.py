@@ -32,7 +32,7 @@ def test_a_token_outside_its_set_or_a_count_that_differs_is_refused():
     with pytest.raises(ValueError, match="3 tokens but 2 kept sets"):
         Completion([1], [3, 9, 2], [0.0] * 3, [0] * 3, "", "stop", kept_sets=sets([1, 3, 5], None))
     with pytest.raises(ValueError, match="sizes add up"):
-        KeptSets(np.array([1, 2], np.int32), np.array([1], np.int32))
+        KeptSets(np.array([1, 2], np.int32), np.array([1], np.int32), np.zeros(1, np.float32))
 
 
 def test_the_batch_places_each_id_at_its_episode_s_token_whatever_the_rows():

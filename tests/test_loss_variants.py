@@ -141,7 +141,7 @@ def test_importance_levels_and_modes(importance, weights, truncated, masked):
     expected[1, 1:4] = torch.tensor(weights[1], dtype=torch.float32)
     assert torch.allclose(got, expected, atol=1e-6)
     assert sums.truncated.item() == truncated and sums.masked.item() == masked
-    summary = OffPolicySums.summary(sums.as_tensor(), sums.weight_max.item())
+    summary = OffPolicySums.summary(sums.as_tensor(), sums.maxima())
     assert summary["is/masked_frac"] == pytest.approx(masked / 5)
     # The loss weights each token's term by it: token mean of -A_i * w_it * log pi_it.
     scale = token_scale(MASK, "token_mean", num_sequences=2, num_tokens=5)

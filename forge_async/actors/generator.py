@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import tempfile
 import time
 
@@ -25,11 +26,11 @@ from monarch.actor import concurrent_endpoint, endpoint
 
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.generation.config import GeneratorConfig, SamplingConfig
-from forge_async.generation.platform import prepare_process
+from forge_async.generation.platform import EngineStarted, ModelRunner, model_runner, prepare_process
 from forge_async.data.episode import Completion
 from forge_async.errors import ConfigError
 from forge_async.generation.engine_weights import plain_cpu_weights
-from forge_async.generation.kept_set_capture import LOGPROBS_MODE, KeptSetCapture
+from forge_async.generation.kept_set_capture import KeptSetCapture
 from forge_async.generation.occupancy import Occupancy
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.versioned_engine import VersionedEngine
@@ -78,6 +79,19 @@ def sampling_params(sampling: SamplingConfig):
     )
 
 
+def _check_runner(llm, runner: ModelRunner) -> None:
+    """The engine runs the model runner chosen for it. vLLM reads VLLM_USE_V2_MODEL_RUNNER from the
+    environment until an engine of the process has started, and from a cache after (vllm/envs.py,
+    `enable_envs_cache`): an earlier engine in the process would have fixed it."""
+    if llm.llm_engine.vllm_config.use_v2_model_runner != runner.v2:
+        chose, got = ("V2", "V1") if runner.v2 else ("V1", "V2")
+        raise RuntimeError(
+            f"vLLM built the engine with its {got} model runner where the generator chose {chose} "
+            f"({runner.why}): VLLM_USE_V2_MODEL_RUNNER was read before the generator set it (another "
+            "engine started in this process first?)"
+        )
+
+
 class Generator(ProcActor):
     def __init__(
         self,
@@ -110,7 +124,7 @@ class Generator(ProcActor):
         self.occupancy = Occupancy()  # of the engine batch, step by step (generation/occupancy.py)
 
     @endpoint
-    async def setup(self) -> float:
+    async def setup(self) -> EngineStarted:
         if self.scratch_dir is not None:
             # The engine's temporary files (vLLM's rendezvous file) and the LoRA adapter's
             # directory go with the run's scratch directory, which is removed however the run ends.
@@ -124,7 +138,10 @@ class Generator(ProcActor):
         dtype = c.dtype or self.checkpoint.dtype  # null (composed alone): the checkpoint's own
         adapter = self._adapter_slot(dtype, platform.on_gpu)
         routes = self._route_capture(platform.on_gpu)
-        kept_sets = KeptSetCapture(self.sampling.kept_set_cap) if self.sampling.masks else None
+        kept_sets = self._kept_set_capture()
+        moe = self.checkpoint.shape.moe is not None
+        runner = model_runner(platform.on_gpu, moe, self.sampling, reads_sampler=kept_sets is not None)
+        os.environ.update(runner.env())  # read as vLLM builds the engine
         with plain_cpu_weights(platform.plain_weights):
             llm = LLM(
                 model=str(self.checkpoint.path),
@@ -139,6 +156,7 @@ class Generator(ProcActor):
                 **(routes.llm_kwargs() if routes else {}),
                 **self._logprobs_kwargs(kept_sets),
             )
+        _check_runner(llm, runner)
         self.engine = VersionedEngine(llm, c.swap_mode, adapter=adapter, routes=routes, kept_sets=kept_sets)
         if platform.plain_weights and adapter is None and not self.engine.loads_in_place:
             logging.getLogger(__name__).warning(
@@ -148,16 +166,23 @@ class Generator(ProcActor):
             )
         self.tokenizer = llm.get_tokenizer()
         self._loop = asyncio.create_task(self._engine_loop())
-        return time.perf_counter() - start  # the engine's start-up, in seconds
+        return EngineStarted(time.perf_counter() - start, runner.line())
+
+    def _kept_set_capture(self) -> KeptSetCapture | None:
+        """Where the engine reports the logprobs of the distribution it sampled from (tempered,
+        truncated, stop tokens held back by min_tokens: what the trainer computes for such runs,
+        losses/sliced_softmax.py), the capture of what the sampler kept at each token: each
+        token's log mass, and its kept set with sampling.keep_mask. Else None: vLLM's default, the
+        raw logprobs, are already those of the distribution sampled from."""
+        s = self.sampling
+        if not (s.truncates or s.logit_temperature != 1 or s.min_tokens > 0):
+            return None
+        return KeptSetCapture(s.kept_set_cap, record_ids=s.masks)
 
     def _logprobs_kwargs(self, kept_sets: KeptSetCapture | None) -> dict:
-        """Which logprobs the engine reports: those of the distribution it sampled from (tempered,
-        truncated: what the trainer computes for such runs, losses/sliced_softmax.py) where that
-        differs from the raw logits' softmax; else vLLM's default, the raw ones (the same)."""
-        s = self.sampling
-        if kept_sets is not None:
-            return kept_sets.llm_kwargs()
-        return {"logprobs_mode": LOGPROBS_MODE} if s.truncates or s.logit_temperature != 1 else {}
+        """Which logprobs the engine reports: with a capture, those of the distribution it sampled
+        from; else vLLM's default."""
+        return kept_sets.llm_kwargs() if kept_sets is not None else {}
 
     def _route_capture(self, on_gpu: bool):
         """For an MoE model, the record of each token's experts (always: the trainer reports how
@@ -246,7 +271,7 @@ class Generator(ProcActor):
     async def _generate(
         self, prompts: list[str | list[int]], sampling: SamplingConfig, n: int
     ) -> list[list[Completion]]:
-        if sampling.masks and self.engine.kept_sets is None:
+        if sampling.masks and (self.engine.kept_sets is None or not self.engine.kept_sets.record_ids):
             raise ConfigError(
                 "sampling.keep_mask: this generator was built without kept sets (its run's sampling "
                 "keeps every token); build it with the sampling it is called with"

@@ -24,7 +24,7 @@ from forge_async.config.checks import (
 from forge_async.data.config import FilterConfig
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.registry import check_environment_name
-from forge_async.envs.seats import RIVAL, SNAPSHOT, check_seats
+from forge_async.envs.seats import POLICY, RIVAL, SNAPSHOT, check_seats
 from forge_async.envs.textarena import TEXTARENA
 from forge_async.errors import ConfigError
 from forge_async.evaluation.config import EvalConfig
@@ -292,6 +292,14 @@ class GRPOConfig(RunConfig):
             raise ConfigError(
                 f"prompts_per_rollout={self.prompts_per_rollout} must be <= prompts_per_step={self.prompts_per_step}"
             )
+        if self.mode == "async" and self.max_policy_age == 0 and self.samples_per_prompt > self.batch_size:
+            # A multi-turn call plays one prompt's group, each episode giving a sample per policy seat.
+            raise ConfigError(
+                f"max_policy_age=0: one prompt's group gives {self.samples_per_prompt} samples (group_size="
+                f"{self.group_size} x {self.policy_seats} policy seats of env.seats), more than a batch "
+                f"({self.batch_size} = prompts_per_step * group_size): no call could ever be admitted; raise "
+                f"prompts_per_step to at least {self.policy_seats}"
+            )
         if self.eval.seats and not self.env.seats:
             raise ConfigError(
                 f"eval.seats={list(self.eval.seats)} names the seats of a multi-player game: env.seats names its "
@@ -444,6 +452,16 @@ class GRPOConfig(RunConfig):
     @property
     def batch_size(self) -> int:
         return self.prompts_per_step * self.group_size
+
+    @property
+    def policy_seats(self) -> int:
+        """The seats of an episode the trained policy plays (env.seats; 1 without seats)."""
+        return max(1, sum(seat == POLICY for seat in self.env.seats))
+
+    @property
+    def samples_per_prompt(self) -> int:
+        """The most samples one prompt's group gives: a completion per episode and policy seat."""
+        return self.group_size * self.policy_seats
 
     @property
     def episodes_in_flight(self) -> int:

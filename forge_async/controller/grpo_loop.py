@@ -22,8 +22,9 @@ Stages, what each consumes and produces, and what it waits for:
 - publish (weights/delivery.py): receivers (relays, torchstore generators) load the
   version; generators that read the trainer's channel swap to it by themselves.
 
-sync: generate a batch, train on it, publish, wait for every generator to hold the new
-weights, repeat: the baseline async is measured against.
+sync: generate a batch (the prompts that fill one, each prompt's group a sample per policy seat
+of each episode), train on all of it, publish, wait for every generator to hold the new weights,
+repeat: on-policy steps, the baseline async is measured against.
 
 A run ends after `steps`, or early when `request_stop` is called (Ctrl-C): either way the
 step in flight finishes, generation drains into the buffer, and the run checkpoints
@@ -201,29 +202,34 @@ class GRPOLoop(TrainingLoop):
 
     async def _generate_batch(self) -> tuple[list[Episode], BufferStats]:
         """One batch, generated in calls of prompts_per_rollout prompts over the generators;
-        returned with the buffer's stats.
+        returned with the buffer's stats. A prompt gives `samples_per_prompt` samples (a sample per
+        policy seat of each episode), so a step asks for the prompts that fill one batch, not
+        prompts_per_step: more would leave samples to train on a version later.
 
-        With groups dropped (for carrying no signal, filter.*; by an environment's error), the
-        prompts still missing are generated again until the batch is full, or the progress watch
-        finds that none are kept."""
-        missing = self.config.prompts_per_step
+        With groups dropped (for carrying no signal, filter.*; by an environment's error), or
+        fewer samples than asked for (a seat that never moved), the prompts still missing are
+        generated again until the batch is full, or the progress watch finds that none are kept."""
+        per_prompt = self.config.samples_per_prompt
+        missing = -(-self.config.batch_size // per_prompt)
         while True:
             batch, buffer = await self._generate_prompts(missing)
             if batch is not None:
                 return batch, buffer
             self.rollouts.watch.check()  # every episode dropping: the run cannot progress
-            # rounded up: a group may give fewer samples than group_size (a seat that never moved)
-            missing = -(-(self.config.batch_size - buffer.size) // self.config.group_size)
+            missing = -(-(self.config.batch_size - buffer.size) // per_prompt)
 
     async def _generate_prompts(self, prompts: int) -> tuple[list[Episode] | None, BufferStats]:
-        """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its stats."""
+        """`prompts` prompts' groups into the buffer, then a batch from it if it has one, and its
+        stats. The batch is everything the buffer holds once that is a batch's worth: a refill
+        may overshoot by part of a group, and what this step generated is on-policy only now."""
         per_call = self.config.prompts_per_rollout
         calls = [
             self._produce_on(i, min(per_call, prompts - start)) for i, start in enumerate(range(0, prompts, per_call))
         ]
         for episodes, dropped in await asyncio.gather(*calls):
             await self.handles.buffer.add(episodes, dropped)
-        return await self.handles.buffer.sample(self.config.batch_size, self.record.version)
+        held = (await self.handles.buffer.stats()).size
+        return await self.handles.buffer.sample(max(self.config.batch_size, held), self.record.version)
 
     async def _produce_on(self, call: int, prompts: int):
         """Sync mode's call `call`, on generator call % count, or on a stand-in once that one is lost."""

@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from forge_async.data.episode import Episode
+from forge_async.data.episode import Completion, Episode
 from forge_async.models.shape import UNKNOWN_ROUTE
 
 Row = list[Episode]  # the episodes one row of the forward holds; all have the first one's prompt
@@ -192,11 +192,20 @@ def _append_columns(columns: dict[str, list[list]], episode: Episode, index: lis
     columns["index"].append(_padded(index, width, 0))
     columns["target"].append(_padded(c.token_ids, width, 0))
     columns["mask"].append(_padded(c.model_mask, width, 0))  # environment tokens: 0
-    columns["behaviour"].append(_padded(c.logprobs, width, 0.0))
+    columns["behaviour"].append(_padded(behaviour_logprobs(c), width, 0.0))
     columns["versions"].append(_padded(c.versions, width, -1))
     columns["advantage"].append(_padded([episode.advantage] * n, width, 0.0))
     columns["token"].append(_padded(episode.token_advantages or [], width, 0.0))
     columns["reference"].append(_padded(episode.reference_logprobs or [], width, 0.0))
+
+
+def behaviour_logprobs(c: Completion) -> list[float]:
+    """log pi_behaviour of each token over the distribution the trainer computes its own on: over
+    the token's kept set where it has one, else over the whole tempered vocabulary (the reported
+    logprob plus its log mass, data/kept_sets.py: a set over the cap, or none recorded)."""
+    if c.kept_sets is None:
+        return c.logprobs
+    return [lp if size else whole for lp, whole, size in zip(c.logprobs, c.whole_logprobs, c.kept_sets.sizes)]
 
 
 def _padded(values: list, width: int, fill) -> list:

@@ -63,6 +63,14 @@ class Completion:
                 raise ValueError("completion has a token outside the set its sampler kept")
 
     @property
+    def whole_logprobs(self) -> list[float]:
+        """log pi_behaviour of each token over the whole tempered vocabulary: `logprobs` (over what
+        the sampler kept) plus the log of the probability of what it kept (data/kept_sets.py)."""
+        if self.kept_sets is None:
+            return self.logprobs
+        return [lp + float(m) for lp, m in zip(self.logprobs, self.kept_sets.log_mass, strict=True)]
+
+    @property
     def model_mask(self) -> list[bool]:
         """Which tokens the model sampled (True) rather than the environment wrote."""
         return [v != ENV_TOKEN for v in self.versions]

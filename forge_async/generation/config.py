@@ -210,7 +210,8 @@ class SamplingConfig:
         1024,
         help=(
             "the largest kept set recorded (4 bytes an id); a token whose set is larger is trained over "
-            "the whole vocabulary, and counted (`sampling/kept_over_cap_frac`)"
+            "the whole vocabulary, its behaviour logprob made whole-vocabulary too, and counted "
+            "(`sampling/kept_over_cap_frac`, a console note); must be >= `top_k`"
         ),
         accepts=">= 1",
     )
@@ -235,6 +236,12 @@ class SamplingConfig:
             raise ConfigError(
                 "sampling.keep_mask=true: sampling keeps every token (top_p=1, top_k=0, min_p=0), so there is "
                 "no set to record; truncate with sampling.top_p, top_k or min_p, or leave keep_mask null"
+            )
+        if self.masks and self.top_k > self.kept_set_cap:
+            raise ConfigError(
+                f"sampling.top_k={self.top_k} keeps more tokens than sampling.kept_set_cap={self.kept_set_cap} "
+                "records: no kept set would be recorded and the mask would be off for every token; raise "
+                f"sampling.kept_set_cap to at least {self.top_k}, or set sampling.keep_mask=false"
             )
         check_range("sampling.max_tokens", self.max_tokens, AT_LEAST_1)
         check_range("sampling.min_tokens", self.min_tokens, Range(0, self.max_tokens), note="<= sampling.max_tokens")

@@ -37,8 +37,8 @@ sample is still its own `Request` here, finishing on its own.
 For a Mixture-of-Experts model a route capture (generation/route_capture.py) records the experts
 each token went to; a finished sample's routes travel on its Completion. With abort_resume they
 are those of the resumed computation, which prefilled the whole prefix again. Likewise a kept-set
-capture (generation/kept_set_capture.py) records the tokens the sampler kept at each step; a
-resumed request's earlier tokens keep the sets they were sampled with.
+capture (generation/kept_set_capture.py) records the tokens the sampler kept at each step and
+their log mass; a resumed request's earlier tokens keep the sets they were sampled with.
 """
 
 import itertools
@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 
 from forge_async.data.episode import Completion
 from forge_async.data.kept_sets import KeptSets
+from forge_async.generation.kept_set_capture import GREEDY_BELOW
 from forge_async.generation import engine_weights
 from forge_async.generation.route_capture import sample_request_id
 
@@ -70,8 +71,11 @@ class Request:
     versions: list[int] = field(default_factory=list)
     result: Completion | None = None
     engine_id: str | None = None  # vLLM's id of the request running this sample
-    kept: list["np.ndarray | None"] = field(default_factory=list)  # with a kept-set capture: per token
+    # with a kept-set capture, per token: the set (or None) and its log mass (data/kept_sets.py)
+    kept: list["np.ndarray | None"] = field(default_factory=list)
+    kept_log_mass: list[float] = field(default_factory=list)
     kept_over_cap: int = 0
+    kept_missing: int = 0
 
 
 @dataclass
@@ -93,7 +97,7 @@ class VersionedEngine:
         """`adapter`: an AdapterSlot (generation/adapter_slot.py) when serving LoRA, else None.
         `routes`: a route capture (generation/route_capture.py) for an MoE model, attached to
         `llm` here (which was built with its `llm_kwargs`), else None. `kept_sets`: likewise a
-        KeptSetCapture (generation/kept_set_capture.py) when sampling keeps its mask."""
+        KeptSetCapture (generation/kept_set_capture.py) when the engine reports processed logprobs."""
         if swap_mode not in SWAP_MODES:
             raise ValueError(f"swap_mode={swap_mode!r}: one of {', '.join(SWAP_MODES)}")
         self.llm = llm
@@ -192,9 +196,18 @@ class VersionedEngine:
             return
         if new_tokens > 1:
             raise RuntimeError(f"vLLM gave {new_tokens} tokens of one request in one step: kept sets are per step")
-        ids, over_cap = self.kept_sets.take(request.engine_id)
-        request.kept.append(ids)
-        request.kept_over_cap += over_cap
+        kept = self.kept_sets.take(request.engine_id)
+        if not kept.recorded:
+            if request.params.temperature >= GREEDY_BELOW:
+                raise RuntimeError(
+                    f"vLLM sampled a token of request {request.engine_id} at a step whose sampler recorded no "
+                    "kept set for it: the kept-set capture (generation/kept_set_capture.py) is out of step "
+                    "with the engine"
+                )
+            request.kept_missing += 1  # greedy: no distribution to record
+        request.kept.append(kept.ids)
+        request.kept_log_mass.append(kept.log_mass)
+        request.kept_over_cap += kept.over_cap
 
     def _finish(self, request: Request, finish_reason: str, output) -> None:
         routes = None
@@ -209,7 +222,11 @@ class VersionedEngine:
             text=self.tokenizer.decode(request.token_ids, skip_special_tokens=True),
             finish_reason=finish_reason,
             routes=routes,
-            kept_sets=KeptSets.of(request.kept, request.kept_over_cap) if self.kept_sets is not None else None,
+            kept_sets=(
+                KeptSets.of(request.kept, request.kept_log_mass, request.kept_over_cap, request.kept_missing)
+                if self.kept_sets is not None
+                else None
+            ),
         )
         self.unfinished -= 1
         if request.on_done is not None:

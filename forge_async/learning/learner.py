@@ -32,6 +32,7 @@ from forge_async.data.episode import Episode
 from forge_async.errors import ConfigError
 from forge_async.losses.config import ImportanceConfig
 from forge_async.losses.grpo import (
+    MAXED,
     SUMMED,
     OffPolicySums,
     clipped_surrogate_loss,
@@ -45,6 +46,7 @@ from forge_async.losses.grpo import (
     token_scale,
 )
 from forge_async.losses.sft import demonstration_nll
+from forge_async.losses.sliced_softmax import Sampled
 from forge_async.models.hf_checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.lora import INIT_SEED, AdapterNames, is_adapter
 from forge_async.models.routes import RouteMismatch, moe_step_metrics, routes_given, take_expert_load
@@ -171,14 +173,14 @@ class Learner:
             torch.cuda.reset_peak_memory_stats()
         # The model's own tokens: a multi-turn episode's environment tokens are in no per-token figure.
         num_tokens = sum(e.completion.model_tokens for e in episodes)
-        loss, entropy = torch.zeros(2, device=self.device_type)
+        loss, entropy, whole_entropy = torch.zeros(3, device=self.device_type)
         off_policy = []
         mismatch = RouteMismatch(self.model) if self.moe else None
         for micro in self._micro_batches(episodes):
             step = self._forward_backward(micro, len(episodes), num_tokens, mismatch)
             if step is not None:
-                loss, entropy = loss + step[0], entropy + step[1]
-                off_policy.append(step[2])
+                loss, entropy, whole_entropy = loss + step[0], entropy + step[1], whole_entropy + step[2]
+                off_policy.append(step[3])
         with TRACER.span(OPTIMIZER):
             lr = self.optimizer.param_groups[0]["lr"]
             grad_norm = clip_grad_norm(self.trainable, self.config.grad_clip, self.config.expert_parallel)
@@ -186,13 +188,13 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             self.lr_scheduler.step()
             self.version += 1
-            global_loss, global_entropy = _all_reduce_sum(loss, entropy)
+            global_loss, global_entropy, global_whole_entropy = _all_reduce_sum(loss, entropy, whole_entropy)
             off_policy_metrics = {}
             if self.loss.objective == "grpo":  # demonstrations (sft) were sampled by no policy
                 off_policy_metrics = _reduce_off_policy(off_policy, self.device_type)
                 if not self.kl_coef:
                     del off_policy_metrics["kl/reference"]  # no reference: no KL to report
-                if not any(e.completion.kept_sets is not None for e in episodes):
+                if not any(e.completion.kept_sets is not None and e.completion.kept_sets.records_ids for e in episodes):
                     del off_policy_metrics["is/mismatch_kl_unmasked"]  # no kept sets: the same as is/mismatch_kl
             moe_metrics = self._moe_metrics(mismatch) if mismatch is not None else {}
         return {
@@ -201,6 +203,7 @@ class Learner:
             "train/loss": global_loss,
             "train/grad_norm": unsharded(grad_norm).item(),
             "train/entropy": global_entropy / max(num_tokens, 1),
+            "train/entropy_whole": global_whole_entropy / max(num_tokens, 1),
             "train/response_tokens": num_tokens,
             "train/lr": lr,
             "train/peak_memory_gib": peak_memory_bytes(self.device_type) / 2**30,
@@ -211,7 +214,8 @@ class Learner:
     def _forward_backward(
         self, rows: list[Row], num_sequences: int, num_tokens: int, mismatch: RouteMismatch | None = None
     ):
-        """One micro-batch's forward and backward; returns its (loss, entropy sum, off-policy sums),
+        """One micro-batch's forward and backward; returns its (loss, entropy sum over what the
+        sampler kept, entropy sum over the whole vocabulary, off-policy sums),
         or None for an empty micro-batch (a zero-loss pass that only joins the collectives).
         An MoE model's routers hold the generator's routes through both (a recomputation in the
         backward routes as the forward did), replaying them with moe.routing_replay=rollout."""
@@ -231,14 +235,16 @@ class Learner:
                     reference = frozen_logprobs(self.reference, batch, self.temperature)
                     batch = replace(batch, reference_logprobs=reference)
                 # The entropy has a gradient only if loss.entropy_coef puts it in the loss.
-                logprobs, entropy, unmasked = response_logprobs(self.model, batch, self.temperature)
+                # The KL penalty to a reference is over the whole vocabulary: its log p needs a gradient.
+                sampled = response_logprobs(self.model, batch, self.temperature, whole_grad=bool(self.kl_coef))
                 if mismatch is not None:
                     mismatch.add_last_forward()
-                loss, off_policy = self._loss(logprobs, entropy, unmasked, batch, num_sequences, num_tokens)
-                entropy = (entropy.detach() * batch.response_mask).sum()
+                loss, off_policy = self._loss(sampled, batch, num_sequences, num_tokens)
+                entropy = (sampled.entropy.detach() * batch.response_mask).sum()
+                whole_entropy = (sampled.whole_entropy * batch.response_mask).sum()
             with TRACER.span(BACKWARD):
                 loss.backward()
-        return loss.detach(), entropy, off_policy
+        return loss.detach(), entropy, whole_entropy, off_policy
 
     def _moe_metrics(self, mismatch: RouteMismatch) -> dict[str, float]:
         """The step's route mismatch and expert load over every rank (one collective)."""
@@ -249,19 +255,12 @@ class Learner:
         totals = totals.cpu()
         return moe_step_metrics(totals[:layers], totals[layers : 2 * layers], totals[2 * layers :].view_as(load))
 
-    def _loss(
-        self,
-        logprobs: torch.Tensor,
-        entropy: torch.Tensor,
-        unmasked: torch.Tensor,
-        local: TrainBatch,
-        num_sequences: int,
-        num_tokens: int,
-    ):
+    def _loss(self, sampled: Sampled, local: TrainBatch, num_sequences: int, num_tokens: int):
         """This micro-batch's share of the loss (loss.*, the KL penalty, the entropy bonus; see
         losses/grpo.py) and its off-policy sums; with loss.objective=sft, the demonstrations'
         NLL (losses/sft.py) and no off-policy sums."""
         c = self.loss
+        logprobs, entropy, unmasked = sampled.logprobs, sampled.entropy, sampled.unmasked
         scale = token_scale(local.response_mask, c.aggregation, num_sequences, num_tokens, c.max_tokens)
         if c.objective == "sft":
             loss = demonstration_nll(logprobs, local, scale)
@@ -273,7 +272,7 @@ class Learner:
             _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None), unmasked)  # statistics
             loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
         if self.kl_coef:
-            kl = reference_kl(logprobs, local)
+            kl = reference_kl(unmasked, local)
             loss = loss + self.kl_coef * (kl * scale).sum()
             off_policy.reference_kl = kl.detach().sum()
         if c.entropy_coef:
@@ -403,10 +402,10 @@ def _reduce_off_policy(sums: list[OffPolicySums], device_type: str) -> dict[str,
     """The off-policy metrics over every micro-batch of every rank (a collective)."""
     local = sum(sums[1:], start=sums[0]) if sums else None
     totals = local.as_tensor() if local else torch.zeros(len(SUMMED), device=device_type)
-    weight_max = local.weight_max.detach().clone() if local else torch.tensor(0.0, device=device_type)
+    maxima = local.maxima() if local else torch.zeros(len(MAXED), device=device_type)
     dist.all_reduce(totals)
-    dist.all_reduce(weight_max, op=dist.ReduceOp.MAX)
-    return OffPolicySums.summary(totals, weight_max.item())
+    dist.all_reduce(maxima, op=dist.ReduceOp.MAX)
+    return OffPolicySums.summary(totals, maxima)
 
 
 def peak_memory_bytes(device_type: str) -> int:

@@ -27,7 +27,12 @@ and 0 outside; with no correction (cap null), w = 1.
 
 KL penalty to a frozen reference policy (scorer kind reference_kl, coefficient beta):
 k3_it = exp(d) - d - 1 with d = log pi_ref(y_it) - log pi_theta(y_it), Schulman's
-non-negative estimator of KL(pi_theta || pi_ref), differentiated through pi_theta.
+non-negative estimator, differentiated through pi_theta. Its value, with y ~ pi_theta, is an
+unbiased estimate of KL(pi_theta || pi_ref); its gradient is not that KL's: with
+r = pi_ref / pi_theta, grad k3 = (1 - r) grad log pi_theta, and
+E_{y~pi_theta}[(1 - r) grad log pi_theta] = sum_y (grad pi_theta - pi_ref grad log pi_theta)
+= - E_{y~pi_ref}[grad log pi_theta] = grad KL(pi_ref || pi_theta). So the term minimises the
+forward KL(pi_ref || pi_theta), as in DeepSeekMath's GRPO (docs/scoring.md#reference-kl).
 """
 
 from dataclasses import dataclass, fields
@@ -45,14 +50,16 @@ from forge_async.losses.kept_softmax import KeptIds
 _TRUNCATION_TOLERANCE = 1e-5
 
 
-def response_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0) -> sliced_softmax.Sampled:
+def response_logprobs(
+    model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0, whole_grad: bool = False
+) -> sliced_softmax.Sampled:
     """log p of each response token of the batch and the entropy of its next-token distribution,
     p the distribution the generator sampled from (the logits / `temperature`, over the token's
-    kept set where it has one), from one forward of its rows; and log p over the whole vocabulary:
-    three [B, W] fp32 tensors, the first two differentiable (the softmax over the vocabulary is
-    taken a slice of tokens at a time: losses/sliced_softmax.py)."""
+    kept set where it has one), from one forward of its rows; and both over the whole vocabulary:
+    four [B, W] fp32 tensors, the first two differentiable, the third with `whole_grad` (the softmax
+    over the vocabulary is taken a slice of tokens at a time: losses/sliced_softmax.py)."""
     sampled = sliced_softmax.sampled_logprobs_and_entropy(
-        *_response_logits(model, batch), distribution=sampling_distribution(batch, temperature)
+        *_response_logits(model, batch), distribution=sampling_distribution(batch, temperature), whole_grad=whole_grad
     )
     return sliced_softmax.Sampled(*(t.view_as(batch.logit_index) for t in sampled))
 
@@ -78,8 +85,9 @@ def sampled_logprobs(log_probs: torch.Tensor, targets: torch.Tensor) -> torch.Te
 @torch.no_grad()
 def frozen_logprobs(model: torch.nn.Module, batch: TrainBatch, temperature: float = 1.0) -> torch.Tensor:
     """log p of each response token under a model that is not trained (a reference, a teacher),
-    p over the same distribution as the policy's (`response_logprobs`): [B, W]."""
-    distribution = sampling_distribution(batch, temperature)
+    p the softmax of its logits / `temperature` over the whole vocabulary: a reference's and a
+    teacher's terms compare whole distributions, whatever the sampler kept (docs/loss.md): [B, W]."""
+    distribution = sliced_softmax.Distribution(temperature)
     return sliced_softmax.sampled_logprobs(*_response_logits(model, batch), distribution=distribution).view_as(
         batch.logit_index
     )
@@ -113,22 +121,29 @@ class OffPolicySums:
     masked: torch.Tensor  # tokens left out by importance.mode=mask
     mismatch_kl: torch.Tensor
     mismatch_kl_unmasked: torch.Tensor  # the same against the trainer's logprobs over the whole vocabulary
+    log_ratio_max: torch.Tensor  # the largest |log r| of a response token (reduced by max)
     clipped: torch.Tensor  # cut off by the PPO clip
     reference_kl: torch.Tensor  # k3 estimate of KL(pi_theta || pi_ref) (0 without a reference)
 
     def __add__(self, other: "OffPolicySums") -> "OffPolicySums":
         """The sums over both sets of tokens (micro-batches of one step)."""
         summed = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
-        summed["weight_max"] = torch.maximum(self.weight_max, other.weight_max)
+        for name in MAXED:
+            summed[name] = torch.maximum(getattr(self, name), getattr(other, name))
         return OffPolicySums(**summed)
 
     def as_tensor(self) -> torch.Tensor:
-        """The summed fields (all but weight_max, which is reduced by max), in `summary`'s order."""
+        """The summed fields, in `summary`'s order."""
         return torch.stack([getattr(self, name) for name in SUMMED])
 
+    def maxima(self) -> torch.Tensor:
+        """The fields reduced by max (MAXED), in `summary`'s order."""
+        return torch.stack([getattr(self, name).detach().float() for name in MAXED])
+
     @staticmethod
-    def summary(summed: torch.Tensor, weight_max: float) -> dict[str, float]:
+    def summary(summed: torch.Tensor, maxima: torch.Tensor) -> dict[str, float]:
         totals = dict(zip(SUMMED, summed.tolist()))
+        weight_max, log_ratio_max = maxima.tolist()
         tokens = max(totals["tokens"], 1.0)
         weight, weight_sq = totals["weight"], totals["weight_sq"]
         return {
@@ -140,12 +155,15 @@ class OffPolicySums:
             "is/ess_frac": weight**2 / (tokens * weight_sq) if weight_sq > 0 else 1.0,
             "is/mismatch_kl": totals["mismatch_kl"] / tokens,
             "is/mismatch_kl_unmasked": totals["mismatch_kl_unmasked"] / tokens,
+            # On identical weights every ratio is 1: this is the float noise (tests/test_identity.py).
+            "is/log_ratio_max": log_ratio_max,
             "train/clip_frac": totals["clipped"] / tokens,
             "kl/reference": totals["reference_kl"] / tokens,
         }
 
 
-SUMMED = tuple(f.name for f in fields(OffPolicySums) if f.name != "weight_max")
+MAXED = ("weight_max", "log_ratio_max")
+SUMMED = tuple(f.name for f in fields(OffPolicySums) if f.name not in MAXED)
 
 
 def importance_ratios(log_ratio: torch.Tensor, level: str) -> torch.Tensor:
@@ -185,6 +203,7 @@ def importance_weights(
         masked=masked,
         mismatch_kl=_k3(log_ratio, mask),
         mismatch_kl_unmasked=_k3(unmasked_ratio, mask),
+        log_ratio_max=log_ratio.abs().max() if mask.any() else zero,
         clipped=zero,
         reference_kl=zero,
     )
@@ -249,6 +268,8 @@ def clipped_surrogate_loss(
 
 def reference_kl(logprobs: torch.Tensor, batch: TrainBatch) -> torch.Tensor:
     """k3_it = exp(d) - d - 1, d = log pi_ref - log pi_theta, per token ([B, W], 0 outside the
-    response): >= 0, and exactly 0 where the policy agrees with the reference."""
+    response): >= 0, and exactly 0 where the policy agrees with the reference. Its mean estimates
+    KL(pi_theta || pi_ref), but its expected gradient through pi_theta is that of
+    KL(pi_ref || pi_theta) (the module's docstring derives it): the loss minimises the latter."""
     d = (batch.reference_logprobs - logprobs) * batch.response_mask
     return (torch.exp(d) - d - 1) * batch.response_mask

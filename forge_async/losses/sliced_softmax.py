@@ -14,7 +14,8 @@ The distribution is the one the generator sampled from: the logits divided by th
 temperature, and where a token carries the set of ids its sampler kept (top-k / top-p / min-p,
 data/kept_sets.py) the softmax over that set alone ("keep sampling mask"), computed on the kept
 ids (losses/kept_softmax.py); the other logits get no gradient. Each token's log-probability
-over the whole vocabulary comes back beside it, without gradient, for the metrics.
+and entropy over the whole vocabulary come back beside them, for the metrics and for a KL penalty
+to a reference (which is over the whole vocabulary: docs/loss.md).
 """
 
 from collections.abc import Iterator
@@ -34,7 +35,9 @@ class Sampled(NamedTuple):
 
     logprobs: torch.Tensor  # log p of each chosen token, p over its kept set where it has one
     entropy: torch.Tensor  # the entropy of that p
-    unmasked: torch.Tensor  # log p over the whole vocabulary (no gradient; the logprobs where no set)
+    # log p over the whole vocabulary (the logprobs where no set; with a gradient only if asked for)
+    unmasked: torch.Tensor
+    whole_entropy: torch.Tensor  # the entropy over the whole vocabulary (no gradient)
 
 
 class Distribution(NamedTuple):
@@ -107,29 +110,40 @@ def sampled_logprobs_and_entropy(
     targets: torch.Tensor,
     slice_tokens: int | None = None,
     distribution: Distribution = UNTRUNCATED,
+    whole_grad: bool = False,
 ) -> Sampled:
     """log p(targets[k]) and the entropy of p, where p = softmax(logits[index[k]] / temperature)
     in fp32, over token k's kept set where `distribution` gives one: `logits` [N, V] (any float
     dtype), `index` and `targets` [K] int64 -> [K] fp32 tensors, the first two differentiable with
-    respect to `logits`. `slice_tokens`: tokens per slice (default: SLICE_ELEMENTS' worth)."""
+    respect to `logits`; and both over the whole vocabulary, the log p differentiable too with
+    `whole_grad` (a KL penalty to a reference, computed over the whole vocabulary).
+    `slice_tokens`: tokens per slice (default: SLICE_ELEMENTS' worth)."""
     slice_tokens = slice_tokens or _default_slice(logits)
     temperature, kept = distribution
     if kept is None or not len(kept.ids):
         logprobs, entropy = _SampledLogSoftmax.apply(logits, index, targets, slice_tokens, temperature)
-        return Sampled(logprobs, entropy, logprobs.detach())
+        return Sampled(logprobs, entropy, logprobs if whole_grad else logprobs.detach(), entropy.detach())
     chosen, set_logprobs, set_entropy = kept_logprobs_and_entropy(logits, index, targets, kept, temperature)
-    unmasked = torch.empty(index.shape, dtype=torch.float32, device=logits.device)
-    unmasked[chosen] = sampled_logprobs(logits, index[chosen], targets[chosen], slice_tokens, Distribution(temperature))
+    with torch.set_grad_enabled(whole_grad and torch.is_grad_enabled()):
+        chosen_whole = _SampledLogSoftmax.apply(logits, index[chosen], targets[chosen], slice_tokens, temperature)
     logprobs_parts, entropy_parts = [(chosen, set_logprobs)], [(chosen, set_entropy)]
+    unmasked_parts, whole_entropy_parts = [(chosen, chosen_whole[0])], [(chosen, chosen_whole[1].detach())]
     whole = _without_set(kept, len(index))
     if len(whole):  # each function's backward makes a gradient the size of the logits: only where needed
         whole_logprobs, whole_entropy = _SampledLogSoftmax.apply(
             logits, index[whole], targets[whole], slice_tokens, temperature
         )
-        unmasked[whole] = whole_logprobs.detach()
         logprobs_parts.append((whole, whole_logprobs))
         entropy_parts.append((whole, whole_entropy))
-    return Sampled(_placed(len(index), *logprobs_parts), _placed(len(index), *entropy_parts), unmasked)
+        unmasked_parts.append((whole, whole_logprobs if whole_grad else whole_logprobs.detach()))
+        whole_entropy_parts.append((whole, whole_entropy.detach()))
+    count = len(index)
+    return Sampled(
+        _placed(count, *logprobs_parts),
+        _placed(count, *entropy_parts),
+        _placed(count, *unmasked_parts),
+        _placed(count, *whole_entropy_parts),
+    )
 
 
 def _without_set(kept: KeptIds, count: int) -> torch.Tensor:
