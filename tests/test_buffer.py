@@ -44,6 +44,19 @@ def test_groups_with_equal_rewards_are_dropped_and_counted_when_asked():
     assert len(plain) == 6 and plain.stats().dropped_other == 0
 
 
+def test_groups_with_equal_rewards_but_a_per_token_signal_are_kept():
+    """A teacher's per-token advantages are signal the rewards do not show: such a group is kept."""
+    distilled = [scored(0, 1.0), scored(0, 1.0)]
+    distilled[0].token_advantages = [0.25]
+    distilled[1].token_advantages = [-0.25]
+    silent = [scored(1, 1.0), scored(1, 1.0)]
+    silent[0].token_advantages = silent[1].token_advantages = [0.0]  # a teacher that agreed everywhere
+    buffer = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True)
+    buffer.add(distilled + silent)
+    assert buffer.stats().dropped_by_reason == {"zero_variance": 2}
+    assert [e.group_id for e in buffer.sample(2, trainer_version=0)] == [0, 0]
+
+
 def test_the_oversampling_cap_keeps_no_signal_groups_beyond_it_until_the_next_batch():
     """At most 4 no-signal episodes dropped between two batches: whole groups, in arrival order."""
     buffer = EpisodeBuffer(max_policy_age=2, capacity=100, drop_zero_variance=True, max_zero_variance_drops=4)

@@ -7,13 +7,15 @@ Model scorers run on real LogprobModel procs and are compared with the real vLLM
 import asyncio
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.batch import TrainBatch, pack_episodes
 from forge_async.data.buffer import EpisodeBuffer
-from forge_async.data.episode import Completion
+from forge_async.data.episode import ENV_TOKEN, Completion
+from forge_async.data.kept_sets import KeptSets
 from forge_async.tasks.task import Prompt
 from forge_async.handles import meshes
 from forge_async.losses.advantages import group_advantages
@@ -124,9 +126,80 @@ def test_a_reward_that_is_not_a_number_is_a_scorer_error():
         score([ScorerConfig(fn="test_scoring:says_yes")])
 
 
-def test_per_token_rewards_are_centred_per_position_over_the_group():
-    # Position means: (1 + 3 + 2) / 3 = 2, (2 + 4) / 2 = 3, 5.
-    assert position_centered([[1.0, 2.0], [3.0], [2.0, 4.0, 5.0]]) == [[-1.0, -1.0], [1.0], [0.0, 1.0, 0.0]]
+def test_per_token_rewards_are_centred_on_the_other_completions_at_each_position():
+    """Leave-one-out: each token's baseline is the mean over the group's other completions with a
+    model token at its position, 0 where none has; a lone completion keeps its whole signal."""
+    rewards = [[1.0, 2.0], [3.0], [2.0, 4.0, 5.0]]
+    everywhere = [[True] * len(r) for r in rewards]
+    # Position 0: 1 - (3 + 2) / 2, 3 - (1 + 2) / 2, 2 - (1 + 3) / 2; position 1: 2 - 4, 4 - 2; position 2: 5 alone.
+    assert position_centered(rewards, everywhere) == [[-1.5, -2.0], [1.5], [0.0, 2.0, 5.0]]
+    # A group of one: nothing to compare with, its signal stays.
+    assert position_centered([[0.5, -1.0]], [[True, True]]) == [[0.5, -1.0]]
+
+
+def test_the_per_position_baseline_counts_model_tokens_only():
+    # Completion 1's position 1 is the environment's: completion 0 is alone there, completion 1 gets 0.
+    rewards = [[1.0, 2.0, 3.0], [5.0, 7.0, 1.0]]
+    masks = [[True, True, True], [True, False, True]]
+    assert position_centered(rewards, masks) == [[-4.0, 2.0, 2.0], [4.0, 0.0, -2.0]]
+
+
+class GivenLogprobs:
+    """A scorer model that gives each completion (by its token ids) the logprobs `by_tokens` holds,
+    over the whole vocabulary; it takes no kept sets."""
+
+    def __init__(self, by_tokens: dict[tuple[int, ...], list[float]]):
+        self.by_tokens = by_tokens
+        self.calls = 0
+
+    async def completion_logprobs(self, prompt_ids, completion_ids):
+        self.calls += 1
+        return [self.by_tokens[tuple(ids)] for ids in completion_ids]
+
+
+def given_teacher_tier(model, scoring: ScoringConfig | None = None):
+    scorers = [ScorerConfig(fn="test_scoring:shortness", weight=0.0), ScorerConfig(kind="teacher", path="unused")]
+    return build_tier(scorers, scoring or ScoringConfig(), None, {1: model})
+
+
+def turns(ids: list[int], logprobs: list[float], env: set[int] = frozenset(), kept_sets=None) -> Completion:
+    """A completion whose tokens at positions `env` are the environment's (version ENV_TOKEN, logprob 0)."""
+    versions = [ENV_TOKEN if t in env else 0 for t in range(len(ids))]
+    logprobs = [0.0 if t in env else lp for t, lp in enumerate(logprobs)]
+    return Completion([1, 2], ids, logprobs, versions, "", "done", kept_sets=kept_sets)
+
+
+def test_a_teacher_on_multi_turn_episodes_scores_only_the_model_tokens():
+    """Environment tokens get no token reward, count in no reverse KL, and are no other completion's
+    baseline; the environment's tokens of `a` (positions 1, 2) are ones its teacher finds unlikely."""
+    a = turns([5, 6, 7, 8], [-1.0, 0, 0, -0.5], env={1, 2})
+    b = turns([5, 9, 9, 9], [-1.0, -1.0, -1.0, -1.0])
+    c = turns([6, 3, 4], [-1.0, -2.0, 0], env={2})
+    teacher = GivenLogprobs(
+        {(5, 6, 7, 8): [-1.5, -3.0, -2.0, -0.5], (5, 9, 9, 9): [-2.0, -1.0, -1.5, -3.0], (6, 3, 4): [-1.5, -1.0, -4.0]}
+    )
+    prompts, groups = PROMPTS[:1], [[a, b, c]]
+    raw, _ = asyncio.run(given_teacher_tier(teacher, ScoringConfig(token_baseline="none")).score(prompts, groups, 0))
+    # u = log pi_teacher - log pi_student on model tokens, 0 on the environment's.
+    assert [e.token_advantages for e in raw] == [[-0.5, 0.0, 0.0, 0.0], [-1.0, 0.0, -0.5, -2.0], [-0.5, 1.0, 0.0]]
+    assert [e.metrics["distill/reverse_kl"] for e in raw] == pytest.approx([0.25, 0.875, -0.25])
+    centred, _ = asyncio.run(given_teacher_tier(teacher).score(prompts, groups, 0))
+    # Position 0: all three; 1: b and c; 2: b alone; 3: a and b.
+    assert [e.token_advantages for e in centred] == [[0.25, 0.0, 0.0, 2.0], [-0.5, -1.0, -0.5, -2.0], [0.25, 1.0, 0.0]]
+
+
+def test_a_teacher_compares_over_the_whole_vocabulary_and_is_given_no_kept_sets():
+    """The student's side is its whole-vocabulary logprob (the kept set's log mass added)."""
+    kept = KeptSets.of([np.array([3, 5]), np.array([9])], log_mass=[-0.25, -1.0])
+    student = turns([5, 9], [-0.5, 0.0], kept_sets=kept)
+    assert student.whole_logprobs == [-0.75, -1.0]
+    teacher = GivenLogprobs({(5, 9): [-1.0, -1.0]})
+    episodes, unscored = asyncio.run(
+        given_teacher_tier(teacher, ScoringConfig(token_baseline="none")).score(PROMPTS[:1], [[student]], 0)
+    )
+    assert unscored == 0 and teacher.calls == 1
+    assert episodes[0].token_advantages == [-0.25, 0.0]
+    assert episodes[0].metrics["distill/reverse_kl"] == pytest.approx(0.125)
 
 
 def fixed_batch(reference: list[list[float]]) -> TrainBatch:
@@ -172,8 +245,8 @@ def teacher_tier(model):
     """The task reward at weight 0 (reported only) and `model` (a LogprobModel actor) as the teacher."""
 
     class Teacher:
-        async def completion_logprobs(self, prompt_ids, completion_ids, kept_sets=None):
-            return await model.completion_logprobs.call_one(prompt_ids, completion_ids, kept_sets)
+        async def completion_logprobs(self, prompt_ids, completion_ids):
+            return await model.completion_logprobs.call_one(prompt_ids, completion_ids)
 
     scorers = [
         ScorerConfig(fn="test_scoring:starts_with_answer", weight=0.0),

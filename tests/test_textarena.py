@@ -291,7 +291,7 @@ def test_grpo_plays_the_preset_game_with_the_game_s_rewards(tmp_path):
     # Every game ended by its own rules (at most 4 guesses, each after one warned move): none cut.
     assert all(m["episodes/ended_max_turns"] == 0 for m in metrics)
     # Episodes are more than the model's turns: the game's replies (a warning alone is ~200 bytes).
-    assert max(m["completion/length_mean"] for m in metrics) > 30
+    assert max(m["completion/length_mean"] + m.get("completion/env_tokens_mean", 0) for m in metrics) > 30
     assert all(m["samples/dropped_env_error"] == 0 for m in metrics)
     evaluations = run.evaluations
     assert [e["eval/prompts"] for e in evaluations] == [64, 64] and evaluations[-1]["eval/version"] == 4

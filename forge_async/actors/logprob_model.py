@@ -18,7 +18,6 @@ from monarch.actor import endpoint
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.data.batch import pack_rows, prompt_rows
 from forge_async.data.episode import Completion, Episode
-from forge_async.data.kept_sets import KeptSets
 from forge_async.losses.grpo import frozen_logprobs
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.observability.span_names import FORWARD
@@ -38,7 +37,8 @@ class LogprobModel(ProcActor):
         channel_dir: str | None = None,
     ):
         """`temperature`: the policy's sampling temperature; the logprobs are those of the logits
-        divided by it, over each token's kept set where it has one, as the trainer's are.
+        divided by it, over the whole vocabulary (never over the sets the student's sampler kept:
+        scoring/model_scorers.py).
         `channel_dir`: the trainer's shared-memory channel, for a teacher that is the policy itself."""
         self.checkpoint = Checkpoint.open(checkpoint_path)
         self.pad_id = pad_id
@@ -60,14 +60,11 @@ class LogprobModel(ProcActor):
         return {"load_s": time.perf_counter() - start}
 
     @endpoint
-    async def completion_logprobs(
-        self, prompts: list[list[int]], completions: list[list[int]], kept_sets: list[KeptSets | None] | None = None
-    ) -> list[list[float]]:
-        """log p(each completion token | prompt, the completion's earlier tokens), per completion
-        (p over the token's kept set where `kept_sets` gives one). Completions of one prompt share
-        a row behind it, as in the trainer (data/batch.py)."""
-        kept_sets = kept_sets or [None] * len(completions)
-        episodes = [_unscored(*given) for given in zip(prompts, completions, kept_sets, strict=True)]
+    async def completion_logprobs(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """log p(each completion token | prompt, the completion's earlier tokens), per completion,
+        p over the whole tempered vocabulary. Completions of one prompt share a row behind it, as in
+        the trainer (data/batch.py)."""
+        episodes = [_unscored(*given) for given in zip(prompts, completions, strict=True)]
         scored: dict[int, list[float]] = {}
         token_cost = self.checkpoint.shape.token_cost_in_attention_pairs
         with TRACER.span(FORWARD):
@@ -99,7 +96,8 @@ class LogprobModel(ProcActor):
         return self.version
 
 
-def _unscored(prompt: list[int], tokens: list[int], kept_sets: KeptSets | None) -> Episode:
-    """The packer's unit for a completion to score: only its tokens and kept sets are read."""
+def _unscored(prompt: list[int], tokens: list[int]) -> Episode:
+    """The packer's unit for a completion to score: only its tokens are read (no kept sets, so the
+    batch's logprobs are over the whole vocabulary)."""
     n = len(tokens)
-    return Episode(Completion(prompt, tokens, [0.0] * n, [0] * n, "", "stop", kept_sets=kept_sets), 0.0, 0.0)
+    return Episode(Completion(prompt, tokens, [0.0] * n, [0] * n, "", "stop"), 0.0, 0.0)

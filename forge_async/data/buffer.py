@@ -47,10 +47,10 @@ class EpisodeBuffer:
     every held episode whose policy age exceeds `max_policy_age`, then returns
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
     is full, adding evicts the oldest episodes, counted as "overflow"; with
-    `drop_zero_variance`, groups whose rewards are all equal are dropped as they
-    arrive, counted as "zero_variance", up to `max_zero_variance_drops` episodes between
-    two sampled batches; beyond that they are kept (`kept_zero_variance`;
-    data/filters.py). Samples lost on the way
+    `drop_zero_variance`, groups whose rewards are all equal (and that carry no per-token
+    signal) are dropped as they arrive, counted as "zero_variance", up to
+    `max_zero_variance_drops` episodes between two sampled batches; beyond that they are
+    kept (`kept_zero_variance`; data/filters.py). Samples lost on the way
     (a scorer's or an environment's error) arrive as counts by reason; those of
     episodes that never reached a generator (NotStarted) are counted apart, not as
     added. Counters keep every episode accounted for: added = sampled + dropped (by
@@ -90,7 +90,7 @@ class EpisodeBuffer:
 
     def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> None:
         """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
-        rewards are all equal ("zero_variance"). `dropped`: samples of the same groups lost before
+        rewards are all equal and whose tokens carry no per-token signal ("zero_variance"). `dropped`: samples of the same groups lost before
         they got here, by reason (a scorer's error, an environment's), counted with the rest."""
         for key, count in (dropped or {}).items():
             if isinstance(key, NotStarted):

@@ -12,9 +12,10 @@ class FilterConfig:
     zero_variance_groups: bool = key(
         False,
         help=(
-            "dynamic sampling: drop groups whose rewards are all equal (zero advantage everywhere) as "
-            "they reach the buffer, counted as `zero_variance`, and fill every batch with groups that "
-            "carry signal ([tasks.md](tasks.md#dynamic-sampling))"
+            "dynamic sampling: drop groups whose rewards are all equal (zero advantage everywhere) and "
+            "whose tokens carry no per-token signal (a teacher's) as they reach the buffer, counted as "
+            "`zero_variance`, and fill every batch with groups that carry signal "
+            "([tasks.md](tasks.md#dynamic-sampling))"
         ),
     )
     max_oversampling: float | None = key(

@@ -1,10 +1,12 @@
 """Dynamic sampling: groups that carry no learning signal are dropped before training.
 
-A group whose completions all got the same reward has zero advantage everywhere, so its
-tokens add nothing to the policy gradient but still take a batch slot (DAPO's dynamic
-sampling). With `filter.zero_variance_groups=true` the replay buffer drops such groups as
-they arrive, counted under the reason "zero_variance", and the batch is filled with
-groups that do carry signal (generation goes on until it is).
+A group whose completions all got the same reward has zero outcome advantage, so unless a
+scorer gave its tokens a signal of their own (a teacher's per-token advantages,
+`Episode.token_advantages`) its tokens add nothing to the policy gradient but still take a
+batch slot (DAPO's dynamic sampling). With `filter.zero_variance_groups=true` the replay
+buffer drops such groups as they arrive, counted under the reason "zero_variance", and the
+batch is filled with groups that do carry signal (generation goes on until it is). A group
+whose rewards are all equal but whose tokens carry a teacher's non-zero signal is kept.
 
 When nearly every group carries no signal (a task almost solved, or not yet learnable at
 all), filling a batch could take unbounded generation. `filter.max_oversampling` caps it:
@@ -19,13 +21,18 @@ from forge_async.data.episode import Episode
 
 
 def split_zero_variance_groups(episodes: list[Episode]) -> tuple[list[Episode], list[Episode]]:
-    """(episodes of groups whose rewards differ, episodes of groups whose rewards are all equal),
-    each in arrival order. A group is the episodes that share a group_id within `episodes`."""
+    """(episodes of groups that carry signal, episodes of groups that carry none), each in arrival
+    order. A group is the episodes that share a group_id within `episodes`; it carries none when
+    its rewards are all equal and no episode of it has a non-zero per-token advantage."""
     rewards = defaultdict(set)
+    token_signal = set()  # group ids with a non-zero per-token advantage
     for episode in episodes:
         rewards[episode.group_id].add(episode.reward)
-    kept = [e for e in episodes if len(rewards[e.group_id]) > 1]
-    dropped = [e for e in episodes if len(rewards[e.group_id]) <= 1]
+        if any(episode.token_advantages or ()):
+            token_signal.add(episode.group_id)
+    signal = {g for g, r in rewards.items() if len(r) > 1} | token_signal
+    kept = [e for e in episodes if e.group_id in signal]
+    dropped = [e for e in episodes if e.group_id not in signal]
     return kept, dropped
 
 

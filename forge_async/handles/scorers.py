@@ -4,7 +4,6 @@ A scorer whose proc dies ends the run with a ScorerFailed naming it (the trainer
 is fine: the run saves what it learned).
 """
 
-from forge_async.data.kept_sets import KeptSets
 from forge_async.handles.handle import RoleHandle
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.mesh.supervision import failure_cause
@@ -25,15 +24,12 @@ class ScorerModelHandle(RoleHandle):
         return await self.spawner.scorer(self.index)
 
     async def completion_logprobs(
-        self,
-        prompt_ids: list[list[int]],
-        completion_ids: list[list[int]],
-        kept_sets: "list[KeptSets | None] | None" = None,
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]]
     ) -> list[list[float]]:
-        """log p of each completion token given its prompt, under the scorer's model (over the
-        token's kept set where it has one)."""
+        """log p of each completion token given its prompt, under the scorer's model, over the whole
+        vocabulary at the run's temperature."""
         call = self.actor.completion_logprobs
-        return await self._call(lambda: call.call_one(prompt_ids, completion_ids, kept_sets))
+        return await self._call(lambda: call.call_one(prompt_ids, completion_ids))
 
     async def take_version(self, version: int) -> int:
         """A teacher that is the policy itself: copy the trainer's `version` aside (scoring/self_teacher.py)."""

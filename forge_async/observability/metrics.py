@@ -25,7 +25,7 @@ ENTROPY_COLLAPSE = 0.05
 def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, float]:
     """What the trainer is about to learn from, at `trainer_version` (before the step)."""
     ages = [e.policy_age(trainer_version) for e in episodes]
-    lengths = [len(e.completion.token_ids) for e in episodes]
+    lengths = [e.completion.model_tokens for e in episodes]  # a multi-turn episode's observations left out
     return {
         **scorer_metrics(episodes),
         "reward/mean": statistics.fmean(e.reward for e in episodes),
@@ -35,9 +35,17 @@ def batch_metrics(episodes: list[Episode], trainer_version: int) -> dict[str, fl
         "completion/length_mean": statistics.fmean(lengths),
         "completion/length_max": max(lengths),
         "completion/truncated_frac": statistics.fmean(e.completion.finish_reason == "length" for e in episodes),
+        **env_token_metrics(episodes),
         **kept_set_metrics(episodes),
         **seat_metrics(episodes),
     }
+
+
+def env_token_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Multi-turn: the environment's tokens per episode (its observations), over the batch; nothing
+    when no episode of the batch has any."""
+    env_tokens = [len(e.completion.token_ids) - e.completion.model_tokens for e in episodes]
+    return {"completion/env_tokens_mean": statistics.fmean(env_tokens)} if any(env_tokens) else {}
 
 
 def seat_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -59,6 +67,7 @@ def kept_set_metrics(episodes: list[Episode]) -> dict[str, float]:
     tokens whose set was over sampling.kept_set_cap, and the bytes they take a sampled token;
     nothing when no episode carries kept sets (sampling.keep_mask off)."""
     sets = [e.completion.kept_sets for e in episodes if e.completion.kept_sets is not None]
+    sets = [k for k in sets if k.records_ids]
     if not sets:
         return {}
     sampled = sum(e.completion.model_tokens for e in episodes)
@@ -66,6 +75,7 @@ def kept_set_metrics(episodes: list[Episode]) -> dict[str, float]:
     return {
         "sampling/kept_mean": sum(len(k.ids) for k in sets) / max(with_set, 1),
         "sampling/kept_over_cap_frac": sum(k.over_cap for k in sets) / max(sampled, 1),
+        "sampling/kept_missing_frac": sum(k.missing for k in sets) / max(sampled, 1),
         "sampling/kept_bytes_per_token": sum(k.nbytes for k in sets) / max(sampled, 1),
     }
 
@@ -128,6 +138,7 @@ class MetricsLog:
         self.sinks = list(sinks)
         self._recent = deque(maxlen=smoothing)
         self._entropy_warned = False
+        self._over_cap_warned = False
 
     def _keep_rows_up_to(self, step: int) -> None:
         lines = self.path.read_text().splitlines() if self.path.exists() else []
@@ -150,6 +161,7 @@ class MetricsLog:
         self.write(record)
         print(self._console_line(record), flush=True)
         self._warn_on_entropy_collapse(record)
+        self._warn_on_kept_sets_over_cap(record)
 
     def write(self, record: dict) -> None:
         """A training step's row into metrics.jsonl and the sinks (`log` adds GRPO's figures and
@@ -214,14 +226,29 @@ class MetricsLog:
         )
 
     def _warn_on_entropy_collapse(self, record: dict) -> None:
-        """Once per run: entropy gone while the reward is still short of the target."""
-        collapsed = record["train/entropy"] < ENTROPY_COLLAPSE
+        """Once per run: entropy gone while the reward is still short of the target. Judged over
+        the whole vocabulary: over a small kept set (sampling.keep_mask) it is small by design."""
+        entropy = record.get("train/entropy_whole", record["train/entropy"])
+        collapsed = entropy < ENTROPY_COLLAPSE
         if collapsed and self.reward_smoothed < self.target_reward and not self._entropy_warned:
             self._entropy_warned = True
             print(
-                f"warning: policy entropy collapsed to {record['train/entropy']:.3f} nats/token at "
+                f"warning: policy entropy collapsed to {entropy:.3f} nats/token at "
                 f"step {record['step']}: completions are near-deterministic, little left to learn from "
                 "(raise sampling.temperature or lower trainer.lr)",
+                flush=True,
+            )
+
+    def _warn_on_kept_sets_over_cap(self, record: dict) -> None:
+        """Once per run: sampled tokens whose kept set was too large to record (trained over the
+        whole vocabulary, their behaviour logprob made whole-vocabulary by their log mass)."""
+        share = record.get("sampling/kept_over_cap_frac", 0.0)
+        if share > 0 and not self._over_cap_warned:
+            self._over_cap_warned = True
+            print(
+                f"note: {100 * share:.1f}% of step {record['step']}'s sampled tokens had a kept set over "
+                "sampling.kept_set_cap: they train over the whole vocabulary, not over what the sampler kept "
+                "(raise sampling.kept_set_cap to mask them; sampling/kept_over_cap_frac follows it)",
                 flush=True,
             )
 

@@ -157,8 +157,9 @@ class ScoringConfig:
     token_baseline: Literal["group", "none"] = key(
         "group",
         help=(
-            "per-token rewards (the teacher's) less the group's mean at the same position, or as given "
-            "([scoring.md](scoring.md#on-policy-distillation-python--m-appsdistill))"
+            "per-token rewards (the teacher's) less the mean at the same position of the group's other "
+            "completions with a model token there (leave-one-out), or as given "
+            "([scoring.md](scoring.md#the-interface))"
         ),
     )
 

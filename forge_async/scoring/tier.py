@@ -2,8 +2,10 @@
 
     reward_i       = sum over reward scorers k of weight_k * score_ik
     advantage_i    = group-relative advantage of reward_i (scoring.outcome_advantage)
-    advantage_it  += u_it, the sum of the per-token rewards scorers gave token t (distillation),
-                     less the group's mean u at position t (scoring.token_baseline=group)
+    advantage_it  += u_it, the sum of the per-token rewards scorers gave token t (distillation;
+                     0 on an environment's tokens), less the mean u at position t of the group's
+                     other completions with a model token there (scoring.token_baseline=group,
+                     `position_centered`)
     reference_it   = the reference_kl scorer's log pi_ref, for the trainer's KL penalty (unless
                      the scorer runs in the trainer, which computes it there)
 
@@ -108,7 +110,7 @@ class ScoringTier:
             advantages = [0.0] * len(scored)
         token_rewards = [_summed([s.token_rewards for s in scores.values()]) for _, scores in scored]
         if self.config.token_baseline == "group" and scored and token_rewards[0] is not None:
-            token_rewards = position_centered(token_rewards)
+            token_rewards = position_centered(token_rewards, [completion.model_mask for completion, _ in scored])
         return [
             Episode(
                 completion,
@@ -142,14 +144,37 @@ class ScoringTier:
         return [s.self_teacher for s in self.scorers if isinstance(s, ModelScorer) and s.self_teacher is not None]
 
 
-def position_centered(token_rewards: list[list[float]]) -> list[list[float]]:
-    """Each token's reward less the mean, over the group's completions long enough to have one, of
-    the rewards at its position: a per-position baseline, as the group's mean reward is for the
-    outcome. Exact for the first token (every completion sampled it from the same context); a
-    variance-reducing approximation after it."""
-    longest = max(map(len, token_rewards))
-    means = [statistics.fmean(r[t] for r in token_rewards if len(r) > t) for t in range(longest)]
-    return [[value - means[t] for t, value in enumerate(r)] for r in token_rewards]
+def position_centered(token_rewards: list[list[float]], model_masks: list[list[bool]]) -> list[list[float]]:
+    """Each model token's reward less a leave-one-out baseline: the mean of the rewards at its
+    position over the group's OTHER completions that have a model token there,
+
+        b_it = sum_{j != i : m_jt} u_jt / |{j != i : m_jt}|      (0 where no other completion has one)
+        centred_it = u_it - b_it where m_it, 0 on the environment's tokens
+
+    with m_jt whether token t of completion j is the model's (`Completion.model_mask`): an
+    environment's token is nobody's baseline. The token's own value is left out of its baseline,
+    so a completion alone at a position keeps its whole signal, and none is shrunk by 1 - 1/G_t.
+    The baseline of completion i does not depend on i's own tokens (the others were sampled apart
+    from it), so it biases no position's gradient; it removes the most variance at the first token,
+    which every completion sampled from the same context, and less as the contexts part."""
+    longest = max(map(len, token_rewards), default=0)
+    sums, counts = [0.0] * longest, [0] * longest
+    for rewards, mask in zip(token_rewards, model_masks, strict=True):
+        for t, (value, is_model) in enumerate(zip(rewards, mask, strict=True)):
+            if is_model:
+                sums[t] += value
+                counts[t] += 1
+
+    def centred(t: int, value: float, is_model: bool) -> float:
+        if not is_model:
+            return 0.0
+        others = counts[t] - 1
+        return value - (sums[t] - value) / others if others else value
+
+    return [
+        [centred(t, value, is_model) for t, (value, is_model) in enumerate(zip(rewards, mask, strict=True))]
+        for rewards, mask in zip(token_rewards, model_masks, strict=True)
+    ]
 
 
 def _summed(per_token: list[list[float] | None]) -> list[float] | None:
