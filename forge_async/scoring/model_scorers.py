@@ -77,5 +77,9 @@ class ModelScorer:
         sampled = [d for d in reverse_kl if d is not None]
         return Score(
             token_rewards=[0.0 if d is None else -self.coef * d for d in reverse_kl],
-            metrics={"distill/reverse_kl": statistics.fmean(sampled) if sampled else 0.0},
+            metrics={
+                "distill/reverse_kl": statistics.fmean(sampled) if sampled else 0.0,
+                # On identical weights every token's term is 0 (tests/test_identity.py): the largest is the noise.
+                "distill/reverse_kl_absmax": max(map(abs, sampled), default=0.0),
+            },
         )
