@@ -39,6 +39,11 @@ BAD_VALUES = {
     "sampling.top_k=-1": "sampling.top_k=-1: must be >= 0 (0 = every token)",
     "sampling.min_p=1": "sampling.min_p=1.0: must be in [0, 1) (0 = none)",
     "sampling.kept_set_cap=0": "sampling.kept_set_cap=0: must be >= 1",
+    "sampling.top_k=2000": "sampling.top_k=2000 keeps more tokens than sampling.kept_set_cap=1024 records",
+    "task.name=seeds env.name=nim env.seats=[policy,policy] prompts_per_step=1 prompts_per_rollout=1 max_policy_age=0": (
+        "max_policy_age=0: one prompt's group gives 16 samples (group_size=8 x 2 policy seats of env.seats), "
+        "more than a batch (8 = prompts_per_step * group_size)"
+    ),
     "sampling.keep_mask=true": "sampling.keep_mask=true: sampling keeps every token",
     "trainer.lr=-0.1": "trainer.lr=-0.1: must be > 0",
     "trainer.lr=nan": "trainer.lr=nan: must be a finite number > 0",

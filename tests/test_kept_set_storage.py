@@ -1,6 +1,8 @@
 """data/kept_sets.py and its packing: how a completion stores the sets its sampler kept, how a
 completion refuses a token outside its set, and where the packed batch says each id belongs."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +10,8 @@ import torch
 from forge_async.data.batch import pack_episodes, pack_rows, prompt_rows
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
 from forge_async.data.kept_sets import KeptSets
+from forge_async.generation.kept_set_capture import KeptStep
+from forge_async.generation.versioned_engine import Request, VersionedEngine
 from tests.support.digits import PAD_ID
 
 pytestmark = pytest.mark.unit
@@ -53,3 +57,24 @@ def test_the_batch_places_each_id_at_its_episode_s_token_whatever_the_rows():
         held = {(int(t), int(i)) for t, i in zip(batch.kept_tokens, batch.kept_ids)}
         assert all((int(k), int(targets[k])) in held for k in torch.unique(batch.kept_tokens))
     assert pack_episodes([episodes[1]], PAD_ID).kept_ids is None
+
+
+class _NoRows:
+    """A capture whose last step recorded no row for any request."""
+
+    def take(self, engine_request_id: str) -> KeptStep:
+        return KeptStep(None, 0.0, over_cap=False, recorded=False)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7], ids=["greedy", "sampled"])
+def test_a_token_with_no_recorded_row_is_counted_if_greedy_and_an_error_if_sampled(temperature):
+    """A sampled token with no row would train against the whole vocabulary with no log mass: only a
+    greedy step may leave one out (counted as missing); at a temperature it is a defect, said aloud."""
+    engine = SimpleNamespace(kept_sets=_NoRows())
+    request = Request([1, 2], SimpleNamespace(temperature=temperature), engine_id="0")
+    if temperature:
+        with pytest.raises(RuntimeError, match="recorded no kept set"):
+            VersionedEngine._record_kept_sets(engine, request, 1)
+    else:
+        VersionedEngine._record_kept_sets(engine, request, 1)
+        assert request.kept_missing == 1 and request.kept == [None] and request.kept_log_mass == [0.0]

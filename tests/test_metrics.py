@@ -3,7 +3,7 @@
 import pytest
 
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
-from forge_async.observability.metrics import batch_metrics
+from forge_async.observability.metrics import MetricsLog, batch_metrics
 
 pytestmark = pytest.mark.unit
 
@@ -26,3 +26,15 @@ def test_single_turn_batches_report_no_environment_tokens():
     figures = batch_metrics([episode([0, 0]), episode([0])], trainer_version=0)
     assert figures["completion/length_mean"] == 1.5 and figures["completion/length_max"] == 2
     assert "completion/env_tokens_mean" not in figures
+
+
+@pytest.mark.parametrize(
+    ("whole", "warned"), [(1.2, False), (0.01, True)], ids=["small kept sets", "collapsed distribution"]
+)
+def test_entropy_collapse_is_judged_over_the_whole_vocabulary(tmp_path, capsys, whole, warned):
+    """Over one-token kept sets the entropy is 0 by design (train/entropy); only the whole
+    vocabulary's (train/entropy_whole) says whether the policy collapsed."""
+    log = MetricsLog(tmp_path, total_steps=10, target_reward=0.8)
+    log._warn_on_entropy_collapse({"step": 3, "train/entropy": 0.0, "train/entropy_whole": whole})
+    assert ("entropy collapsed" in capsys.readouterr().out) == warned
+    log.close()

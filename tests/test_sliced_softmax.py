@@ -151,3 +151,30 @@ def test_kept_sets_and_temperature_give_the_masked_tempered_softmax_and_its_grad
     assert not torch.allclose(unmasked[::every], got[0][::every])  # a set changes the logprob
     frozen = sampled_logprobs(logits, INDEX, targets, slice_tokens=SLICE, distribution=distribution)
     assert torch.allclose(frozen, want[0], atol=1e-5)
+
+
+def test_the_whole_vocabulary_logprob_has_a_gradient_where_asked_even_on_a_one_token_set():
+    """A reference's KL penalty is over the whole vocabulary (docs/loss.md): with `whole_grad`, the
+    unmasked log p carries the plain log-softmax's gradient, also where a token's kept set is the token
+    alone (over which log p is 0 and has no gradient); its entropy there is the whole vocabulary's."""
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(N, V, generator=gen) * 3
+    targets = torch.randint(0, V, (len(INDEX),), generator=gen)
+    kept = KeptIds(torch.arange(0, len(INDEX), 2), targets[::2])  # every other token: its own id alone
+    a = torch.randn(len(INDEX), generator=gen)
+    distribution = Distribution(0.7, kept)
+
+    def whole(x, t):
+        sampled = sampled_logprobs_and_entropy(x, INDEX, t, SLICE, distribution, whole_grad=True)
+        return sampled.unmasked, sampled.whole_entropy
+
+    def plain_tempered(x, t):
+        log_p = (x[INDEX].float() / 0.7).log_softmax(-1)
+        return log_p.gather(-1, t[:, None]).squeeze(-1), token_entropy(log_p)
+
+    want, got = gradient(plain_tempered, logits, targets, a, None), gradient(whole, logits, targets, a, None)
+    for w, g in zip(want, got):
+        assert torch.allclose(g, w, atol=1e-5), (g - w).abs().max()
+    over_sets = sampled_logprobs_and_entropy(logits, INDEX, targets, SLICE, distribution)
+    assert torch.equal(over_sets.logprobs[::2], torch.zeros(len(INDEX[::2])))  # the set alone: log 1
+    assert (got[0][::2] < -1e-3).all()  # the whole vocabulary's: what a reference is compared with
