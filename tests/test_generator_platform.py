@@ -1,13 +1,21 @@
 """How the generator's vLLM engine runs on CPU and on GPU, decided without either (pure functions)."""
 
 import os
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 import torch
 
-from forge_async.generation.config import GeneratorConfig
-from forge_async.generation.platform import EnginePlatform, prepare_process, resolve_platform
+from forge_async.generation.config import GeneratorConfig, SamplingConfig
+from forge_async.generation.platform import (
+    RUNNER_ENV,
+    EnginePlatform,
+    ModelRunner,
+    model_runner,
+    prepare_process,
+    resolve_platform,
+)
 from forge_async.errors import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -60,10 +68,12 @@ def test_compile_maps_to_vllm_compilation_mode_and_eager_to_enforce_eager_and_st
     assert gpu.llm_kwargs() == {"enforce_eager": False, "compilation_config": {"mode": "VLLM_COMPILE"}} | never_ahead
 
 
-def test_dynamo_is_disabled_only_for_an_uncompiled_cpu_engine():
-    assert EAGER.env() == {"TORCHDYNAMO_DISABLE": "1"}
-    assert EnginePlatform(on_gpu=False, enforce_eager=False, compile=True).env() == {}
-    assert EnginePlatform(on_gpu=True, enforce_eager=True, compile=False).env() == {}
+def test_dynamo_is_disabled_only_for_an_uncompiled_cpu_engine_and_every_engine_runs_vllms_v1_runner():
+    v1 = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
+    assert EAGER.env() == v1 | {"TORCHDYNAMO_DISABLE": "1"}
+    assert EnginePlatform(on_gpu=False, enforce_eager=False, compile=True).env() == v1
+    assert EnginePlatform(on_gpu=True, enforce_eager=True, compile=False).env() == v1
+    assert EnginePlatform(on_gpu=True, enforce_eager=False, compile=True).env() == v1
 
 
 def test_eager_with_compile_is_refused_naming_both_keys():
@@ -74,8 +84,10 @@ def test_eager_with_compile_is_refused_naming_both_keys():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU decisions")
 def test_prepare_process_sets_the_environment_in_this_process_only_where_needed(monkeypatch):
     monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
+    monkeypatch.setenv(RUNNER_ENV, "1")  # whatever the process had, the engine runs V1
     assert prepare_process(GeneratorConfig(compile=True)).compile
     assert "TORCHDYNAMO_DISABLE" not in os.environ
+    assert os.environ[RUNNER_ENV] == "0"
     assert prepare_process(GeneratorConfig()) == EAGER
     assert os.environ["TORCHDYNAMO_DISABLE"] == "1"
 
@@ -84,6 +96,67 @@ def test_compile_with_dynamo_disabled_in_the_environment_is_refused(monkeypatch)
     monkeypatch.setenv("TORCHDYNAMO_DISABLE", "1")
     with pytest.raises(ConfigError, match="TORCHDYNAMO_DISABLE=1"):
         prepare_process(GeneratorConfig(compile=True))
+
+
+TRUNCATED = SamplingConfig(temperature=0.7, top_p=0.9, min_tokens=2)
+
+
+@pytest.mark.parametrize(
+    "on_gpu, moe, sampling, reads_sampler, v2",
+    [
+        (False, False, TRUNCATED, True, False),
+        (False, True, TRUNCATED, True, False),  # CPU routes are read beside V1's KV cache
+        (True, False, SamplingConfig(), False, False),
+        (True, False, TRUNCATED, True, False),  # the kept sets: V1's top-k/top-p stage
+        (True, True, SamplingConfig(), False, True),  # vLLM's routed-experts export: V2 only
+        (True, True, SamplingConfig(temperature=0.0), False, True),
+    ],
+)
+def test_the_engine_runs_vllms_v1_runner_except_an_moe_model_on_a_gpu(on_gpu, moe, sampling, reads_sampler, v2):
+    runner = model_runner(on_gpu, moe, sampling, reads_sampler)
+    assert runner.v2 is v2
+    assert runner.env() == {RUNNER_ENV: "1" if v2 else "0"}
+    assert runner.line().startswith(f"vLLM's {'V2' if v2 else 'V1'} model runner (VLLM_USE_V2_MODEL_RUNNER=")
+    assert runner.why in runner.line()
+
+
+def test_an_moe_model_on_a_gpu_cannot_report_the_sampled_distribution_naming_the_keys():
+    with pytest.raises(ConfigError) as refused:
+        model_runner(on_gpu=True, moe=True, sampling=TRUNCATED, reads_sampler=True)
+    message = str(refused.value)
+    assert message.startswith("sampling.temperature=0.7, sampling.top_p=0.9, sampling.min_tokens=2: ")
+    assert "V2 model runner" in message and "routed-experts export" in message
+    assert "top_k" in message and "or run its generator on CPU" in message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="stands in for a GPU on a CPU box")
+@pytest.mark.parametrize(
+    "setting, v2",
+    [
+        (None, True),  # vLLM's own choice where Triton imports (any CUDA GPU)
+        (EnginePlatform(on_gpu=True, enforce_eager=False, compile=True).env()[RUNNER_ENV], False),
+        (ModelRunner(True, "an MoE model").env()[RUNNER_ENV], True),
+    ],
+)
+def test_vllm_takes_v2_on_a_gpu_unless_the_generator_sets_v1(tiny_checkpoint, monkeypatch, setting, v2):
+    """The installed vLLM's own decision (vllm/config/vllm.py, use_v2_model_runner), with Triton
+    made to import as on a GPU and the environment read as vLLM reads it, afresh (vllm/envs.py)."""
+    import vllm.config.vllm as vllm_config
+    import vllm.envs
+    from vllm.engine.arg_utils import EngineArgs
+
+    with mock.patch.dict(os.environ):  # vLLM's CPU platform sets variables of its own
+        config = EngineArgs(
+            model=str(tiny_checkpoint.path), max_model_len=64, **EAGER.llm_kwargs()
+        ).create_engine_config()
+    if setting is None:
+        monkeypatch.delenv(RUNNER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(RUNNER_ENV, setting)
+    read = vllm.envs.environment_variables[RUNNER_ENV]()
+    monkeypatch.setattr(vllm_config, "envs", SimpleNamespace(VLLM_USE_V2_MODEL_RUNNER=read))
+    monkeypatch.setattr(vllm_config, "HAS_TRITON", True)
+    assert config.use_v2_model_runner is v2
 
 
 def test_the_controller_no_longer_disables_dynamo_for_every_proc(monkeypatch):

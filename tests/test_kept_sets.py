@@ -19,6 +19,7 @@ from forge_async.losses.grpo import response_logprobs
 from forge_async.models.titan import load_frozen_model
 from forge_async.tasks.task import Prompt
 from tests.support.digits import PAD_ID, TOKENIZER
+from tests.support.kept_sets import expected_sets, recorded_sets
 from tests.support.vllm_engine import run_to_end, start_llm
 
 pytestmark = pytest.mark.procs
@@ -52,43 +53,20 @@ def engine_for(llm, cap: int = 1024) -> VersionedEngine:
     return VersionedEngine(llm, "abort_resume", kept_sets=KeptSetCapture(cap))
 
 
-def expected_sets(model, completion: Completion, config: SamplingConfig) -> list[list[int] | None]:
-    """Per token: what vLLM's sampler keeps of the trainer model's logits at that position (its
-    order: temperature, min-p, then vLLM's own top-k/top-p code); None for environment tokens."""
-    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
-
-    sequence = torch.tensor([completion.prompt_ids + completion.token_ids])
-    with torch.no_grad():
-        logits = model(sequence)[0, len(completion.prompt_ids) - 1 : -1].float() / config.temperature
-    if config.min_p:
-        probs = logits.softmax(-1)
-        logits = logits.masked_fill(probs < config.min_p * probs.max(-1, keepdim=True).values, -torch.inf)
-    rows = len(logits)
-    k = torch.full((rows,), config.top_k) if config.top_k else None
-    p = torch.full((rows,), config.top_p) if config.top_p < 1 else None
-    kept = apply_top_k_top_p_pytorch(logits.clone(), k, p).isfinite()
-    return [None if v == ENV_TOKEN else row.nonzero().flatten().tolist() for row, v in zip(kept, completion.versions)]
-
-
-def recorded_sets(completion: Completion) -> list[list[int] | None]:
-    sets, start = [], 0
-    for size in completion.kept_sets.sizes.tolist():
-        sets.append(completion.kept_sets.ids[start : start + size].tolist() or None)
-        start += size
-    return sets
-
-
 def assert_trainer_matches_generator(model, completions: list[Completion]) -> None:
     """The trainer's logprobs over the kept sets are the generator's (the distribution it sampled
-    from); over the whole vocabulary they are higher-entropy and differ."""
+    from); over the whole vocabulary they are higher-entropy and differ, and equal the generator's
+    made whole by each token's log mass."""
     batch = pack_episodes([Episode(c, 0.0, 0.0) for c in completions], PAD_ID)
     with torch.no_grad():
-        logprobs, _, unmasked = response_logprobs(model, batch, TEMPERATURE)
+        logprobs, _, unmasked, _ = response_logprobs(model, batch, TEMPERATURE)
     mask = batch.response_mask.bool()
     behaviour = batch.behaviour_logprobs[mask]
     assert (logprobs[mask] - behaviour).abs().max() < 1e-4
     assert (unmasked[mask] - behaviour).abs().max() > 1e-2
     assert (unmasked[mask] <= behaviour + 1e-5).all()  # a truncated distribution puts more on each kept token
+    whole = torch.tensor([lp for c in completions for lp, m in zip(c.whole_logprobs, c.model_mask) if m])
+    assert (unmasked[mask] - whole).abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("truncation", SETTINGS.values(), ids=SETTINGS.keys())

@@ -33,6 +33,7 @@ from forge_async.generation.engine_weights import plain_cpu_weights
 from forge_async.generation.kept_set_capture import KeptSetCapture
 from forge_async.generation.occupancy import Occupancy
 from forge_async.generation.route_capture import route_capture
+from forge_async.generation.sampler_rng import SamplerRngState
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
@@ -215,19 +216,15 @@ class Generator(ProcActor):
         await super().__cleanup__(exc)
 
     @endpoint
-    async def rng_state(self) -> dict:
-        """The sampler's random state (vLLM samples with torch's default generators)."""
-        import torch
-
-        return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all()}
+    async def rng_state(self) -> SamplerRngState:
+        """The random state the engine samples with (torch's generators and numpy's: sampler_rng.py)."""
+        return SamplerRngState.capture()
 
     @endpoint
-    async def set_rng_state(self, state: dict) -> None:
-        import torch
-
-        torch.set_rng_state(state["cpu"])
-        if state["cuda"]:
-            torch.cuda.set_rng_state_all(state["cuda"])
+    async def set_rng_state(self, state: SamplerRngState | dict) -> None:
+        """`state` as `rng_state` gave it, or as a checkpoint written before numpy's state was kept
+        (a dict of torch's generators)."""
+        SamplerRngState.of(state).restore()
 
     @endpoint
     async def get_version(self) -> int:
@@ -242,6 +239,7 @@ class Generator(ProcActor):
             "swap_pauses": dataclasses.asdict(e.swap_pauses),
             "resumed_requests": e.resumed_requests,
             "resumed_prefix_tokens": e.resumed_prefix_tokens,
+            "preempting_resets": e.preempting_resets,
         }
 
     @endpoint

@@ -4,7 +4,8 @@ The trainer ranks write their model and optimizer shards themselves (DCP, in
 `trainer/`); everything the controller side owns goes into `controller.pt`:
 the loop's record, prompt-source position and metrics smoothing, the replay
 buffer's episodes and counters (taken in one call, so they agree), and each
-generator's sampler RNG state (with those, a sync-mode run resumes bit for bit).
+generator's sampler RNG state (generation/sampler_rng.py; with those, a sync-mode run resumes
+bit for bit).
 """
 
 import io

@@ -10,7 +10,9 @@ replaces the weights between two steps:
   KV computed by old weights.
 - swap_mode=drain: the caller sets `draining` when a new version waits; no new
   request is admitted until running ones finish; then `swap` runs with the
-  engine idle and the prefix cache is reset.
+  engine idle and the prefix cache is reset (a swap made with requests still
+  running preempts them to reset it: they compute their KV again under the new
+  weights, and the swap is counted in `preempting_resets`).
 - swap_mode=abort_resume: `swap` aborts every request vLLM holds, loads the
   weights, resets the prefix cache and re-submits each request (under a fresh
   vLLM id) with its prompt + the tokens it has so far as the new prompt, and its
@@ -42,6 +44,7 @@ their log mass; a resumed request's earlier tokens keep the sets they were sampl
 """
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,6 +123,8 @@ class VersionedEngine:
         # (prompt + generated), the tokens vLLM prefills again after a swap
         self.resumed_requests = 0
         self.resumed_prefix_tokens = 0
+        # swaps whose prefix-cache reset had to preempt requests still holding KV (_reset_prefix_cache)
+        self.preempting_resets = 0
         self.unfinished = 0  # samples submitted and not finished (queued or running)
         self._ids = itertools.count()
         self._queue: list[Request] = []
@@ -246,7 +251,7 @@ class VersionedEngine:
         else:
             engine_weights.reload(self.llm, state_dict)
         if self.swap_mode != "inflight":
-            self.llm.reset_prefix_cache()
+            self._reset_prefix_cache()
         self.version = version
         self.draining = False
         for request in aborted:
@@ -255,6 +260,29 @@ class VersionedEngine:
         if in_flight:
             self.swap_pauses.add(pause_ms)
         return pause_ms
+
+    def _reset_prefix_cache(self) -> None:
+        """Forget every cached prefix, so that no KV computed by the old weights is used again.
+
+        vLLM resets only while no request holds KV blocks and otherwise returns False, keeping
+        every cached prefix (vllm/v1/core/block_pool.py, `BlockPool.reset_prefix_cache`). drain and
+        abort_resume swap with none running; a swap made with requests still running (a caller
+        that did not drain) would leave the old weights' prefixes in the cache silently. Then the
+        reset is made again as vLLM's own pause with `clear_cache` makes it (`reset_running_requests`:
+        vllm/v1/engine/core.py, `EngineCore._reset_caches`; vllm/v1/core/sched/scheduler.py,
+        `Scheduler.reset_prefix_cache`): the running requests are preempted, their blocks freed,
+        and they compute their KV again, under the new weights, when next scheduled (their
+        tokens so far are kept; those sampled from here on carry the new version). Counted in
+        `preempting_resets`; vLLM raises if even that reset fails."""
+        if self.llm.reset_prefix_cache():
+            return
+        self.llm.reset_prefix_cache(reset_running_requests=True)
+        self.preempting_resets += 1
+        logging.getLogger(__name__).warning(
+            "weight swap with requests still holding KV (swap_mode=%s): they were preempted to reset the "
+            "prefix cache and compute their KV again under the new weights",
+            self.swap_mode,
+        )
 
     def _abort_running(self) -> list[Request]:
         """Abort every request vLLM holds (decoding, waiting or mid-prefill), freeing all KV blocks.

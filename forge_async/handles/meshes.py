@@ -25,6 +25,7 @@ from forge_async.actors.weight_sender import WeightSender
 from forge_async.mesh.procs import spawn_procs
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
+from forge_async.observability.console import since_launch
 from forge_async.weights.config import WeightsConfig
 
 
@@ -76,12 +77,19 @@ async def spawn_generator(
     sampling: SamplingConfig | None = None,
 ):
     """One Generator (one proc, one vLLM engine) loaded with the checkpoint's weights (and, with
-    LoRA, serving them through an adapter that starts at zero); `sampling`: the run's (see Generator)."""
+    LoRA, serving them through an adapter that starts at zero); `sampling`: the run's (see Generator).
+    The vLLM model runner its engine runs is said on the console (once for all alike)."""
     if procs is None:
         procs = spawn_procs(host, 1, f"generator{index}", log_dir)
     generator = procs.spawn(f"generator{index}", Generator, str(checkpoint.path), config, weights, lora, sampling)
-    engine_start_s = await generator.setup.call_one()
-    return procs, generator, engine_start_s
+    started = await generator.setup.call_one()
+    if started.runner not in _RUNNERS_SAID:
+        _RUNNERS_SAID.add(started.runner)
+        print(f"{since_launch()} generator engines: {started.runner}", flush=True)
+    return procs, generator, started.seconds
+
+
+_RUNNERS_SAID: set[str] = set()  # the runner lines this process printed
 
 
 async def spawn_replay_buffer(
