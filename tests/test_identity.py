@@ -9,12 +9,13 @@ TorchTitan: what they can differ by is float noise. Per run:
   and so `is/mismatch_kl` is float noise;
 - no trained sample is older than its step (`policy/age_max` 0), none is dropped as stale, and the
   sync run trains everything it generated;
+- a rival (a second trained policy) trains on-policy in its own sync step, its ratios 1 too;
 - the loss counts the model's tokens only (`train/response_tokens` is the batch's model tokens);
 - a reference equal to the policy reads `kl/reference` 0, a teacher equal to the student a reverse
   KL of 0 at every token (`distill/reverse_kl_absmax`), hence no per-token advantage.
 
-Rows cover every sampling option, episode kind and scorer at least once, combined so that each
-run checks several: a new option, episode kind or scorer adds its row here before it is done
+Rows cover every sampling option, episode kind, seat plan and scorer at least once, combined so
+that each run checks several: a new option, episode kind or scorer adds its row here before it is done
 (docs/loss.md, "The identity check"). Kept sets over the cap and `min_tokens` hold only because
 such tokens are trained over the whole vocabulary against a behaviour logprob made whole by its
 log mass (data/kept_sets.py): their rows are the check on that.
@@ -85,6 +86,11 @@ ROWS = {
         ("sampling.temperature=0.7", "sampling.min_tokens=2"), scorers=(TEACHER,)
     ),
     "no_mask/single_turn/reward": Row(("sampling.top_p=0.8", "sampling.keep_mask=false")),
+    # seat plans beside two policy seats: a lagged snapshot's seat, a second trained policy's
+    "temperature/policy_vs_snapshot/reward": Row(("sampling.temperature=0.7",), "selfplay_snapshot"),
+    "top_p/policy_vs_rival/reward": Row(
+        ("sampling.top_p=0.9",), "selfplay_nim", extra=("env.seats=[policy,rival]", "rival.lr=1e-12")
+    ),
 }
 
 
@@ -127,5 +133,8 @@ def test_on_identical_weights_every_ratio_is_one_and_every_divergence_zero(row, 
         assert "kept set over sampling.kept_set_cap" in run.output
     if "sampling.keep_mask=false" in row.sampling:
         assert not any("sampling/kept_mean" in m for m in metrics)
-    if row.config_name == "selfplay_nim":  # two samples an episode: a batch is half the prompts
-        assert all(m["policy/version_spread_max"] == 0 for m in metrics)
+    if "env.seats=[policy,rival]" in row.extra:  # the rival trains on-policy too, in its own step
+        rival_steps = [m for m in metrics if "rival/is/log_ratio_max" in m]
+        assert rival_steps and all(m["rival/is/log_ratio_max"] < LOG_RATIO_NOISE for m in rival_steps)
+        rival = run.summary["rival"]
+        assert rival["dropped_stale"] == 0 and rival["trained"] == rival["generated"], rival

@@ -193,6 +193,8 @@ class GRPOLoop(TrainingLoop):
                     batch, buffer = await self._generate_batch()
                 self.record.trainer_idle_s += time.perf_counter() - waited_from
                 await self._train(batch, buffer)
+                if self.handles.rival is not None:  # a second policy's step, on-policy too
+                    await self.handles.rival.learn_in_step()
                 with TRACER.span(WAIT_FOR_WEIGHTS, LANE):
                     await self.delivery.wait_until_loaded(self.record.version)
             if self._due_for_evaluation():

@@ -10,8 +10,11 @@ keys but `rival.lr`) starting from `rival.path` or a tiny model of `rival.seed`;
 `generator<i>` after the trained policy's and a snapshot's) that read its shared-memory channel
 and take each version as it is published, as the trained policy's do; and a buffer (an
 EpisodeBuffer here in the controller) that drops samples older than max_policy_age against its
-trainer's version. A learner task beside the run's loop takes a batch (batch_size) whenever the
-buffer holds one, trains one step and publishes it; the loop never waits for it.
+trainer's version. In an async run a learner task beside the run's loop takes a batch
+(batch_size) whenever the buffer holds one, trains one step and publishes it; the loop never waits
+for it. In a sync run the loop makes the rival's step its own (`learn_in_step`): after each step
+of the trained policy, one step on every sample of the rival's seats that step generated, then a
+wait until its generators hold the new version, so the rival too trains on-policy.
 
 Rival seats' episodes are scored with the others' (grouped by seat) and handed here by the rollouts
 (rollout/multi_turn.py, `add`); admission control counts the trained policy's seats only. A failed
@@ -21,6 +24,7 @@ RUN_DIR/rival_final_model.
 """
 
 import asyncio
+import time
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -33,7 +37,7 @@ from forge_async.handles.generators.pool import GeneratorPool
 from forge_async.handles.meshes import write_tiny_weights_on
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
-from forge_async.handles.trainer import TrainerHandle, save_policy
+from forge_async.handles.trainer import StepResult, TrainerHandle, save_policy
 from forge_async.mesh.roles import RIVAL_TRAINER
 from forge_async.models.hf_checkpoint import WEIGHTS_FILE, Checkpoint
 from forge_async.models.tiny import write_tiny_config
@@ -41,6 +45,9 @@ from forge_async.rollout.turn_batcher import TurnBatcher
 
 CHANNEL = "rival"  # its shared-memory channel: this directory under weights.channel_dir
 _STOP_S = 5.0  # a step still running when the run ends is left to the trainer's stop after this
+_LOAD_S = 60.0  # sync mode: how long its generators may take to load a version it published
+_POLL_S = 0.005
+_REPORTED = ("is/", "train/entropy", "policy/")  # the trainer's figures its metrics carry
 
 
 class Rival:
@@ -60,6 +67,7 @@ class Rival:
         self._stopping = False
         self._turns: TurnBatcher | None = None  # from `start`, on its generators
         self.final_model: str | None = None  # RUN_DIR/rival_final_model, once saved at the end
+        self.step_metrics: dict[str, float] = {}  # its last step's off-policy figures (rival/is/...)
 
     @classmethod
     def of_run(cls, config, spawner: RoleSpawner, procs_file: ProcsFile, run_dir: Path) -> "Rival | None":
@@ -78,7 +86,8 @@ class Rival:
         self.pool = GeneratorPool(spawner, self._procs_file, c.rival.generators, c.generator.max_restarts, first)
         self._turns = TurnBatcher(self.pool.generate_soonest, c.env.turn_batch_wait_s)
         _, starts = await asyncio.gather(self.trainer.start(), self.pool.start())
-        self.learn_beside()
+        if c.mode == "async":
+            self.learn_beside()
         return starts
 
     async def _initial_model(self) -> Checkpoint:
@@ -131,10 +140,30 @@ class Rival:
                 self._added.clear()
                 await self._added.wait()
                 continue
-            result = await self.trainer.train_and_push(batch, ("shm",))
-            self.version = result.version
-            self.trained += len(batch)
-            self.trained_by_seat.update(e.completion.seat for e in batch)
+            self._step(await self.trainer.train_and_push(batch, ("shm",)), batch)
+
+    async def learn_in_step(self) -> None:
+        """Sync mode: one step on every sample its seats played since the last (each sampled by its
+        current version: nothing is stale), published, then waited for until each of its generators
+        samples with it (up to _LOAD_S). Nothing to do when its seats never moved."""
+        held = self.buffer.stats().size
+        batch = self.buffer.sample(held, self.version) if held else None
+        if not batch:
+            return
+        self._step(await self.trainer.train_and_push(batch, ("shm",)), batch)
+        deadline = time.monotonic() + _LOAD_S
+        while min(await self.pool.live_versions(), default=self.version) < self.version:
+            if time.monotonic() > deadline:
+                raise TrainerFailed(
+                    f"the rival's generators did not take its version {self.version} within {_LOAD_S:.0f} s"
+                )
+            await asyncio.sleep(_POLL_S)
+
+    def _step(self, result: StepResult, batch: list[Episode]) -> None:
+        self.version = result.version
+        self.trained += len(batch)
+        self.trained_by_seat.update(e.completion.seat for e in batch)
+        self.step_metrics = {f"rival/{k}": v for k, v in result.metrics.items() if k.startswith(_REPORTED)}
 
     def check(self) -> None:
         """Raise the learner's failure, as a trainer's: it ends the run."""
@@ -173,6 +202,7 @@ class Rival:
             "rival/dropped_other": stats.dropped_other,
             "rival/buffered": stats.size,
             **{f"rival/trained_seat_{seat}": n for seat, n in sorted(self.trained_by_seat.items())},
+            **self.step_metrics,
         }
         if episodes:
             figures["rival/reward"] = statistics.fmean(e.reward for e in episodes)
