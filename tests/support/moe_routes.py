@@ -32,10 +32,25 @@ def moe_engine(checkpoint, swap_mode: str) -> VersionedEngine:
     """An MoE model's engine stepped by hand, with the route capture a generator uses where this
     runs (on a GPU vLLM's export, on its V2 model runner: generation/platform.py, model_runner)."""
     shape = checkpoint.shape
+    _model_parallel_groups_with_experts()
     routes = route_capture(shape.moe, shape.n_layers, on_gpu=ON_GPU, swap_mode=swap_mode)
     runner = model_runner(ON_GPU, moe=True, sampling=SamplingConfig(), reads_sampler=False)
     llm = start_llm(checkpoint, swap_mode, runner=runner, block_size=BLOCK, **routes.llm_kwargs())
     return VersionedEngine(llm, swap_mode, routes=routes)
+
+
+def _model_parallel_groups_with_experts() -> None:
+    """vLLM makes its parallel groups once per process, an expert-parallel one only for an MoE model:
+    after a dense engine started in this process (another test module's), an MoE engine would find
+    the groups made and none for its experts. They are dropped then, for the MoE engine to make anew."""
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return
+    try:
+        parallel_state.get_ep_group()
+    except AssertionError:
+        parallel_state.destroy_model_parallel()
 
 
 def titan_routes(checkpoint, hf_state_dict, sequence: list[int]) -> np.ndarray:
