@@ -42,7 +42,7 @@ def stage_ms(hidden, weight, targets, distribution: Distribution, device: str) -
     start = time.perf_counter()
     logits = hidden @ weight.T
     index = torch.arange(len(targets), device=hidden.device)
-    logprobs, entropy, _ = sampled_logprobs_and_entropy(logits, index, targets, distribution=distribution)
+    logprobs, entropy = sampled_logprobs_and_entropy(logits, index, targets, distribution=distribution)[:2]
     (-(logprobs.sum() + 0.01 * entropy.sum())).backward()
     sync(device)
     hidden.grad = weight.grad = None
@@ -54,7 +54,7 @@ def softmax_ms(logits, targets, distribution: Distribution, device: str) -> floa
     sync(device)
     start = time.perf_counter()
     index = torch.arange(len(targets), device=logits.device)
-    logprobs, entropy, _ = sampled_logprobs_and_entropy(logits, index, targets, distribution=distribution)
+    logprobs, entropy = sampled_logprobs_and_entropy(logits, index, targets, distribution=distribution)[:2]
     (-(logprobs.sum() + 0.01 * entropy.sum())).backward()
     sync(device)
     logits.grad = None

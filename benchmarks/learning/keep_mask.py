@@ -8,16 +8,18 @@ distributions are near uniform, which min-p cuts nothing of; a trained model's a
 sampling.keep_mask builds it (vLLM's processed logprobs, the kept-set capture of
 generation/kept_set_capture.py), at each setting. The same rollouts are scored by the trainer's
 TorchTitan model through the trainer's own packing and sliced softmax (losses/sliced_softmax.py):
-over each token's kept set ("mask on", what the trainer trains with) and over the whole vocabulary
-("mask off", what it trained with before: the generator's logprobs are still those of the
-distribution it sampled from). Per row: k3 KL(generator || trainer) per token and the max
-|logprob difference|, means over the seeds (with their range), the kept sets' mean size and bytes
-per sampled token.
+over each token's kept set ("mask on", what the trainer trains with), over the whole vocabulary
+against the generator's logprobs over what it kept ("mask off": the trainer ignoring the sets,
+`is/mismatch_kl_unmasked`), and over the whole vocabulary against the generator's made whole by
+each token's log mass ("whole", what `sampling.keep_mask=false` trains with). Per row: k3
+KL(generator || trainer) per token and the max |logprob difference|, means over the seeds (with
+their range), the kept sets' mean size and bytes per sampled token.
 
 Costs, on the `digits` model at top-p 0.9: the generator's decode (tokens/s) with the capture
-against the same engine without it, and against vLLM's raw-logprobs sampler (what a truncated run
-used before); the trainer's forward + backward on the rollouts with their kept sets against
-without. Timed in interleaved rounds (a shared box drifts); medians.
+recording the sets, against the same engine recording each token's log mass only (keep_mask=false)
+and against vLLM's raw-logprobs sampler (an untruncated run at temperature 1, which needs neither);
+the trainer's forward + backward on the rollouts with their kept sets against without. Timed in
+interleaved rounds (a shared box drifts); medians.
 
     .venv/bin/python -m benchmarks.learning.keep_mask [--seeds 3] [--rounds 5]
 """
@@ -41,7 +43,7 @@ from forge_async.data.batch import TrainBatch, pack_episodes  # noqa: E402
 from forge_async.data.episode import Completion, Episode  # noqa: E402
 from forge_async.generation.config import GeneratorConfig, SamplingConfig  # noqa: E402
 from forge_async.generation.engine_weights import plain_cpu_weights  # noqa: E402
-from forge_async.generation.kept_set_capture import LOGPROBS_MODE, KeptSetCapture  # noqa: E402
+from forge_async.generation.kept_set_capture import KeptSetCapture  # noqa: E402
 from forge_async.generation.platform import prepare_process  # noqa: E402
 from forge_async.generation.versioned_engine import VersionedEngine  # noqa: E402
 from forge_async.losses.grpo import response_logprobs  # noqa: E402
@@ -68,16 +70,16 @@ def tiny_model(directory: Path, tokenizer: str, seed: int, logit_scale: float) -
     return Checkpoint.open(path)
 
 
-ENGINES = ("with kept sets", "processed logprobs, no sets", "raw logprobs")
+ENGINES = ("with kept sets", "log mass only", "raw logprobs")
 
 
 def build_engine(checkpoint: Checkpoint, kind: str = ENGINES[0]) -> VersionedEngine:
     """A generator's engine (CPU, plain weights, prefix caching) of one of the ENGINES: as a
-    generator with sampling.keep_mask builds it, as one without the sets at the same sampling,
-    or with vLLM's raw logprobs (what a truncated run sampled with before the sets)."""
+    generator with sampling.keep_mask builds it, as one with keep_mask=false at the same sampling
+    (each token's log mass, no sets), or with vLLM's raw logprobs and no capture."""
     platform = prepare_process(GeneratorConfig())
-    kept_sets = KeptSetCapture(cap=2**20) if kind == ENGINES[0] else None
-    options = kept_sets.llm_kwargs() if kept_sets else {"logprobs_mode": LOGPROBS_MODE} if kind == ENGINES[1] else {}
+    kept_sets = None if kind == ENGINES[2] else KeptSetCapture(cap=2**20, record_ids=kind == ENGINES[0])
+    options = kept_sets.llm_kwargs() if kept_sets else {}
     from vllm import LLM
 
     with plain_cpu_weights(platform.plain_weights):
@@ -110,12 +112,17 @@ def mismatch(model, completions: list[Completion], temperature: float) -> dict[s
     """k3 and max |dlogp| of the trainer against the generator, over kept sets and without."""
     batch = pack_episodes([Episode(c, 0.0, 0.0) for c in completions], pad_id=0)
     with torch.no_grad():
-        masked, _, unmasked = response_logprobs(model, batch, temperature)
+        masked, _, unmasked, _ = response_logprobs(model, batch, temperature)
     on = batch.response_mask.bool()
     behaviour = batch.behaviour_logprobs[on].double()
+    whole = torch.tensor([lp for c in completions for lp in c.whole_logprobs], dtype=torch.float64)
     figures = {}
-    for name, logprobs in (("on", masked[on]), ("off", unmasked[on])):
-        d = logprobs.double() - behaviour  # float64: k3 of float32 noise is below float32's resolution
+    for name, logprobs, generator in (
+        ("on", masked, behaviour),
+        ("off", unmasked, behaviour),
+        ("whole", unmasked, whole),
+    ):
+        d = logprobs[on].double() - generator  # float64: k3 of float32 noise is below float32's resolution
         figures[f"k3 {name}"] = (d.exp() - 1 - d).mean().item()
         figures[f"max {name}"] = d.abs().max().item()
     kept = [c.kept_sets for c in completions]
@@ -179,7 +186,7 @@ def train_cost(checkpoint: Checkpoint, completions: list[Completion], args) -> d
 
 def _step_ms(model, batch: TrainBatch, temperature: float) -> float:
     start = time.perf_counter()
-    logprobs, entropy, _ = response_logprobs(model, batch, temperature)
+    logprobs, entropy = response_logprobs(model, batch, temperature)[:2]
     (-(logprobs * batch.advantages * batch.response_mask).sum()).backward()
     model.zero_grad(set_to_none=True)
     return (time.perf_counter() - start) * 1e3
@@ -204,9 +211,11 @@ def result_of(rows, decode: dict[str, float], train: dict[str, float], args) -> 
                 round(statistics.fmean(s["bytes/token"] for s in seeds), 1),
                 spread(k3_on),
                 spread([s["k3 off"] for s in seeds]),
+                spread([s["k3 whole"] for s in seeds]),
                 round(statistics.fmean(k3_on) / base, 2) if base > 0 else "-",
                 spread([s["max on"] for s in seeds]),
                 spread([s["max off"] for s in seeds]),
+                spread([s["max whole"] for s in seeds]),
             ]
         )
     columns = [
@@ -216,13 +225,15 @@ def result_of(rows, decode: dict[str, float], train: dict[str, float], args) -> 
         "bytes / token",
         "k3 mask on",
         "k3 mask off",
+        "k3 whole",
         "k3 on / untruncated",
         "max |dlogp| on",
         "max |dlogp| off",
+        "max |dlogp| whole",
     ]
     title = f"generator vs trainer, {args.seeds} seeds (mean, range), temperature {args.temperature}"
     result.tables.append(Table(title, columns, table))
-    capture_cost = decode["processed logprobs, no sets"] / decode["with kept sets"] - 1
+    capture_cost = decode["log mass only"] / decode["with kept sets"] - 1
     result.figure("decode cost of recording the kept sets (top-p 0.9)", capture_cost, "fraction")
     result.figure(
         "decode cost against raw logprobs (top-p 0.9)",
