@@ -68,7 +68,6 @@ class Row:
 
 ROWS = {
     # sampling options, each with an episode kind and a scorer
-    "plain/single_turn/reward": Row(),
     "temperature/multi_turn/teacher": Row(("sampling.temperature=0.7",), "tool_lookup", (TEACHER,)),
     "top_p/two_policy_seats/reward": Row(("sampling.top_p=0.9",), "selfplay_nim"),
     "top_k/single_turn/reference": Row(("sampling.top_k=4",), scorers=(REFERENCE,)),
@@ -85,11 +84,12 @@ ROWS = {
     "min_tokens_tempered/single_turn/teacher": Row(
         ("sampling.temperature=0.7", "sampling.min_tokens=2"), scorers=(TEACHER,)
     ),
-    "no_mask/single_turn/reward": Row(("sampling.top_p=0.8", "sampling.keep_mask=false")),
     # seat plans beside two policy seats: a lagged snapshot's seat, a second trained policy's
-    "temperature/policy_vs_snapshot/reward": Row(("sampling.temperature=0.7",), "selfplay_snapshot"),
-    "top_p/policy_vs_rival/reward": Row(
-        ("sampling.top_p=0.9",), "selfplay_nim", extra=("env.seats=[policy,rival]", "rival.lr=1e-12")
+    "plain/policy_vs_snapshot/reward": Row(config_name="selfplay_snapshot"),
+    "no_mask/policy_vs_rival/reward": Row(
+        ("sampling.top_p=0.8", "sampling.keep_mask=false"),
+        "selfplay_nim",
+        extra=("env.seats=[policy,rival]", "rival.lr=1e-12"),
     ),
 }
 

@@ -11,6 +11,7 @@ from forge_async.data.batch import pack_episodes, pack_rows, prompt_rows
 from forge_async.data.episode import ENV_TOKEN, Completion, Episode
 from forge_async.data.kept_sets import KeptSets
 from forge_async.generation.kept_set_capture import KeptStep
+from forge_async.envs.runner import Transcript
 from forge_async.generation.versioned_engine import Request, VersionedEngine
 from tests.support.digits import PAD_ID
 
@@ -78,3 +79,18 @@ def test_a_token_with_no_recorded_row_is_counted_if_greedy_and_an_error_if_sampl
     else:
         VersionedEngine._record_kept_sets(engine, request, 1)
         assert request.kept_missing == 1 and request.kept == [None] and request.kept_log_mass == [0.0]
+
+
+def test_a_transcript_keeps_its_turns_log_mass_even_when_no_turn_recorded_ids():
+    """With sampling.keep_mask=false a turn brings no ids, only each token's log mass: the episode
+    must keep it (its tokens train against their whole-vocabulary logprob), the observation's 0."""
+    transcript = Transcript()
+    turn = KeptSets.of([None, None], log_mass=[-0.5, -0.25])
+    transcript.add_turn(Completion([1], [3, 4], [-1.0, -2.0], [0, 0], "", "stop", kept_sets=turn))
+    transcript.add_observation([9])
+    joined = transcript.joined_kept_sets()
+    assert joined is not None and not joined.records_ids
+    assert joined.log_mass.tolist() == [-0.5, -0.25, 0.0]
+    plain = Transcript()
+    plain.add_turn(Completion([1], [3], [-1.0], [0], "", "stop"))
+    assert plain.joined_kept_sets() is None  # raw logprobs: nothing cut, nothing recorded

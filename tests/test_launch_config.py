@@ -273,3 +273,23 @@ def test_the_launchers_help_is_whole_and_a_missing_app_is_a_usage_error():
     assert "--node-rank" in helped.stdout and "srun python -m forge_async.cluster" in helped.stdout
     missing = subprocess.run([*launcher, "--nnodes", "1"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert missing.returncode == 2 and "name the app module after --" in missing.stderr
+
+
+@pytest.mark.procs
+def test_the_config_modules_import_neither_torch_vllm_nor_monarch():
+    """A run spawns its procs as soon as its config is checked, and they import vLLM and TorchTitan
+    while the controller imports torch (cli/app.py, the start-up order): every config module, the
+    root configs included, must come in without torch, vLLM or Monarch, or the start-up overlap is lost."""
+    modules = [
+        ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for pattern in ("forge_async/*/config.py", "apps/*/config.py")
+        for path in sorted(REPO.glob(pattern))
+    ]
+    assert "forge_async.controller.config" in modules and len(modules) > 10, modules
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'vllm', 'monarch', 'torchtitan'})\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO)

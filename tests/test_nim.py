@@ -139,7 +139,11 @@ def test_grpo_self_plays_nim_and_each_seat_accounts_for_its_own_games(tmp_path):
     )
     assert run.returncode == 0, run.output
     assert_accounting(run.summary)
-    assert [m["samples/trained"] for m in run.metrics] == [16, 32, 48]
+    # A sync step trains on everything it generated: a batch (16) or a little more where a seat that
+    # never moved left a refill, every sample on the version that made it.
+    trained = [m["samples/trained"] for m in run.metrics]
+    assert all(16 <= step < 16 + 8 for step in (b - a for a, b in zip([0, *trained], trained))), trained
+    assert run.summary["trained"] == run.summary["generated"] and run.summary["dropped_stale"] == 0
     for m in run.metrics:
         assert m["episodes/ended_max_turns"] == 0
         for seat in (0, 1):

@@ -1,6 +1,18 @@
 """An app's life on the command line: start (argv checked, resume), its config, the run, the
 report, the exit status. Each app (apps/) composes these with its config class and its training
 half; see apps/grpo/main.py.
+
+Three things here happen out of the usual order, each for the start-up's sake (docs/architecture.md,
+"Start-up"):
+- The run's module is imported by name (`run_with("forge_async.controller.grpo_run")`) after the
+  procs are spawned: it needs torch, and the procs' imports of vLLM and TorchTitan (seconds each)
+  then overlap the controller's instead of waiting behind it. So the config modules import neither
+  torch, vLLM nor Monarch (tests/test_launch_config.py checks).
+- `import forge_async` comes before Monarch's: it sets the process-wide environment
+  (process/runtime.py) that Monarch and OpenMP read once, when they load, and that every proc
+  inherits.
+- OmegaConf, which Hydra composes with, knows no `Literal`: config/choices.py replaces one of its
+  private functions so that a `Literal[...]` field reads as `str`, and the section checks the choice.
 """
 
 import asyncio

@@ -73,8 +73,10 @@ class Transcript:
     # MoE models: the last model turn's routes, which cover every token fed before its last one: the
     # routes of the computation whose KV cache that turn attended to (generation/route_capture.py)
     routes: "np.ndarray | None" = None
-    # The turns' kept sets (sampling.keep_mask) and the observations' none, stretch by stretch
+    # The turns' kept sets (data/kept_sets.py: ids with sampling.keep_mask, each token's log mass)
+    # and the observations' none, stretch by stretch; whether any turn brought them
     kept_sets: list[KeptSets] = field(default_factory=list)
+    captured: bool = False
 
     def add_turn(self, completion: Completion) -> None:
         self.token_ids += completion.token_ids
@@ -82,6 +84,7 @@ class Transcript:
         self.versions += completion.versions
         self.routes = completion.routes
         self.kept_sets.append(completion.kept_sets or KeptSets.none(len(completion.token_ids)))
+        self.captured = self.captured or completion.kept_sets is not None
 
     def add_observation(self, ids: list[int]) -> None:
         self.token_ids += ids
@@ -90,8 +93,9 @@ class Transcript:
         self.kept_sets.append(KeptSets.none(len(ids)))
 
     def joined_kept_sets(self) -> KeptSets | None:
-        """The episode's kept sets, token by token; None if no turn brought any."""
-        if not any(len(part.ids) or part.over_cap for part in self.kept_sets):
+        """The episode's kept sets, token by token; None if no turn brought any (an engine that
+        reports raw logprobs records none)."""
+        if not self.captured:
             return None
         return KeptSets.joined(self.kept_sets)
 
