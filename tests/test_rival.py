@@ -91,11 +91,10 @@ def test_two_policies_train_on_their_own_seats_of_a_textarena_game(tmp_path):
     only; both trainers' versions advance; the samples of each policy add up."""
     from forge_async.cli.subprocess_run import run_app
     from tests.support.app_runs import assert_accounting
-    from benchmarks.learning.snapshot_refresh import ONE_ROUND_DILEMMA
 
     run = run_app(
         tmp_path / "run",
-        *ONE_ROUND_DILEMMA,
+        "--config-name=dilemma",
         "env.seats=[policy,rival]",
         "eval.seats=[policy,random]",
         "rival.lr=0.002",

@@ -120,11 +120,10 @@ def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_pa
     are seat 0's) and the accounting adds up with one sample an episode."""
     from tests.support.app_runs import assert_accounting
     from forge_async.cli.subprocess_run import run_app
-    from benchmarks.learning.snapshot_refresh import ONE_ROUND_DILEMMA
 
     run = run_app(
         tmp_path / "run",
-        *ONE_ROUND_DILEMMA,
+        "--config-name=dilemma",
         "env.seats=[policy,snapshot]",
         "env.snapshot.refresh_steps=2",
         "env.snapshot.lag=1",

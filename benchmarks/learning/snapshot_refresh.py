@@ -25,22 +25,8 @@ from benchmarks.harness.app_run import REPO, timed_run
 from benchmarks.harness.results import BenchmarkResult, Table, add_json_argument, this_command
 from forge_async.observability.metrics import read_rows
 
-# TextArena's IteratedPrisonersDilemma-v0 in one round (a free message, then a decision) on the tiny
-# byte model, its games on a proc of their own: every turn is valid, so every seat plays every game
-# (tests/test_snapshot_seat.py and tests/test_rival.py play it too).
-ONE_ROUND_DILEMMA = [
-    "task.name=seeds",
-    "model.tiny.tokenizer=bytes",
-    "model.tiny.max_seq_len=2048",
-    "env.name=textarena:IteratedPrisonersDilemma-v0",
-    "env.textarena.game_kwargs={num_rounds:1,communication_turns:1}",
-    "env.textarena.bracket_actions=true",
-    "sampling.max_tokens=2",
-    "env.max_turns=2",
-    "env.procs=1",
-]
 GAME = [
-    *ONE_ROUND_DILEMMA,
+    "--config-name=dilemma",  # a one-round game every seat plays to the end (configs/dilemma.yaml)
     "env.seats=[policy,snapshot]",
     "prompts_per_step=4",
     "group_size=4",
