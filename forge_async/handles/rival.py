@@ -24,7 +24,6 @@ RUN_DIR/rival_final_model.
 """
 
 import asyncio
-import time
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -46,7 +45,6 @@ from forge_async.rollout.turn_batcher import TurnBatcher
 CHANNEL = "rival"  # its shared-memory channel: this directory under weights.channel_dir
 _STOP_S = 5.0  # a step still running when the run ends is left to the trainer's stop after this
 _LOAD_S = 60.0  # sync mode: how long its generators may take to load a version it published
-_POLL_S = 0.005
 _REPORTED = ("is/", "train/entropy", "policy/")  # the trainer's figures its metrics carry
 
 
@@ -151,13 +149,10 @@ class Rival:
         if not batch:
             return
         self._step(await self.trainer.train_and_push(batch, ("shm",)), batch)
-        deadline = time.monotonic() + _LOAD_S
-        while min(await self.pool.live_versions(), default=self.version) < self.version:
-            if time.monotonic() > deadline:
-                raise TrainerFailed(
-                    f"the rival's generators did not take its version {self.version} within {_LOAD_S:.0f} s"
-                )
-            await asyncio.sleep(_POLL_S)
+        if not await self.pool.until_all_hold(self.version, within_s=_LOAD_S):
+            raise TrainerFailed(
+                f"the rival's generators did not take its version {self.version} within {_LOAD_S:.0f} s"
+            )
 
     def _step(self, result: StepResult, batch: list[Episode]) -> None:
         self.version = result.version

@@ -141,11 +141,7 @@ class WeightDelivery:
         """
         while min(self._held_by_receivers(), default=version) < version:
             await asyncio.sleep(_POLL_S)
-        while True:
-            held = await self.generators.live_versions()
-            if min(held) >= version:
-                return
-            await asyncio.sleep(_POLL_S)
+        await self.generators.until_all_hold(version)
 
     def _held_by_receivers(self) -> list[int]:
         return [v for i, v in enumerate(self.loaded) if i not in self.lost]

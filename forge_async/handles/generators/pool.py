@@ -7,6 +7,7 @@ again (`take_back`), and the run's figures read their paces and restarts.
 """
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from forge_async.data.episode import Completion
@@ -19,6 +20,8 @@ from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.supervision import T
 from forge_async.weights.outcomes import Loaded, ReceiverLost
+
+_POLL_S = 0.002  # how often `until_all_hold` asks the generators their version
 
 
 class GeneratorPool:
@@ -115,6 +118,16 @@ class GeneratorPool:
             except GeneratorLost:
                 pass
         return versions
+
+    async def until_all_hold(self, version: int, within_s: float | None = None) -> bool:
+        """Wait until every generator not lost samples with `version` or a later one (sync mode:
+        they swap to it between engine steps); False if `within_s` seconds pass first."""
+        deadline = None if within_s is None else time.monotonic() + within_s
+        while min(await self.live_versions(), default=version) < version:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(_POLL_S)
+        return True
 
     async def hold_weights(self, index: int, hold: bool) -> int:
         return await self._generators[index].hold_weights(hold)
