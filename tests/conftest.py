@@ -29,6 +29,25 @@ def tiny_checkpoint(tmp_path_factory) -> Checkpoint:
     return Checkpoint.open(create_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+@pytest.fixture(scope="module")
+def adapter_slot(tiny_checkpoint):
+    """The LoRA adapter slot (rank 4) an engine of `lora_llm` serves: vLLM is imported here only."""
+    import torch
+
+    from forge_async.generation.adapter_slot import AdapterSlot
+    from forge_async.models.config import LoraConfig
+
+    return AdapterSlot(LoraConfig(rank=4), tiny_checkpoint, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def lora_llm(tiny_checkpoint, adapter_slot):
+    """An engine serving the checkpoint + one LoRA adapter, in this test process."""
+    from tests.support.vllm_engine import start_llm
+
+    return start_llm(tiny_checkpoint, **adapter_slot.llm_kwargs())
+
+
 @pytest.fixture(scope="session")
 def weight_store():
     asyncio.run(store.start_store())

@@ -14,13 +14,11 @@ import pytest
 import torch
 
 from forge_async.actors.generator import sampling_params
-from forge_async.generation.adapter_slot import AdapterSlot
 from forge_async.generation.config import SamplingConfig
 from forge_async.generation.kept_set_capture import KeptSetCapture
 from forge_async.generation.route_capture import VllmRouteExport, in_process_runner
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.handles import meshes
-from forge_async.models.config import LoraConfig
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.titan import load_frozen_model
 from forge_async.weights import store
@@ -49,7 +47,6 @@ pytestmark = [
     pytest.mark.skipif(not ON_CUDA, reason="the GPU engine's checks need a CUDA GPU and vLLM's CUDA build"),
 ]
 
-LORA = LoraConfig(rank=4)
 TRUNCATED = SamplingConfig(temperature=0.8, top_k=8, top_p=0.9, min_p=0.1, max_tokens=12)
 
 
@@ -64,16 +61,6 @@ def llm(tiny_checkpoint):
 def kept_llm(tiny_checkpoint):
     """An engine that reports the distribution it sampled from, as a truncating run's generator."""
     return start_llm(tiny_checkpoint, "abort_resume", block_size=32, **KeptSetCapture.llm_kwargs())
-
-
-@pytest.fixture(scope="module")
-def adapter_slot(tiny_checkpoint) -> AdapterSlot:
-    return AdapterSlot(LORA, tiny_checkpoint, torch.float32)
-
-
-@pytest.fixture(scope="module")
-def lora_llm(tiny_checkpoint, adapter_slot):
-    return start_llm(tiny_checkpoint, **adapter_slot.llm_kwargs())
 
 
 @pytest.fixture(scope="module")

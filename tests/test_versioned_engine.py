@@ -1,11 +1,8 @@
 """Per-token policy versions through weight swaps, on a real vLLM engine stepped by hand."""
 
 import pytest
-import torch
 
-from forge_async.generation.adapter_slot import AdapterSlot
 from forge_async.generation.versioned_engine import VersionedEngine
-from forge_async.models.config import LoraConfig
 from tests.support.engine_checks import (
     PROMPT,
     RESUME_AT,
@@ -29,7 +26,6 @@ from tests.support.vllm_engine import (
 
 pytestmark = pytest.mark.procs
 
-LORA = LoraConfig(rank=4)
 # a prompt that fills a 32-token KV block, which the prefix cache can serve
 LONG_PROMPT = [11] + [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3] * 2 + [13]
 
@@ -37,17 +33,6 @@ LONG_PROMPT = [11] + [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3] * 2 
 @pytest.fixture(scope="module")
 def llm(tiny_checkpoint):
     return start_llm(tiny_checkpoint)
-
-
-@pytest.fixture(scope="module")
-def adapter_slot(tiny_checkpoint) -> AdapterSlot:
-    return AdapterSlot(LORA, tiny_checkpoint, torch.float32)
-
-
-@pytest.fixture(scope="module")
-def lora_llm(tiny_checkpoint, adapter_slot):
-    """An engine serving the checkpoint + one LoRA adapter (a second engine in this process)."""
-    return start_llm(tiny_checkpoint, **adapter_slot.llm_kwargs())
 
 
 @pytest.fixture(scope="module")
