@@ -29,8 +29,11 @@ $(STAMP): pyproject.toml Makefile
 
 venv: $(STAMP)
 
+# Ctrl-C reaches the run, make and the recipe's shell at once. The run saves itself, says how to
+# resume and exits 130: the shell waits for it (a trap, where sh would die of the signal and make
+# would report an "Interrupt"), and takes its 130 as no error.
 grpo: $(STAMP)
-	$(PY) -m apps.grpo $(ARGS)
+	trap : INT; $(PY) -m apps.grpo $(ARGS) || [ $$? -eq 130 ]
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q $(ARGS)
@@ -39,10 +42,12 @@ test: $(STAMP) system-deps
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not procs and not e2e" $(ARGS)
 
-# Format the tree and fix what the linter can (tests/test_lint.py fails on what is left).
+# Format the tree, fix what the linter can (tests/test_lint.py fails on what is left) and
+# type-check forge_async/ and apps/ as pyproject.toml's [tool.mypy] says (tests/test_types.py).
 lint: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
+	$(PY) -m mypy
 
 clean-venv:
 	rm -rf $(VENV)

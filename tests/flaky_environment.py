@@ -4,7 +4,7 @@ tests.flaky_environment:FlakyLookupEnv`): a module of its own, importable by the
 import asyncio
 import random
 
-from forge_async.tasks.tool_lookup import ToolLookupEnv
+from forge_async.envs.games.tool_lookup import ToolLookupEnv
 from forge_async.models.tokenizer import EOS, VOCAB
 
 

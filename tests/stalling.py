@@ -2,7 +2,7 @@
 and must stop with one line. A module of its own, importable by the app's process."""
 
 from forge_async.models.tokenizer import EOS, VOCAB
-from forge_async.tasks.tool_lookup import ToolLookupEnv
+from forge_async.envs.games.tool_lookup import ToolLookupEnv
 
 
 async def raising_agent(prompt, base_url: str) -> float:

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from forge_async.data.buffer import DropCounts
 from forge_async.data.episode import Completion, Episode
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.rollout.types import Choice, WorkerShape
@@ -178,15 +179,15 @@ def test_a_multi_seat_call_is_admitted_for_each_policy_seat_and_a_seat_that_neve
     class SelfPlay:
         async def produce(self, generator, num_prompts: int):
             assert num_prompts == 1
-            return [completion(seat) for seat in (0, 0, 1, 0, 1)], {"scripted_player_error": 2}
+            return [completion(seat) for seat in (0, 0, 1, 0, 1)], DropCounts({"scripted_player_error": 2})
 
     async def scenario():
         gate = AdmissionControl(batch_size=100, max_policy_age=1)
         stop, buffered = asyncio.Event(), []
 
         class Buffer:
-            async def add(self, episodes, dropped):
-                buffered.append(len(episodes) + sum(dropped.values()))
+            async def add(self, episodes, *, dropped):
+                buffered.append(len(episodes) + dropped.total())
                 if len(buffered) == calls:
                     stop.set()
 
@@ -213,14 +214,14 @@ def test_a_call_that_finishes_first_waits_for_the_calls_admitted_before_it():
             call, self.calls = self.calls, self.calls + 1
             await asyncio.sleep(0.05 if call == 0 else 0.0)
             finish_order.append(call)
-            return [Episode(Completion([1], [2], [0.0], [0], "", "stop"), 0.0, float(call))] * B, {}
+            return [Episode(Completion([1], [2], [0.0], [0], "", "stop"), 0.0, float(call))] * B, DropCounts()
 
     async def scenario():
         gate = AdmissionControl(batch_size=B, max_policy_age=10)  # room for every call: none waits
         stop = asyncio.Event()
 
         class Buffer:
-            async def add(self, episodes, dropped):
+            async def add(self, episodes, *, dropped):
                 added.append(int(episodes[0].advantage))
                 if len(added) >= 2:
                     stop.set()
@@ -278,14 +279,14 @@ def test_a_call_admitted_as_another_call_fails_never_goes_out_and_holds_no_one_b
             if self.calls == 2:
                 raise RuntimeError("a scorer failed")
             await asyncio.sleep(0.02)
-            return [Episode(Completion([1], [2], [0.0], [0], "", "stop"), 0.0, 0.0)] * B, {}
+            return [Episode(Completion([1], [2], [0.0], [0], "", "stop"), 0.0, 0.0)] * B, DropCounts()
 
     async def scenario():
         gate = AdmissionControl(batch_size=B, max_policy_age=10)
         stop, added = asyncio.Event(), []
 
         class Buffer:
-            async def add(self, episodes, dropped):
+            async def add(self, episodes, *, dropped):
                 added.append(len(episodes))
 
         shape = WorkerShape(1, calls_in_flight=3)  # the third is admitted as the second fails

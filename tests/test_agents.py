@@ -20,13 +20,12 @@ from forge_async.envs.agent.endpoint import stop_shared_endpoint
 from forge_async.config.callables import CallableError
 from forge_async.envs.agent.environment import AgentEpisodes, agent_environments
 from forge_async.envs.config import EnvConfig
-from forge_async.envs.registry import check_environment_name
+from forge_async.envs.registry import build_task, check_environment_name
 from forge_async.errors import ConfigError
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits, with_environment
 from forge_async.models.tokenizer import EOS, VOCAB, build_byte_tokenizer, build_digit_tokenizer
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
-from forge_async.tasks.tool_lookup import ToolLookupEnv, ToolLookupTask
+from forge_async.envs.games.tool_lookup import ToolLookupEnv, ToolLookupTask
 from tests.support.app_runs import assert_finished_dropping
 from tests.support.scripted import ScriptedText
 

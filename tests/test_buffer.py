@@ -1,14 +1,18 @@
-"""Replay buffer: policy-age drops at the boundaries, counts, capacity, the actor."""
+"""Replay buffer: policy-age drops at the boundaries, counts, capacity, its typed arguments, the
+handle's ledger, the actor."""
 
 import asyncio
 import time
 from collections import Counter
+from dataclasses import asdict
 
 import pytest
 
-from forge_async.data.buffer import BufferStats, EpisodeBuffer, length_quartiles, stale_drops_by_length
+from forge_async.data.buffer import BufferStats, DropCounts, EpisodeBuffer, length_quartiles, stale_drops_by_length
 from forge_async.data.episode import Completion, Episode
+from forge_async.errors import ConfigError
 from forge_async.handles import meshes
+from forge_async.handles.buffer import BufferLedger
 
 pytestmark = pytest.mark.unit
 
@@ -142,7 +146,7 @@ def test_state_dict_round_trip_keeps_episodes_and_counters():
     restored = EpisodeBuffer(max_policy_age=1, capacity=5)
     restored.load_state_dict(buffer.state_dict())
     assert restored.stats() == buffer.stats()
-    assert [e.oldest_version for e in restored.sample(1, 7)] == [7]
+    assert [e.oldest_version for e in restored.sample(1, trainer_version=7)] == [7]
     assert restored.stats().sampled == 3
 
 
@@ -183,22 +187,73 @@ def test_stale_drops_by_length_matches_a_hand_computation():
     assert stale_drops_by_length(added, Counter())["longest_to_shortest"] is None  # no drops at all
 
 
-@pytest.mark.parametrize("bad", [{"max_policy_age": -1, "capacity": 4}, {"max_policy_age": 0, "capacity": 0}])
-def test_bad_settings_are_rejected(bad):
-    with pytest.raises(ValueError, match="must be"):
+@pytest.mark.parametrize(
+    "bad, named",
+    [({"max_policy_age": -1, "capacity": 4}, "max_policy_age"), ({"max_policy_age": 0, "capacity": 0}, "capacity")],
+)
+def test_bad_settings_are_rejected_and_named_before_any_proc_starts(bad, named):
+    with pytest.raises(ConfigError, match=f"replay buffer: {named} must be"):
         EpisodeBuffer(**bad)
+    with pytest.raises(ConfigError, match=f"replay buffer: {named} must be"):
+        asyncio.run(meshes.spawn_replay_buffer(**bad))  # refused here, in the caller: no proc spawned
+
+
+def test_drop_counts_count_what_started_apart_from_what_did_not():
+    """Samples lost on the way: those that reached a generator are generated (`added`), those
+    dropped before their first model turn are not; both are drops by reason."""
+    episodes = [scored(0, 1.0), scored(0, 0.0)]
+    buffer = EpisodeBuffer(max_policy_age=1, capacity=8)
+    buffer.add(episodes, dropped=DropCounts.unscored(1) + DropCounts({"env_error": 2}, {"env_error": 3}))
+    stats = buffer.stats()
+    assert (stats.added, stats.size, stats.dropped_other, stats.dropped_total) == (5, 2, 3, 6)
+    assert stats.dropped_by_reason == {"scorer_error": 1, "env_error": 5} and stats.not_started == {"env_error": 3}
+    assert stats.added == stats.size + stats.dropped_other  # every generated sample accounted for
+    counts = DropCounts({"scorer_error": 2, "env_error": 0}, {"env_error": 1})
+    assert (counts.started, counts.generated(), counts.total()) == ({"scorer_error": 2}, 2, 3)  # no zero counts
+    assert counts.by_reason() == {"scorer_error": 2, "env_error": 1}
+    assert DropCounts.unscored(0) == DropCounts()
+
+
+@pytest.mark.parametrize(
+    "add", [lambda b, e: b.add(e, 1), lambda b, e: b.add(e, dropped=1), lambda b, e: b.add(e, dropped={"x": 1})]
+)
+def test_an_add_with_untyped_drop_counts_is_refused_and_counts_nothing(add):
+    """The count ScoringTier.score returns beside its episodes is not drop counts: handed to add
+    as they come, they are refused at once, not on the first unscorable completion."""
+    buffer = EpisodeBuffer(max_policy_age=1, capacity=8)
+    with pytest.raises(TypeError, match="positional|add's dropped: a DropCounts"):
+        add(buffer, [scored(0, 1.0)])
+    assert buffer.stats().added == 0 and len(buffer) == 0
+    with pytest.raises(TypeError, match=r"DropCounts.started maps reasons \(str\) to sample counts"):
+        DropCounts({"scorer_error": -1})
+
+
+def test_the_handles_ledger_tells_what_a_lost_buffer_held():
+    buffer = EpisodeBuffer(max_policy_age=0, capacity=8)
+    buffer.add([episode([1]), episode([0]), episode([1])], dropped=DropCounts({"scorer_error": 1}, {"env_error": 2}))
+    buffer.sample(1, trainer_version=1)  # drops the version-0 one as stale
+    ledger = BufferLedger.of_state(buffer.state_dict())
+    assert (ledger.added, ledger.sampled, ledger.held()) == (4, 1, 1) == (buffer.added, buffer.sampled, len(buffer))
+    lost = ledger.lost(ledger.held())
+    assert lost.dropped == {"scorer_error": 1, "env_error": 2, "stale": 1, "buffer_lost": 1} and lost.held() == 0
+    restored = EpisodeBuffer(max_policy_age=0, capacity=8)
+    restored.load_state_dict({"episodes": [], **asdict(lost)})  # what a respawned buffer is given
+    stats = restored.stats()
+    assert stats.added == stats.sampled + stats.dropped_other + stats.dropped_stale + stats.size
 
 
 @pytest.mark.procs
 def test_replay_buffer_actor_drops_stale_across_procs():
     procs, buffer = asyncio.run(meshes.spawn_replay_buffer(max_policy_age=1, capacity=10))
     try:
-        buffer.add.call_one([episode([0]), episode([1]), episode([2])]).get()
-        batch = buffer.sample.call_one(2, 2).get()
+        with pytest.raises(TypeError):  # Monarch checks the call against the endpoint, in the caller
+            buffer.add.call_one([episode([0])], 1).get()
+        buffer.add.call_one([episode([0]), episode([1]), episode([2])], dropped=DropCounts.unscored(1)).get()
+        batch = buffer.sample.call_one(2, trainer_version=2).get()
         assert [e.oldest_version for e in batch] == [1, 2]
-        assert buffer.stats.call_one().get().dropped_stale == 1
+        assert buffer.stats.call_one().get().dropped_by_reason == {"scorer_error": 1, "stale": 1}
         buffer.add.call_one([episode([2]), episode([3])]).get()
-        batch, stats = buffer.sample_with_stats.call_one(1, 4).get()  # the version-2 one is stale now
+        batch, stats = buffer.sample_with_stats.call_one(1, trainer_version=4).get()  # the version-2 one is stale now
         assert [e.oldest_version for e in batch] == [3]
         assert (stats.dropped_stale, stats.sampled, stats.size) == (2, 3, 0)
         assert_a_waiting_sample_takes_the_next_add(buffer)
@@ -212,7 +267,7 @@ def assert_a_waiting_sample_takes_the_next_add(buffer) -> None:
     at once, so that the caller hears of the drop."""
 
     async def sample_while_adding() -> tuple:
-        waiting = buffer.sample_with_stats.call_one(2, 4, 30.0)
+        waiting = buffer.sample_with_stats.call_one(2, trainer_version=4, wait_s=30.0)
         await asyncio.sleep(0.3)  # the sample is in the actor, waiting, by now
         await buffer.add.call_one([episode([4]), episode([4])])
         return await waiting
@@ -221,6 +276,6 @@ def assert_a_waiting_sample_takes_the_next_add(buffer) -> None:
     assert [e.oldest_version for e in batch] == [4, 4] and stats.size == 0
     buffer.add.call_one([episode([1])]).get()
     asked = time.monotonic()
-    batch, stats = buffer.sample_with_stats.call_one(2, 4, 30.0).get()  # drops the version-1 one
+    batch, stats = buffer.sample_with_stats.call_one(2, trainer_version=4, wait_s=30.0).get()  # drops the v1 one
     assert batch is None and stats.dropped_stale == 3
     assert time.monotonic() - asked < 20  # it did not wait out its 30 s

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from forge_async.cli.subprocess_run import run_app, run_app_acting_at
-from tests.support.app_runs import assert_accounting, kill_role
+from tests.support.app_runs import assert_accounting, kill_role, resume_line
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +67,7 @@ def test_distillation_lowers_the_reverse_kl_and_a_killed_teacher_ends_the_run(gr
     assert run.returncode == 1, run.output
     assert run.ended_at - run.acted_at[28] < 60
     assert f"scorer 'teacher' (pid {pid} on" in run.output and "Traceback" not in run.output
-    assert "resume with: python -m apps.distill resume=" in run.output
+    assert resume_line("apps.distill", run_dir) in run.output
     summary = run.summary
     assert summary["failure"].startswith("scorer 'teacher'") and summary["steps"] < 60
     assert_accounting(summary)

@@ -233,7 +233,7 @@ def test_a_multi_turn_step_counts_the_model_s_tokens_in_every_per_token_figure(t
     assert model_tokens < sum(len(c.token_ids) for c in turns)  # the episodes hold environment tokens
     mesh, trainer = spawn_trainer(tiny_checkpoint, procs=1)
     try:
-        metrics = trainer.train_step.call_one(episodes).get()
+        metrics = trainer.train_step.call_one(episodes).get().metrics
     finally:
         asyncio.run(meshes.stop_all(mesh))
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import TaskError
 from forge_async.evaluation.config import EvalConfig
 from forge_async.evaluation.evaluator import build_evaluator, check_pinned, held_out_prompts

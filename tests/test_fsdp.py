@@ -85,15 +85,20 @@ def test_a_checkpoint_moves_between_one_plain_rank_and_two_fsdp_ranks(tiny_check
             trainer.train_step.call(batch()).get()
         two.save_state.call(str(tmp_path / "two")).get()  # version 2, sharded
         assert_same_step(
-            (first(one.train_step.call(batch()).get()), first(one.full_state_dict.call().get())),
-            [m for _, m in two.train_step.call(batch()).get().items()],
+            (first(one.train_step.call(batch()).get()).metrics, first(one.full_state_dict.call().get())),
+            [m.metrics for _, m in two.train_step.call(batch()).get().items()],
             [w for _, w in two.full_state_dict.call().get().items()],
             1e-6,
         )
         assert first(one.load_state.call(str(tmp_path / "two")).get()) == 2
-        resumed = first(one.train_step.call(batch()).get()), first(one.full_state_dict.call().get())
-        assert resumed[0]["version"] == 3
-        assert_same_step(resumed, [], [first(two.full_state_dict.call().get())], 1e-6)
+        resumed = first(one.train_step.call(batch()).get())
+        assert resumed.version == 3
+        assert_same_step(
+            (resumed.metrics, first(one.full_state_dict.call().get())),
+            [],
+            [first(two.full_state_dict.call().get())],
+            1e-6,
+        )
     finally:
         asyncio.run(meshes.stop_all(one_procs, two_procs))
 
@@ -105,7 +110,7 @@ def kl_steps(checkpoint, procs: int, reference_path: str | None, episodes: list[
     spec = LearnerSpec(str(checkpoint.path), config, PAD_ID, kl_coef=0.5, reference_path=reference_path)
     mesh, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:
-        metrics = [first(trainer.train_step.call(episodes).get()) for _ in range(steps)]
+        metrics = [first(trainer.train_step.call(episodes).get()).metrics for _ in range(steps)]
         return metrics, first(trainer.full_state_dict.call().get())
     finally:
         asyncio.run(meshes.stop_all(mesh))

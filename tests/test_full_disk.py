@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from forge_async.cli.subprocess_run import run_app_acting_at
+from tests.support.app_runs import resume_line
 from forge_async.process import disk_full
 from forge_async.observability import outputs as side_outputs
 from forge_async.checkpoint.checkpointer import CONTROLLER_FILE
@@ -47,7 +48,7 @@ def test_a_disk_filling_up_mid_run_ends_it_with_one_line_and_the_last_checkpoint
     assert failure == [
         f"stopped early: no space left on device writing {run_dir / 'metrics.jsonl'} (0.0 MiB free on {small_disk})"
     ], run.output
-    assert f"resume with: python -m apps.grpo resume={run_dir}" in run.output
+    assert resume_line("apps.grpo", run_dir) in run.output
     last_good = CheckpointDirectory(run_dir, keep=2).latest_valid()  # every file as its manifest says
     assert last_good.name == "step_000003"
     assert torch.load(last_good / CONTROLLER_FILE, weights_only=False)["step"] == 3

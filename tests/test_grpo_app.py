@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from forge_async.cli.subprocess_run import run_app
 from tests.support.app_runs import assert_accounting
+from tests.support.doc_blocks import assert_console_as_documented
 from tests.support.parity import assert_vllm_matches_transformers
 
 pytestmark = pytest.mark.e2e
@@ -49,9 +50,11 @@ def test_short_async_run_writes_the_run_directory_contract(tmp_path):
         "trainer.procs=2",
         "logging.tensorboard=true",
         "logging.wandb=offline",
+        "target_reward=0.0",  # reached at step 1: the report's line reads as the docs' 400-step run's
     )
     assert run.returncode == 0, run.output
     assert_console_is_our_own(run)
+    assert_console_as_documented(run.output, "grpo")  # docs/quickstart.md, evaluation.md, checkpoints.md
     metrics = run.metrics
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     for record in metrics:

@@ -142,7 +142,7 @@ def test_a_node_without_the_gpus_named_fails_in_the_procs_bootstrap(monkeypatch,
 
 def test_procs_prepare_as_their_role_needs_vllm_gpus_and_openmp_at_rest():
     config = GRPOConfig(placement=PlacementConfig(trainer_gpus=[0], generator_gpus=[1]))
-    procs = RunProcs(config, hosts=None, log_dir=None)
+    procs = RunProcs(config.plan(), hosts=None, log_dir=None)
     nice, trainer_gpus = procs.prepare(roles.TRAINER)  # nothing about vLLM, TORCHDYNAMO_DISABLE included
     assert (nice.func, nice.args) == (import_at_niceness, (5,))  # first: use_gpus imports torch
     assert (trainer_gpus.func, trainer_gpus.args) == (use_gpus, ("0", "placement.trainer_gpus"))
@@ -150,8 +150,12 @@ def test_procs_prepare_as_their_role_needs_vllm_gpus_and_openmp_at_rest():
     assert (gpus.func, gpus.args) == (use_gpus, ("1", "placement.generator_gpus"))
     assert (engine.func, engine.args) == (prepare_process, (config.generator,))
     assert [step.func for step in procs.prepare(roles.REPLAY_BUFFER)] == [import_at_niceness]
-    assert [step.func for step in RunProcs(GRPOConfig(), None, None).prepare(roles.generator(1))] == [prepare_process]
-    assert RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)), None, None).prepare(roles.TRAINER) == ()
+    assert [step.func for step in RunProcs(GRPOConfig().plan(), None, None).prepare(roles.generator(1))] == [
+        prepare_process
+    ]
+    assert (
+        RunProcs(GRPOConfig(placement=PlacementConfig(import_nice=0)).plan(), None, None).prepare(roles.TRAINER) == ()
+    )
     # the weight sender and relays only copy now and then: their OpenMP threads must not spin
     for role in (roles.WEIGHT_SENDER, roles.weight_relay(1)):
         assert [getattr(step, "func", step) for step in procs.prepare(role)] == [
@@ -164,7 +168,10 @@ def test_procs_prepare_as_their_role_needs_vllm_gpus_and_openmp_at_rest():
 def test_a_procs_imports_yield_the_cores_and_its_actor_keeps_its_priority(tmp_path):
     """placement.import_nice lowers the priority of a proc's bootstrap (its imports) only."""
     bootstrap_nice = tmp_path / "bootstrap_nice"
-    steps = (*RunProcs(GRPOConfig(), None, None).prepare(roles.TRAINER), partial(write_niceness, str(bootstrap_nice)))
+    steps = (
+        *RunProcs(GRPOConfig().plan(), None, None).prepare(roles.TRAINER),
+        partial(write_niceness, str(bootstrap_nice)),
+    )
 
     async def actor_niceness() -> int:
         procs = spawn_procs(None, 1, "nice_probe", None, prepare=steps)

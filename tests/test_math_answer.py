@@ -15,7 +15,7 @@ from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.tasks import math_answer
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.math_answer import math_verify_reward, math_verify_scorer
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import Prompt
 
 pytestmark = pytest.mark.unit

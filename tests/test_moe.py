@@ -266,15 +266,15 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
         tiny_moe_checkpoint, procs=2, eps=1e-3, moe=replay, expert_parallel=2, activation_checkpointing="full"
     )
     try:
-        ref = first(one.train_step.call(episodes).get())
+        ref = first(one.train_step.call(episodes).get()).metrics
         rows = sum(len(e.completion.routes) for e in episodes)
         shifted = sum(len(range(0, len(e.completion.routes), 3)) for e in episodes)
         # Every third token's experts moved: as many mismatches in each layer (a shared prompt is
         # computed once, so count over the packed rows is not exact; the rate is close).
         assert 0.25 < ref["moe/route_mismatch"] < 0.45
         assert ref["moe/expert_load_max"] >= 1.0
-        metrics = [m for _, m in two.train_step.call(episodes).get().items()]
-        metrics += [m for _, m in ep.train_step.call(episodes).get().items()]
+        metrics = [m.metrics for _, m in two.train_step.call(episodes).get().items()]
+        metrics += [m.metrics for _, m in ep.train_step.call(episodes).get().items()]
         assert all(abs(m["train/loss"] - ref["train/loss"]) < 1e-6 for m in metrics)
         assert all(m["train/grad_norm"] == pytest.approx(ref["train/grad_norm"], rel=1e-5) for m in metrics)
         # (their rows differ: a micro-batch shares a prompt among fewer responses)
@@ -293,8 +293,8 @@ def test_moe_trainer_replays_across_ranks_micro_batches_recomputation_and_a_chec
         ep.save_state.call(str(tmp_path / "ep")).get()
         assert first(two.load_state.call(str(tmp_path / "ep")).get()) == 1
         resumed = [first(t.train_step.call(episodes).get()) for t in (one, two, ep)]
-        assert all(m["version"] == 2 for m in resumed)
-        assert all(abs(m["train/loss"] - resumed[0]["train/loss"]) < 1e-6 for m in resumed)
+        assert all(m.version == 2 for m in resumed)
+        assert all(abs(m.metrics["train/loss"] - resumed[0].metrics["train/loss"]) < 1e-6 for m in resumed)
 
         saved = first(ep.save_hf.call(str(tmp_path / "hf")).get()).path
         reference = transformers.AutoModelForCausalLM.from_pretrained(saved, dtype=torch.float32)

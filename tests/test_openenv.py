@@ -19,7 +19,7 @@ from forge_async.cli.subprocess_run import run_app
 from forge_async.generation.config import SamplingConfig
 from forge_async.envs.environment import ModelTurn
 from forge_async.envs.config import EnvConfig, OpenEnvConfig
-from forge_async.data.buffer import EpisodeBuffer, NotStarted
+from forge_async.data.buffer import DropCounts, EpisodeBuffer
 from forge_async.data.episode import Completion
 from forge_async.envs.openenv import check_openenv, openenv_environments
 from forge_async.envs.openenv.capacity import ProbeFailed, SessionLimit, probe_capacity
@@ -28,7 +28,7 @@ from forge_async.cluster.hosts import free_port
 from forge_async.envs.remote import EnvironmentFailed
 from forge_async.envs.runner import EnvRunner, EpisodeDropped, EpisodeLimits
 from forge_async.errors import ConfigError
-from forge_async.tasks.tool_lookup import ToolLookupTask
+from forge_async.envs.games.tool_lookup import ToolLookupTask
 from tests.openenv_servers.counted_sessions import LOG_VARIABLE
 from tests.support.app_runs import assert_accounting
 from tests.support.digits import EOS_ID, TOKENIZER
@@ -466,7 +466,7 @@ def test_a_drop_before_the_first_model_turn_is_counted_apart_from_generated():
         drops.append(drop.value)
     assert [(d.reason, d.started) for d in drops] == [("env_error", False), ("env_error", True)]
     buffer = EpisodeBuffer(max_policy_age=1, capacity=8)
-    buffer.add([], {"env_error": 1, NotStarted("env_error"): 2, NotStarted("openenv_session_wait"): 1})
+    buffer.add([], dropped=DropCounts({"env_error": 1}, {"env_error": 2, "openenv_session_wait": 1}))
     stats = buffer.stats()
     assert (stats.added, stats.dropped_other, stats.dropped_total) == (1, 1, 4)  # generated: the one that started
     assert stats.not_started == {"env_error": 2, "openenv_session_wait": 1}

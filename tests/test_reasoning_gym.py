@@ -19,7 +19,7 @@ from forge_async.models.tokenizer import build_byte_tokenizer
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.tasks.config import ReasoningGymConfig, ReasoningGymDataset, TaskConfig
 from forge_async.tasks.reasoning_gym import ReasoningGymTask, check_config
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import TaskError
 from tests.support.app_config import app_config
 

@@ -1,19 +1,21 @@
-"""A second trained policy (env.seats' `rival`: envs/seats.py, handles/rival.py): its seats play
+"""A second trained policy (env.seats' `rival`: envs/seats.py, handles/rival.py, controller/rival_loop.py): its seats play
 on its own generators and give completions that go to its own buffer and trainer, never the
 policy's; bad rival plans fail at start naming the key; and a real run of a TextArena game
 between two tiny byte models, each trained by its own trainer."""
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from forge_async.controller.config import GRPOConfig
+from forge_async.data.buffer import DropCounts
 from forge_async.data.episode import Completion, Episode
 from forge_async.envs.config import EnvConfig
 from forge_async.envs.seats import check_seats
 from forge_async.errors import ConfigError, TrainerFailed
-from forge_async.handles.rival import Rival
+from forge_async.controller.rival_loop import RivalLoop
 from forge_async.learning.results import StepResult
 from forge_async.evaluation.config import EvalConfig
 from forge_async.learning.rival_config import RivalConfig
@@ -120,13 +122,17 @@ def test_two_policies_train_on_their_own_seats_of_a_textarena_game(tmp_path):
     assert rival["generated"] == sum(rival[p] for p in parts) > 0
     assert "rival: version" in run.output and "adds up" in run.output
     assert "rival_trainer" in json.loads((run.run_dir / "procs.json").read_text())
+    assert set(run.summary["placement"]) == {"trainer", "generators", "rival_trainer", "rival_generators"}
+    events = json.loads((run.run_dir / "trace.json").read_text())
+    tracks = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert {"rival_trainer rank 0", "generator 1"} <= tracks  # its trainer's and generator's spans
     saved = run.run_dir / "rival_final_model"
     assert rival["final_model"] == str(saved) and (saved / "config.json").is_file()
     assert f"rival's policy: {saved}" in run.output
 
 
 class Steps:
-    """The rival's trainer as its learner sees it: each step a version more (or a failure)."""
+    """The rival's trainer as its loop sees it: each step a version more (or a failure)."""
 
     def __init__(self, fail: bool = False):
         self.version, self.batches, self.fail = 0, [], fail
@@ -145,6 +151,16 @@ async def settled() -> None:
         await asyncio.sleep(0)
 
 
+class RivalProcs:
+    """The rival's handle as its loop sees it: a trainer, turns that are never asked for here."""
+
+    def __init__(self, trainer: "Steps"):
+        self.trainer, self.final_model = trainer, None
+
+    async def turn(self, prompt_ids, sampling):
+        raise AssertionError("a failed learner is raised before the turn")
+
+
 def rival_episode(version: int, reward: float = 1.0) -> Episode:
     completion = Completion([1], [2, 3], [-0.1, -0.1], [version, version], "x", "stop", env_reward=reward, seat=1)
     return Episode(completion, reward, 0.0)
@@ -154,19 +170,19 @@ def test_the_rival_learns_a_batch_at_a_time_dropping_stale_samples_and_accounts_
     async def run():
         config = GRPOConfig(env=SEATS, eval=AGAINST_RANDOM, prompts_per_step=1, group_size=2, prompts_per_rollout=1)
         config.max_policy_age = 0
-        rival = Rival(config, None, None, tmp_path)
-        rival.trainer = steps = Steps()
+        steps = Steps()
+        rival = RivalLoop(RivalProcs(steps), config.plan().rival)
         rival.learn_beside()
-        rival.add([rival_episode(0), rival_episode(0, -1.0)], {"env_error": 1})
+        rival.add([rival_episode(0), rival_episode(0, -1.0)], DropCounts(started={"env_error": 1}))
         await settled()
         assert rival.version == 1 and len(steps.batches) == 1
-        rival.add([rival_episode(0)], {})  # a version behind its trainer: stale at max_policy_age=0
-        rival.add([rival_episode(1)], {})
+        rival.add([rival_episode(0)], DropCounts())  # a version behind its trainer: stale at max_policy_age=0
+        rival.add([rival_episode(1)], DropCounts())
         await settled()
         assert rival.version == 1  # one fresh sample: no batch yet
         figures = rival.metrics()
         assert figures["rival/dropped_stale"] == 1 and figures["rival/reward"] == 0.5
-        rival.add([rival_episode(1)], {})
+        rival.add([rival_episode(1)], DropCounts())
         await settled()
         assert rival.version == 2 and rival.metrics()["rival/trained_seat_1"] == 4
         return await rival.summary()
@@ -189,10 +205,9 @@ def test_the_rival_learns_a_batch_at_a_time_dropping_stale_samples_and_accounts_
 def test_a_failed_rival_step_ends_the_run_at_its_next_turn(tmp_path):
     async def run():
         config = GRPOConfig(env=SEATS, eval=AGAINST_RANDOM, prompts_per_step=1, group_size=2, prompts_per_rollout=1)
-        rival = Rival(config, None, None, tmp_path)
-        rival.trainer = Steps(fail=True)
+        rival = RivalLoop(RivalProcs(Steps(fail=True)), config.plan().rival)
         rival.learn_beside()
-        rival.add([rival_episode(0), rival_episode(0)], {})
+        rival.add([rival_episode(0), rival_episode(0)], DropCounts())
         await settled()
         with pytest.raises(TrainerFailed, match="the rival's learner failed: RuntimeError: out of memory"):
             await rival.turn([1], None)
@@ -204,26 +219,26 @@ def test_a_failed_rival_step_ends_the_run_at_its_next_turn(tmp_path):
 @pytest.mark.unit
 def test_a_run_with_a_rival_says_it_cannot_be_resumed_and_prints_no_resume_command(capsys):
     from forge_async.cli.report import report_early_end
+    from forge_async.process.interpreter import module_command
 
     assert GRPOConfig().resumable
     assert not GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "rival"]), eval=AGAINST_RANDOM).resumable
     ended = {"failure": "the rival's learner failed", "stop_reason": None, "cut_short": [], "run_dir": "RUN"}
-    report_early_end({**ended, "resumable": False}, "apps.grpo")
+    report_early_end(SimpleNamespace(**ended, resumable=False), "apps.grpo")  # the fields it reads
     out = capsys.readouterr().out
     assert "stopped early" in out and "resume with" not in out
-    report_early_end({**ended, "resumable": True}, "apps.grpo")
-    assert "resume with: python -m apps.grpo resume=RUN" in capsys.readouterr().out
+    report_early_end(SimpleNamespace(**ended, resumable=True), "apps.grpo")
+    assert f"resume with: {module_command('apps.grpo', 'resume=RUN')}" in capsys.readouterr().out
 
 
 @pytest.mark.unit
 def test_the_start_up_line_names_the_rival_and_snapshot_procs_with_the_rest():
-    from forge_async.controller.startup import spawned_meshes
 
     config = GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "rival"]), eval=AGAINST_RANDOM)
-    assert spawned_meshes(config, config.run_roles()).endswith("rival trainer x1, rival generators x1")
+    assert config.plan().meshes().endswith("rival trainer x1, rival generators x1")
     config = GRPOConfig(env=EnvConfig(name="nim", seats=["policy", "snapshot"]), eval=AGAINST_RANDOM)
-    assert spawned_meshes(config, config.run_roles()).endswith("snapshot generators x1")
-    assert "rival" not in spawned_meshes(GRPOConfig(), GRPOConfig().run_roles())
+    assert config.plan().meshes().endswith("snapshot generators x1")
+    assert "rival" not in GRPOConfig().plan().meshes()
 
 
 @pytest.mark.unit

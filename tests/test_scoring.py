@@ -13,7 +13,7 @@ import torch
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.batch import TrainBatch, pack_episodes
-from forge_async.data.buffer import EpisodeBuffer
+from forge_async.data.buffer import DropCounts, EpisodeBuffer
 from forge_async.data.episode import ENV_TOKEN, Completion
 from forge_async.data.kept_sets import KeptSets
 from forge_async.tasks.task import Prompt
@@ -115,7 +115,7 @@ def test_dropped_completions_are_counted_and_the_rest_of_the_group_is_scored():
     assert unscored == 1
     assert [e.completion.text for e in episodes] == ["7", "7ab", "1", "93"]
     buffer = EpisodeBuffer(max_policy_age=1, capacity=16)
-    buffer.add(episodes, {"scorer_error": unscored})
+    buffer.add(episodes, dropped=DropCounts.unscored(unscored))
     stats = buffer.stats()
     assert stats.dropped_by_reason == {"scorer_error": 1}
     assert stats.added == 5 == stats.size + stats.dropped_other

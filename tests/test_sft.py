@@ -8,6 +8,7 @@ import json
 import random
 import re
 import statistics
+import sys
 
 import pytest
 import torch
@@ -17,13 +18,20 @@ from matplotlib.image import imread
 
 import apps.grpo.main  # noqa: F401  (registers the grpo config schema)
 from forge_async.cli.app import CONFIG_DIR, load_config
-from forge_async.cli.subprocess_run import run_app
+from forge_async.cli.subprocess_run import REPO, run_app
+from forge_async.process.interpreter import python
+from tests.support.doc_blocks import assert_console_as_documented
 from apps.sft.config import SFTConfig
 import apps.sft.main  # noqa: F401  (registers the sft config schema)
 from forge_async.learning.config import TrainerConfig
 from forge_async.learning.spec import LearnerSpec
 from forge_async.data.batch import pack_episodes
-from forge_async.data.demonstrations import DemonstrationError, Demonstrations, demonstration_episode, demonstration_ids
+from forge_async.tasks.demonstrations import (
+    DemonstrationError,
+    Demonstrations,
+    demonstration_episode,
+    demonstration_ids,
+)
 from forge_async.errors import ConfigError
 from forge_async.handles import meshes
 from forge_async.losses.config import LossConfig
@@ -32,7 +40,7 @@ from forge_async.losses.sft import demonstration_nll
 from forge_async.models.titan import load_frozen_model
 from forge_async.models.tokenizer import build_byte_tokenizer, build_digit_tokenizer
 from forge_async.tasks.config import ReasoningGymConfig, ReasoningGymDataset, TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import TaskError, prompt_token_ids
 from forge_async.weights.config import WeightsConfig
 from tests.support.digits import PAD_ID
@@ -119,7 +127,7 @@ def test_the_trainer_sft_step_reports_the_demonstrations_nll_on_two_ranks_in_mic
     )
     procs, trainer = asyncio.run(meshes.spawn_trainer(spec, WeightsConfig("torchstore")))
     try:
-        metrics = [m for _, m in trainer.train_step.call(episodes).get().items()]
+        metrics = [m.metrics for _, m in trainer.train_step.call(episodes).get().items()]
     finally:
         asyncio.run(meshes.stop_all(procs))
     for rank in metrics:
@@ -202,7 +210,7 @@ def sft_config(*overrides: str) -> SFTConfig:
 def test_each_objective_belongs_to_its_app():
     config = sft_config()
     assert config.loss.objective == "sft" and config.task.name == "max_digit"
-    assert config.run_roles().loss.objective == "sft"  # what the trainer is spawned with
+    assert config.plan().loss.objective == "sft"  # what the trainer is spawned with
     with pytest.raises(ConfigError, match="loss.objective=grpo: apps.sft trains on demonstrations"):
         sft_config("loss.objective=grpo")
     with pytest.raises(ConfigError, match="task.name=tool_lookup: .* no single completion to imitate"):
@@ -245,7 +253,10 @@ def test_sft_learns_the_cpu_default_and_writes_the_run_directory(sft_run):
     assert imread(run.run_dir / "plots.png").shape[1] >= 800
     assert "step   40/40 | loss " in run.output and f"run dir: {run.run_dir}" in run.output
     assert re.search(r"loss \d\.\d{3} -> \d\.\d{3} \(NLL per demonstration token", run.output), run.output
-    assert f"continue with GRPO: python -m apps.grpo model.path={run.run_dir / 'final_model'}" in run.output
+    # the interpreter that ran it (the venv's), as typed from the run's working directory
+    grpo = f"{python(sys.executable, REPO)} -m apps.grpo model.path={run.run_dir / 'final_model'}"
+    assert f"continue with GRPO: {grpo}" in run.output, run.output
+    assert_console_as_documented(run.output, "sft")  # docs/sft.md
     for line in run.output.splitlines():  # third-party output is in RUN_DIR/logs
         assert not re.search(r"warn|\[W\d|WARNING|Traceback", line, re.IGNORECASE), line
 

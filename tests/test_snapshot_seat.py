@@ -3,6 +3,8 @@ seats play with the snapshot's turns and give no completion, their turns and gam
 bad snapshot plans fail at start naming the key; and a real two-player TextArena game against a
 snapshot refreshed mid-run, whose tokens are never trained on."""
 
+import json
+
 import pytest
 
 from forge_async.controller.config import GRPOConfig
@@ -148,6 +150,10 @@ def test_grpo_plays_a_textarena_game_against_a_snapshot_refreshed_mid_run(tmp_pa
     assert sum(m["snapshot/turns"] for m in rows) >= 16 and played
     turn_versions = {m[f"snapshot/turn_version_{end}"] for m in played for end in ("min", "max")}
     assert turn_versions <= {0, 1, 3}, turn_versions
+    assert run.summary["placement"]["snapshot_generators"] == [0]
+    events = json.loads((run.run_dir / "trace.json").read_text())
+    tracks = {e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert "generator 1" in tracks  # the snapshot's generator's spans beside the policy's
     assert all(0 <= m["snapshot/seat_1_won_frac"] <= 1 for m in rows if "snapshot/seat_1_won_frac" in m)
 
 

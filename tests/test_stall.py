@@ -22,7 +22,7 @@ from forge_async.rollout.progress_watch import ProgressWatch, RunStalled
 from forge_async.rollout.config import StallConfig
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from tests.support.digits import EOS_ID, ROOM, TOKENIZER
 
 pytestmark = pytest.mark.unit

@@ -22,7 +22,8 @@ from forge_async.cli.subprocess_run import AppRun, run_app, run_app_acting_at
 from forge_async.handles.trainer import failed_rank
 from forge_async.weights import scratch
 from forge_async.weights.config import default_root
-from tests.support.app_runs import assert_accounting, kill_role
+from tests.support.app_runs import assert_accounting, kill_role, resume_line
+from tests.support.doc_blocks import assert_console_as_documented
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +71,8 @@ def test_interrupted_sync_run_resumes_exactly_even_past_a_corrupt_checkpoint(tmp
     stopped = run_app_acting_at(run_dir, {5: interrupt}, *SYNC)
     assert stopped.returncode == 128 + signal.SIGINT, stopped.output
     assert stopped.ended_at - stopped.acted_at[5] < 15
-    assert f"resume with: python -m apps.grpo resume={run_dir}" in stopped.output
+    assert resume_line("apps.grpo", run_dir) in stopped.output
+    assert_console_as_documented(stopped.output, "ctrl_c")  # docs/checkpoints.md
     summary = stopped.summary
     assert summary["interrupted"] is True and summary["stop_reason"] == "SIGINT"
     assert 5 <= summary["steps"] < 12 and summary["final_model"]
@@ -196,7 +198,7 @@ def test_trainer_killed_during_resume_ends_with_the_one_line_failure_and_the_res
     assert_each_step_once(killed, 2)
     named = [line for line in killed.output.splitlines() if f"trainer rank 0 (pid {killer.pid} on" in line]
     assert len(named) == 1, killed.output
-    assert f"resume with: python -m apps.grpo resume={run_dir}" in killed.output, killed.output
+    assert resume_line("apps.grpo", run_dir) in killed.output, killed.output
     assert "Traceback" not in killed.output and "AttributeError" not in killed.output, killed.output
     procs = killed.procs
     assert not any(alive(p["pid"]) for p in [*procs["trainer"], procs["generator0"], procs["replay_buffer"]])
@@ -253,7 +255,7 @@ def test_a_full_disk_ends_the_run_with_one_line_and_leaves_it_resumable(small_di
         + failure[0].split("it needs about ")[1]
     ], full.output
     assert "MiB free); the last good one is step_000020" in failure[0]
-    assert f"resume with: python -m apps.grpo resume={run_dir}" in full.output
+    assert resume_line("apps.grpo", run_dir) in full.output
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000020"]
     assert not list(run_dir.glob(".*.tmp"))  # no half-written side output left behind
 
@@ -276,7 +278,7 @@ def test_generator_failing_past_max_restarts_stops_the_run_cleanly(tmp_path):
     assert 4 <= summary["steps"] < 30 and summary["final_model"]
     assert_accounting(summary)
     assert (run_dir / "checkpoints" / f"step_{summary['steps']:06d}" / "manifest.json").is_file()
-    assert f"resume with: python -m apps.grpo resume={run_dir}" in run.output
+    assert resume_line("apps.grpo", run_dir) in run.output
 
 
 def test_failed_trainer_rank_is_named_from_either_form_of_monarchs_report():

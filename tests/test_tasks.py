@@ -7,7 +7,7 @@ import pytest
 from forge_async.data.episode import Completion
 from forge_async.config.callables import CallableError
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import TaskError
 from forge_async.errors import ConfigError
 from forge_async.losses.advantages import group_advantages

@@ -1,5 +1,5 @@
 """TurnBatcher: the turns of concurrent episodes go to the generators together, however many
-passes of the event loop their environments take to step (forge_async/rollout/turn_batcher.py).
+passes of the event loop their environments take to step (forge_async/envs/turn_batcher.py).
 
 The generators are left out: what is checked is which turns share a generate call."""
 
@@ -13,7 +13,7 @@ from forge_async.envs.environment import EnvStep, ModelTurn
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.rollout.multi_turn import WorkerEpisodes
-from forge_async.rollout.turn_batcher import TurnBatcher
+from forge_async.envs.turn_batcher import TurnBatcher
 from forge_async.tasks.task import Prompt
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from forge_async.weights.delivery import WeightDelivery
-from forge_async.weights.outcomes import LoadOutcome, Loaded, ReceiverLost
+from forge_async.weights.outcomes import LoadOutcome, Loaded, ReceiverLost, WeightReceiver
 from forge_async.weights.route import Receiver, WeightRoute
 
 pytestmark = pytest.mark.unit
@@ -91,8 +91,8 @@ def test_a_relay_lost_with_its_node_is_brought_the_newest_version_once_taken_bac
         await asyncio.sleep(0.05)
         assert (1, 4) in relays.loads and delivery.generator_version(1) == 4
         [first, back] = delivery.receivers_report()
-        assert back == {"version": 4, "versions_skipped": 0, "link_failures": 0, "lost": False, "taken_back": 1}
-        assert first["taken_back"] == 0 and first["version"] == 4
+        assert back == WeightReceiver(version=4, versions_skipped=0, link_failures=0, lost=False, taken_back=1)
+        assert first.taken_back == 0 and first.version == 4
         delivery.check()  # no receiver failed
         await delivery.close()
 

@@ -5,7 +5,6 @@ the teacher is an ordinary GRPO run directory: metrics, plots, summary and
 final_model/, which the distillation run then loads as its teacher.
 """
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,9 @@ from omegaconf import OmegaConf
 from apps.distill.config import DistillConfig
 from forge_async.cli.subprocess_run import REPO
 from forge_async.observability.console import since_launch
+from forge_async.observability.run_summary import RunSummary
 from forge_async.errors import UserError
+from forge_async.process.interpreter import python
 
 SHARED_SECTIONS = ("task", "sampling", "model.tiny")  # the teacher learns what the student will
 
@@ -39,7 +40,7 @@ def train_teacher(config: DistillConfig, run_dir: Path) -> Path:
         f"verbose={str(config.verbose).lower()}",
     ]
     print(
-        f"{since_launch()} training the teacher first: python -m apps.grpo steps={config.teacher.grpo_steps}, "
+        f"{since_launch()} training the teacher first: {python()} -m apps.grpo steps={config.teacher.grpo_steps}, "
         f"the student's task, sampling and model shape, tiny-model seed {config.teacher.seed} -> {teacher_dir} "
         "(every override: its config.yaml)",
         flush=True,
@@ -47,7 +48,9 @@ def train_teacher(config: DistillConfig, run_dir: Path) -> Path:
     done = subprocess.run([sys.executable, "-m", "apps.grpo", f"hydra.run.dir={teacher_dir}", *overrides], cwd=REPO)
     if done.returncode != 0 or not (final / "config.json").is_file():
         raise TeacherFailed(f"the teacher's GRPO run failed (exit {done.returncode}); see {teacher_dir}")
-    reward = json.loads((teacher_dir / "summary.json").read_text())["reward_last"]
+    reward = RunSummary.read(teacher_dir).reward_last
+    if reward is None:
+        raise TeacherFailed(f"the teacher's GRPO run trained no step; see {teacher_dir}")
     print(f"{since_launch()} teacher ready: reward {reward:.2f}, {final}", flush=True)
     if reward < config.target_reward:
         print(
@@ -64,9 +67,13 @@ def _section_overrides(config: DistillConfig) -> list[str]:
     structured = OmegaConf.structured(config)
     overrides = []
     for section in SHARED_SECTIONS:
-        for key, value in OmegaConf.to_container(OmegaConf.select(structured, section)).items():
-            if not isinstance(value, dict) and f"{section}.{key}" != "model.tiny.seed":  # the teacher's own
-                overrides.append(f"{section}.{key}={_hydra_value(value)}")
+        values = OmegaConf.to_container(OmegaConf.select(structured, section))
+        if not isinstance(values, dict):  # each shared section is a dataclass: a mapping
+            raise TypeError(f"{section} is not a config section")
+        for key, value in values.items():
+            name = f"{section}.{key!s}"  # a field's name
+            if not isinstance(value, dict) and name != "model.tiny.seed":  # the teacher's own
+                overrides.append(f"{name}={_hydra_value(value)}")
     return overrides
 
 

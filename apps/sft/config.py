@@ -1,9 +1,10 @@
-"""The SFT run's config: mirrors configs/sft.yaml key for key.
+"""The SFT run's config: every key of apps.sft and its default (configs/sft.yaml composes it as
+its schema).
 
 Its sections are GRPO's (model, task, sampling, generator, trainer, loss, eval, weights,
 checkpoint, placement, logging, trace: the same dataclasses, the same checks); what GRPO
 alone has (groups, policy age, admission, the replay buffer's size, scorers, environments)
-is not here: the run brings up a trainer and generators alone (forge_async/mesh/run_roles.py).
+is not here: the run brings up a trainer and generators alone (`RunConfig.plan()`, mesh/run_plan.py).
 """
 
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_1, check_range
 from forge_async.errors import ConfigError
 from forge_async.losses.config import LossConfig
-from forge_async.mesh.run_roles import RunRoles
+from forge_async.process.interpreter import python
 from forge_async.tasks.config import MULTI_TURN_TASKS
 
 
@@ -34,7 +35,7 @@ class SFTConfig(RunConfig):
         if self.loss.objective != "sft":
             raise ConfigError(
                 f"loss.objective={self.loss.objective}: apps.sft trains on demonstrations (sft); "
-                "the policy-gradient objective is python -m apps.grpo"
+                f"the policy-gradient objective is {python()} -m apps.grpo"
             )
         if self.task.name in (*MULTI_TURN_TASKS, "seeds"):
             raise ConfigError(
@@ -43,12 +44,5 @@ class SFTConfig(RunConfig):
             )
         if self.loss.max_tokens is None:  # constant aggregation: the completion budget
             self.loss.max_tokens = self.sampling.max_tokens
-        if self.generator.calls_at_once is None:  # an evaluation's calls, one at a time
-            self.generator.calls_at_once = 1
-        self.resolve_trainer(self.steps)
+        self.resolve(self.steps)  # an evaluation's calls, one at a time
         self.check_sections()
-
-    def run_roles(self) -> RunRoles:
-        """A trainer with the sft objective and generators for the evaluations: no replay buffer,
-        no scorer or environment procs."""
-        return RunRoles(self.loss)

@@ -6,7 +6,7 @@ Plays tool_lookup episodes in one process through the episode runner, all at onc
 stand-in for the generator that answers each turn right away (so only the environment's
 side is timed), three ways:
 
-    native   tool_lookup's own environment (forge_async/tasks/tool_lookup.py)
+    native   tool_lookup's own environment (forge_async/envs/games/tool_lookup.py)
     openai   docs/examples/tool_lookup_agent.py: an `openai` client through the endpoint
     aiohttp  the same agent with a bare aiohttp client (benchmarks/harness/aiohttp_agent.py)
 
@@ -31,7 +31,7 @@ from forge_async.envs.agent.environment import AgentEpisodes
 from forge_async.envs.runner import EnvRunner, EpisodeLimits
 from forge_async.models.tokenizer import build_digit_tokenizer
 from forge_async.tasks.task import Prompt
-from forge_async.tasks.tool_lookup import ToolLookupEnv, ToolLookupTask
+from forge_async.envs.games.tool_lookup import ToolLookupEnv, ToolLookupTask
 
 TOKENIZER = build_digit_tokenizer()
 WAYS = {

@@ -193,7 +193,7 @@ def run_case(name: str, scale: Scale, config: TrainerConfig, steps: int, root: P
     step_s, metrics = [], {}
     for _ in range(steps):
         start = time.perf_counter()
-        metrics = learner.train_step(batch)  # ends in .item(): the GPU's work is done
+        metrics = learner.train_step(batch).metrics  # ends in .item(): the GPU's work is done
         step_s.append(time.perf_counter() - start)
     tokens = sum(len(e.completion.prompt_ids) + len(e.completion.token_ids) for e in batch)
     steady = statistics.median(step_s[1:]) if len(step_s) > 1 else step_s[0]

@@ -34,7 +34,7 @@ from forge_async.envs.openenv.client import OpenEnvSessions
 from forge_async.envs.openenv.schema import action_form
 from forge_async.envs.openenv.server_process import ServerProcess
 from forge_async.models.tokenizer import EOS, VOCAB, build_digit_tokenizer
-from forge_async.tasks.tool_lookup import ToolLookupTask
+from forge_async.envs.games.tool_lookup import ToolLookupTask
 
 APP = "forge_async.envs.servers.tool_lookup_openenv:app"
 EOS_ID = VOCAB.index(EOS)

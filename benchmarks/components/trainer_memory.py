@@ -60,8 +60,7 @@ def peak_gib(checkpoint: Checkpoint, config: TrainerConfig, batch: list[Episode]
         meshes.spawn_trainer(LearnerSpec(str(checkpoint.path), config, pad_id), WeightsConfig("torchstore"))
     )
     try:
-        metrics = trainer.train_step.call_one(batch).get()
-        return metrics["train/peak_memory_gib"]
+        return trainer.train_step.call_one(batch).get().metrics["train/peak_memory_gib"]
     finally:
         asyncio.run(meshes.stop_all(procs))
 

@@ -207,7 +207,7 @@ def held_out_tokens(sft_run: Path, config_class=None) -> tuple[float, int, objec
 
     from apps.sft.config import SFTConfig
     from forge_async.evaluation.evaluator import held_out_prompts
-    from forge_async.tasks.registry import build_task
+    from forge_async.envs.registry import build_task
 
     saved = OmegaConf.load(sft_run / "config.yaml")
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(config_class or SFTConfig), saved))

@@ -27,7 +27,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
 
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import Prompt, Task
 
 try:

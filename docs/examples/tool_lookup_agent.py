@@ -5,7 +5,7 @@ episode through forge_async's endpoint. Runnable from the repository root:
 
 The agent asks the model for a lookup call, answers it from the prompt's hidden table as a
 `tool` message, asks for the answer, and returns the reward tool_lookup's own environment
-would give (forge_async/tasks/tool_lookup.py): the same rewards, and, with the tiny model's
+would give (forge_async/envs/games/tool_lookup.py): the same rewards, and, with the tiny model's
 digit tokenizer, the same tokens. The episode (`lookup_episode`) takes any way of asking for
 a turn; `play` asks with the `openai` client.
 """
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from openai import AsyncOpenAI
 
 from forge_async.tasks.task import Prompt
-from forge_async.tasks.tool_lookup import ANSWER_REWARD, CALL_FORMAT_REWARD, ECHO_REWARD, KEY_REWARD
+from forge_async.envs.games.tool_lookup import ANSWER_REWARD, CALL_FORMAT_REWARD, ECHO_REWARD, KEY_REWARD
 
 # messages -> the model's reply: its text and finish reason ("stop", "length", ...)
 AskForTurn = Callable[[list[dict]], Awaitable[tuple[str, str]]]

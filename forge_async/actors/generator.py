@@ -21,6 +21,7 @@ import logging
 import os
 import tempfile
 import time
+from typing import TYPE_CHECKING, cast
 
 from monarch.actor import concurrent_endpoint, endpoint
 
@@ -34,6 +35,7 @@ from forge_async.generation.kept_set_capture import KeptSetCapture
 from forge_async.generation.occupancy import Occupancy
 from forge_async.generation.route_capture import route_capture
 from forge_async.generation.sampler_rng import SamplerRngState
+from forge_async.generation.stats import GeneratorStats
 from forge_async.generation.versioned_engine import VersionedEngine
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.models.config import LoraConfig
@@ -44,6 +46,9 @@ from forge_async.observability.spans import TRACER
 from forge_async.weights.scratch import temporary_files
 from forge_async.weights.outcomes import Loaded
 from forge_async.weights.shared_memory import SharedMemoryChannel
+
+if TYPE_CHECKING:
+    from vllm.config.model import ModelDType
 
 
 def _not_rotary_reload_warning(record: logging.LogRecord) -> bool:
@@ -110,10 +115,10 @@ class Generator(ProcActor):
         self.sampling = sampling or SamplingConfig()
         self.lora = lora if lora is not None and lora.enabled else None
         self.config = config
-        self.channel = SharedMemoryChannel(weights.channel_dir) if weights.transport == "shm" else None
+        self.channel = SharedMemoryChannel(weights.chosen_dir) if weights.transport == "shm" else None
         self.scratch_dir = weights.channel_dir
         self._work = asyncio.Event()
-        calls_at_once = 1 if config.calls_at_once is None else config.calls_at_once
+        calls_at_once = config.calls_at_once_for(multi_turn=False)  # an app's config resolved it already
         self._call_slots = asyncio.Semaphore(calls_at_once) if calls_at_once else contextlib.nullcontext()
         self._weight_holds = 0  # while > 0, no new version is taken from the channel (hold_weights)
         self._taken: tuple[int, dict] | None = None  # a version copied aside (take_version: a lagged snapshot)
@@ -146,7 +151,7 @@ class Generator(ProcActor):
         with plain_cpu_weights(platform.plain_weights):
             llm = LLM(
                 model=str(self.checkpoint.path),
-                dtype=dtype,
+                dtype=cast("ModelDType", dtype),  # generator.dtype's or config.json's name: vLLM checks it
                 max_model_len=self.max_model_len,
                 seed=c.seed,
                 gpu_memory_utilization=c.gpu_memory_utilization,
@@ -231,21 +236,22 @@ class Generator(ProcActor):
         return self.engine.version
 
     @endpoint
-    async def stats(self) -> dict:
+    async def stats(self) -> GeneratorStats:
         e = self.engine
-        return {
-            "version": e.version,
-            "busy_s": self._busy_s + self._decoding_s(),
-            "swap_pauses": dataclasses.asdict(e.swap_pauses),
-            "resumed_requests": e.resumed_requests,
-            "resumed_prefix_tokens": e.resumed_prefix_tokens,
-            "preempting_resets": e.preempting_resets,
-        }
+        return GeneratorStats(
+            version=e.version,
+            busy_s=self._busy_s + self._decoding_s(),
+            swap_pauses=dataclasses.replace(e.swap_pauses),
+            resumed_requests=e.resumed_requests,
+            resumed_prefix_tokens=e.resumed_prefix_tokens,
+            preempting_resets=e.preempting_resets,
+        )
 
     @endpoint
-    async def occupancy_totals(self) -> dict[str, int]:
-        """The engine batch's occupancy over the engine steps so far (generation/occupancy.py)."""
-        return self.occupancy.as_dict()
+    async def occupancy_totals(self) -> Occupancy:
+        """The engine batch's occupancy over the engine steps so far (generation/occupancy.py): a
+        copy, the engine loop's own keeps counting."""
+        return dataclasses.replace(self.occupancy)
 
     def _prompt_ids(self, prompt: str | list[int], max_tokens: int) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -391,6 +397,8 @@ class Generator(ProcActor):
     async def take_version(self, version: int) -> int:
         """Copy the channel's `version` (or the newer one in its slot by now) aside, for `use_taken`
         (a snapshot that lags: handles/generators/snapshot.py); returns which version."""
+        if self.channel is None:
+            raise RuntimeError("take_version: this generator reads no channel (weights.transport is torchstore)")
         with self.channel.reading(version) as (found, state_dict):
             self._taken = found, {name: tensor.clone() for name, tensor in state_dict.items()}
         return found

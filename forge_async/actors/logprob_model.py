@@ -79,6 +79,8 @@ class LogprobModel(ProcActor):
     @endpoint
     async def take_version(self, version: int) -> int:
         """Copy the trainer's `version` (or the newer one in its slot by now) aside; returns which."""
+        if self.channel is None:
+            raise RuntimeError("take_version: this model was given no channel_dir (it is not a self teacher)")
         with self.channel.reading(version) as (found, state_dict):
             self._taken = found, {name: tensor.clone() for name, tensor in state_dict.items()}
         return found

@@ -15,30 +15,38 @@ from forge_async.observability.spans import TRACER
 class ReplayBuffer(ProcActor):
     def __init__(
         self,
+        *,
         max_policy_age: int,
         capacity: int,
         drop_zero_variance: bool = False,
         max_zero_variance_drops: int | None = None,
     ):
-        self.buffer = EpisodeBuffer(max_policy_age, capacity, drop_zero_variance, max_zero_variance_drops)
+        self.buffer = EpisodeBuffer(
+            max_policy_age=max_policy_age,
+            capacity=capacity,
+            drop_zero_variance=drop_zero_variance,
+            max_zero_variance_drops=max_zero_variance_drops,
+        )
         self._added = asyncio.Event()  # set by every add: wakes a sample_with_stats that waits
 
     @endpoint
     @answers_on_port
-    async def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> int:
+    async def add(self, episodes: list[Episode], *, dropped: DropCounts | None = None) -> int:
+        """Hold `episodes`; `dropped`: the samples of their groups lost on the way (EpisodeBuffer.add).
+        Returns the episodes held."""
         with TRACER.span(REPLAY_ADD):
-            self.buffer.add(episodes, dropped)
+            self.buffer.add(episodes, dropped=dropped)
         self._added.set()
         return len(self.buffer)
 
     @endpoint
-    async def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
+    async def sample(self, batch_size: int, *, trainer_version: int) -> list[Episode] | None:
         return self._sample(batch_size, trainer_version)
 
     @concurrent_endpoint  # while it waits, the actor takes the adds it waits for
     @answers_on_port
     async def sample_with_stats(
-        self, batch_size: int, trainer_version: int, wait_s: float = 0.0
+        self, batch_size: int, *, trainer_version: int, wait_s: float = 0.0
     ) -> tuple[list[Episode] | None, BufferStats]:
         """`sample`, then `stats`, in one call: the training loop's, one round trip per step.
 
@@ -59,7 +67,7 @@ class ReplayBuffer(ProcActor):
 
     def _sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
         with TRACER.span(REPLAY_SAMPLE):
-            return self.buffer.sample(batch_size, trainer_version)
+            return self.buffer.sample(batch_size, trainer_version=trainer_version)
 
     @endpoint
     async def stats(self) -> BufferStats:

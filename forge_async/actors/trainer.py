@@ -21,7 +21,7 @@ import torch.distributed as dist
 from monarch.actor import endpoint
 
 from forge_async.data.episode import Episode
-from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult
+from forge_async.learning.results import PolicySaved, Published, SaveFailed, StateSaved, StepResult, TrainedStep
 from forge_async.learning.spec import LearnerSpec
 from forge_async.cluster.hosts import pin_collectives_to_node_address
 from forge_async.mesh.proc_actor import ProcActor
@@ -55,7 +55,7 @@ class Trainer(ProcActor):
         self.learner = Learner(self.spec)
 
     @endpoint
-    async def train_step(self, episodes: list[Episode]) -> dict[str, float]:
+    async def train_step(self, episodes: list[Episode]) -> TrainedStep:
         """One optimizer step on the whole batch, accumulated over micro-batches (the loss of each
         is scaled by global counts, so the sum of their gradients is the full-batch gradient)."""
         return self.learner.train_step(episodes)
@@ -65,10 +65,9 @@ class Trainer(ProcActor):
     async def train_and_push(self, episodes: list[Episode], transports: tuple[str, ...] | None = None) -> StepResult:
         """`train_step`, then `push_weights`, in one call: the training loop's step, one round
         trip fewer on the path from a batch to the generators' next weights."""
-        metrics = self.learner.train_step(episodes)
-        del metrics["version"]  # the result says it: the version published
+        trained = self.learner.train_step(episodes)
         published = await self._push_weights(transports)
-        return StepResult(published.version, metrics, published.push_ms, published.weight_bytes)
+        return StepResult(published.version, trained.metrics, published.push_ms, published.weight_bytes)
 
     @endpoint
     async def push_weights(self, transports: tuple[str, ...] | None = None) -> Published:

@@ -16,13 +16,22 @@ import asyncio
 import threading
 
 from monarch.actor import endpoint
+from torch.distributed import TCPStore
 
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.cluster.hosts import node_address
 from forge_async.mesh.reply_port import answers_on_port
 from forge_async.weights import scratch
 from forge_async.weights.outcomes import LinkFailed, Loaded
-from forge_async.weights.link import RELAY, ReceivedVersion, Rendezvous, join_rendezvous, open_pair, relay_version
+from forge_async.weights.link import (
+    RELAY,
+    Pair,
+    ReceivedVersion,
+    Rendezvous,
+    join_rendezvous,
+    open_pair,
+    relay_version,
+)
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 
@@ -31,7 +40,7 @@ class WeightRelay(ProcActor):
         self.channel = SharedMemoryChannel(scratch.claim(channel_dir))
         self.node = node
         self.writing = threading.Lock()  # one pair's thread writes the channel at a time
-        self.store = None
+        self.store: TCPStore | None = None  # the sender's rendezvous, once joined
         self.timeout_s = 0.0
 
     @endpoint
@@ -44,6 +53,8 @@ class WeightRelay(ProcActor):
     async def open_pair(self, attempt: int) -> LinkFailed | None:
         """Open this relay's side of its pair with the sender and receive over it from now on;
         LinkFailed if it does not open."""
+        if self.store is None:
+            raise RuntimeError("open_pair before join: this relay has no rendezvous to open its pair at")
         try:
             pair = await asyncio.to_thread(
                 open_pair, self.store, self.node, attempt, RELAY, node_address(), self.timeout_s
@@ -53,7 +64,7 @@ class WeightRelay(ProcActor):
         threading.Thread(target=self._receive_forever, args=(pair,), name=f"relay pair {attempt}", daemon=True).start()
         return None
 
-    def _receive_forever(self, pair) -> None:
+    def _receive_forever(self, pair: Pair) -> None:
         """Every version the sender sends over `pair` into this node's channel, until the pair fails
         (the sender reports it; a new pair gets a new thread, with a buffer of its own)."""
         received = ReceivedVersion()

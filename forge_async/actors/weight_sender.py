@@ -15,12 +15,21 @@ import threading
 import time
 
 from monarch.actor import Port, concurrent_endpoint, endpoint
+from torch.distributed import TCPStore
 
 from forge_async.mesh.proc_actor import ProcActor
 from forge_async.cluster.hosts import free_port, node_address
 from forge_async.weights import scratch
 from forge_async.weights.outcomes import LinkFailed, Sent
-from forge_async.weights.link import SENDER, Rendezvous, StagedVersions, open_pair, send_version, serve_rendezvous
+from forge_async.weights.link import (
+    SENDER,
+    Pair,
+    Rendezvous,
+    StagedVersions,
+    open_pair,
+    send_version,
+    serve_rendezvous,
+)
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 _WAIT_S = 1.0  # how often a pair's thread looks up from waiting, to see whether it was replaced
@@ -30,7 +39,7 @@ class WeightSender(ProcActor):
     def __init__(self, channel_dir: str, timeout_s: float):
         self.staged = StagedVersions(SharedMemoryChannel(scratch.claim(channel_dir)))
         self.timeout_s = timeout_s
-        self.store = None
+        self.store: TCPStore | None = None  # the rendezvous the relays join, once served
         self.attempts: dict[int, int] = {}  # relay -> the attempt of its pair that sends
 
     @endpoint
@@ -47,6 +56,8 @@ class WeightSender(ProcActor):
         newest version from now on, reporting each to `reports` as `(relay, attempt, Sent)`, or the
         pair's failure as `(relay, attempt, LinkFailed)` (it is then done with: a new attempt opens
         a new pair). Returns LinkFailed if the pair does not open."""
+        if self.store is None:
+            raise RuntimeError("open_pair before rendezvous: the relays have nowhere to meet the sender")
         self.attempts[relay] = attempt  # an older pair's thread stops before its next version
         try:
             pair = await asyncio.to_thread(
@@ -59,7 +70,7 @@ class WeightSender(ProcActor):
         ).start()
         return None
 
-    def _send_forever(self, relay: int, attempt: int, pair, reports: Port) -> None:
+    def _send_forever(self, relay: int, attempt: int, pair: Pair, reports: Port) -> None:
         sent = 0
         while True:
             staged = self.staged.acquire_newer(sent, _WAIT_S)

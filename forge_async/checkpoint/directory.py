@@ -80,7 +80,10 @@ def size_of(checkpoint: Path) -> int:
 
 
 def step_of(checkpoint: Path) -> int:
-    return int(_FINAL.match(checkpoint.name).group(1))
+    named = _FINAL.match(checkpoint.name)
+    if named is None:
+        raise ValueError(f"{checkpoint}: a checkpoint's directory is named step_<n>")
+    return int(named.group(1))
 
 
 def _problem(path: Path) -> str | None:

@@ -19,7 +19,7 @@ import asyncio
 import importlib
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,12 @@ from forge_async.observability.spans import TRACER
 from forge_async.process import disk_full
 from forge_async.process.exit import exit_app
 from forge_async.process.imports import import_frozen
+from forge_async.process.interpreter import module_command
 
 # An absolute path: under `python -m`, Hydra would read a relative one as a module name.
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
-Run = Callable[[Any, Path], Awaitable[dict]]
+Run = Callable[[Any, Path], Coroutine[Any, Any, dict]]
 Report = Callable[[dict, str, str], None]
 
 
@@ -51,15 +52,32 @@ def run_with(training: str) -> Run:
     """A run whose procs are spawned first (they start importing vLLM and TorchTitan at once),
     then `training` imported: the module whose `train(config, run_dir, procs)` runs the app
     (controller/grpo_run.py, controller/sft_run.py). It needs torch: its imports overlap theirs.
-    `config.run_roles()`: what the run brings up beside its trainer and generators (mesh/run_roles.py)."""
+    The procs are those of `config.plan()`: what the run brings up (mesh/run_plan.py)."""
 
     async def run(config: Any, run_dir: Path) -> dict:
-        async with spawned_procs(config, run_dir, config.run_roles()) as procs:
+        async with spawned_procs(config, run_dir) as procs:
             with TRACER.span(START_UP_IMPORTS, START_UP_LANE):
                 import_frozen(training)
             return await importlib.import_module(training).train(config, run_dir, procs)
 
     return run
+
+
+def cold_start_note(config: Any) -> str | None:
+    """The one line a GRPO run gets at start when it cannot learn as configured: a reasoning-gym
+    task, whose answers count only inside their tag, on the tiny model's random weights
+    (`model.path` null), which almost never writes the tag, so every reward is 0
+    (configs/reasoning_gym.yaml). None for any other run."""
+    task = config.task
+    tag = task.reasoning_gym.answer_tag
+    if config.loss.objective != "grpo" or task.name != "reasoning_gym" or tag is None or config.model.path is not None:
+        return None
+    sft = module_command("apps.sft", "--config-name", "sft_reasoning_gym")
+    return (
+        f"note: task.name=reasoning_gym on the tiny model's random weights (model.path=null) almost never "
+        f"writes <{tag}>...</{tag}>, so its reward stays at 0: fine-tune it first ({sft}), then run this "
+        "with model.path=SFT_RUN/final_model trainer.lr=1e-4 (docs/sft.md)"
+    )
 
 
 def exit_status(summary: dict) -> int:
@@ -74,8 +92,8 @@ def exit_status(summary: dict) -> int:
 def load_config(cfg: DictConfig, schema: type = GRPOConfig) -> Any:
     """The run's config: the composed one, or, with resume=RUN_DIR, the one saved there."""
     if cfg.resume:
-        cfg = resumed_config(Path(cfg.resume), HydraConfig.get().overrides.task, cfg)
-        cfg = OmegaConf.merge(OmegaConf.structured(schema), cfg)
+        saved = resumed_config(Path(cfg.resume), HydraConfig.get().overrides.task, cfg)
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), saved))
     return OmegaConf.to_object(cfg)
 
 
@@ -102,6 +120,9 @@ def launch(
     config = None
     try:
         config = prepare(run_dir)
+        note = cold_start_note(config)
+        if note is not None:
+            print(note, flush=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
         if not config.verbose:
             keep_console_for_own_lines(run_dir / "logs")
@@ -112,7 +133,8 @@ def launch(
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     except TrainerFailed as err:
-        resume = f"\nresume with: python -m {app} resume={run_dir}" if getattr(config, "resumable", True) else ""
+        resumable = config is not None and config.resumable  # the trainer fails in the run: config was made
+        resume = f"\nresume with: {module_command(app, f'resume={run_dir}')}" if resumable else ""
         print(f"error: {err}{resume}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C before training started: nothing to save yet

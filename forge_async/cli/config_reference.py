@@ -19,6 +19,7 @@ from pathlib import Path
 from forge_async.config.choices import choices, nullable
 from forge_async.config.keys import Key, keys
 from forge_async.controller.config import GRPOConfig
+from forge_async.process.interpreter import python
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 TABLE = re.compile(r"(<!-- keys: (?P<selectors>[^>]*?) -->\n).*?(?=<!-- /keys -->)", re.S)
@@ -118,7 +119,7 @@ def main() -> None:
     written = render(doc)
     if "--check" in sys.argv[1:]:
         if written != doc:
-            sys.exit(f"{DOC} is not what the config fields write: python -m forge_async.cli.config_reference")
+            sys.exit(f"{DOC} is not what the config fields write: {python()} -m forge_async.cli.config_reference")
         return
     DOC.write_text(written)
 

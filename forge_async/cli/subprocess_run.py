@@ -82,6 +82,7 @@ def run_app_acting_at(
 
     watchdog = threading.Timer(timeout, kill)
     watchdog.start()
+    assert proc.stdout is not None  # stdout=PIPE
     try:
         for line in proc.stdout:
             lines.append(line)

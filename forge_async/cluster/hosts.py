@@ -15,8 +15,12 @@ import fcntl
 import os
 import socket
 import struct
+from typing import TYPE_CHECKING
 
 from monarch.actor import HostMesh, attach_to_workers, this_host
+
+if TYPE_CHECKING:
+    from forge_async.cluster.rendezvous import Registrations
 
 NODE_RANK_ENV = "FORGE_ASYNC_NODE_RANK"  # set in every process the launcher starts
 NODE_ADDR_ENV = "FORGE_ASYNC_NODE_ADDR"  # this node's address on the run's network
@@ -71,7 +75,7 @@ class Hosts:
         self.rendezvous = rendezvous
         self._mesh: HostMesh | None = None
         self._attached_again: dict[int, HostMesh] = {}  # nodes that came back, each its own host mesh
-        self._registrations = None
+        self._registrations: Registrations | None = None
 
     @classmethod
     def from_env(cls) -> "Hosts":

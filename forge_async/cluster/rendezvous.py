@@ -19,6 +19,7 @@ from torch.distributed import TCPStore
 
 from forge_async.errors import ConfigError
 from forge_async.cluster.nodes import NodeSpec
+from forge_async.process.interpreter import python
 
 _SHUTDOWN = "shutdown"
 _POLL_S = 0.5
@@ -95,7 +96,7 @@ class Rendezvous:
                 raise JoinTimeout(
                     f"node rank(s) {', '.join(map(str, missing))} of {self.node.nnodes} did not join "
                     f"within {self.timeout_s:.0f}s (launch.join_timeout_s): is "
-                    f"`python -m forge_async.cluster --node-rank R ...` running there, and can it reach {where}?"
+                    f"`{python()} -m forge_async.cluster --node-rank R ...` running there, and can it reach {where}?"
                 )
             time.sleep(_POLL_S)
 

@@ -12,6 +12,7 @@ import os
 from collections.abc import MutableMapping
 
 from forge_async.errors import ConfigError
+from forge_async.process.interpreter import python
 
 _MARK = "TORCHELASTIC_RUN_ID"  # set by torchrun's agent for every process it starts
 _JOB_VARIABLES = (
@@ -38,8 +39,8 @@ def leave_torchrun_job(environ: MutableMapping[str, str] = os.environ) -> bool:
     if world_size != "1":
         raise ConfigError(
             f"started by torchrun as one of {world_size} processes (WORLD_SIZE={world_size}); forge_async "
-            "spawns its own processes: on one host run `python -m apps.grpo ...` (or torchrun with "
-            "--standalone --nproc-per-node=1), across hosts run `python -m forge_async.cluster --nnodes N "
+            f"spawns its own processes: on one host run `{python()} -m apps.grpo ...` (or torchrun with "
+            f"--standalone --nproc-per-node=1), across hosts run `{python()} -m forge_async.cluster --nnodes N "
             "--node-rank R --master-addr ADDR -- apps.grpo ...` on each (docs/launch.md)"
         )
     for name in [n for n in environ if n.startswith("TORCHELASTIC_") or n in _JOB_VARIABLES]:

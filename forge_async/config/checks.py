@@ -43,7 +43,7 @@ def check_range(key: str, value: float | None, allowed: Range, *, nullable: bool
     if value is None and nullable:
         return
     nonfinite = isinstance(value, float) and not math.isfinite(value)
-    if value in allowed and not nonfinite:
+    if value is not None and value in allowed and not nonfinite:
         return
     accepted = f"a finite number {allowed}".rstrip() if nonfinite else str(allowed)
     if nullable:

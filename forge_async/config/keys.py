@@ -37,7 +37,10 @@ class Key:
     def default(self) -> Any:
         if self.field.default is not dataclasses.MISSING:
             return self.field.default
-        return self.field.default_factory()
+        factory = self.field.default_factory
+        if factory is dataclasses.MISSING:
+            raise TypeError(f"config key {self.name} has no default")
+        return factory()
 
     @property
     def help(self) -> str:
@@ -58,12 +61,12 @@ def keys(schema: type, prefix: str = "") -> Iterator[Key]:
     hints = typing.get_type_hints(schema)
     for field in dataclasses.fields(schema):
         name, hint = f"{prefix}{field.name}", hints[field.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             yield from keys(hint, f"{name}.")
             continue
         yield Key(name, field, hint)
         item = typing.get_args(hint)[0] if typing.get_origin(hint) is list else None
-        if dataclasses.is_dataclass(item):
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
             yield from keys(item, f"{name}[i].")
 
 

@@ -100,13 +100,14 @@ def _without_none(hint: typing.Any) -> typing.Any:
 
 def _shape(hint: typing.Any) -> tuple[str, str] | None:
     """(what the key takes, an example of its shape); None for a plain value."""
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return "a mapping", _fields(hint)
     if typing.get_origin(hint) is dict:
         return "a mapping", "{key: value, ...}"
     if typing.get_origin(hint) is list:
         (item,) = typing.get_args(hint)
-        return "a list", f"[{_fields(item) if dataclasses.is_dataclass(item) else '...'}, ...]"
+        fields = _fields(item) if isinstance(item, type) and dataclasses.is_dataclass(item) else "..."
+        return "a list", f"[{fields}, ...]"
     return None
 
 

@@ -1,4 +1,5 @@
-"""The GRPO run's configuration: dataclasses that mirror configs/grpo.yaml key for key.
+"""The GRPO run's configuration: every key of apps.grpo and its default, as dataclasses
+(configs/grpo.yaml composes them as its schema).
 
 Hydra validates every override against these types (an unknown key or a value
 of the wrong type fails at start, naming the key); each section's `__post_init__`
@@ -7,7 +8,7 @@ key; GRPOConfig's also checks what spans sections.
 """
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 from pathlib import Path
 
@@ -27,13 +28,14 @@ from forge_async.envs.registry import check_environment_name
 from forge_async.envs.seats import POLICY, RIVAL, SNAPSHOT, check_seats
 from forge_async.envs.textarena import TEXTARENA
 from forge_async.errors import ConfigError
+from forge_async.process.interpreter import python
 from forge_async.evaluation.config import EvalConfig
 from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.learning.config import TrainerConfig
 from forge_async.learning.rival_config import RivalConfig, check_rival
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.mesh.config import PlacementConfig
-from forge_async.mesh.run_roles import BufferSpec, RunRoles
+from forge_async.mesh.run_plan import BufferSpec, RivalSpec, RunPlan, SnapshotSpec
 from forge_async.models.config import DENSE_MLP_PROJECTIONS, ModelConfig, MoeConfig
 from forge_async.models.shape import ModelShape
 from forge_async.observability.config import LoggingConfig, TraceConfig
@@ -78,12 +80,14 @@ class RunConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
 
-    def resolve_trainer(self, steps: int) -> None:
-        """generator.dtype: the trainer's unless set; the LR schedule spans `steps` unless told
-        otherwise, and a decay shorter than the run is refused (TorchTitan's would go on below
-        min_lr_factor: negative, for linear)."""
+    def resolve(self, steps: int, multi_turn: bool = False) -> None:
+        """What null means, resolved once: generator.dtype, the trainer's; generator.calls_at_once
+        (`calls_at_once_for`); the LR schedule spans `steps` unless told otherwise, and a decay
+        shorter than the run is refused (TorchTitan's would go on below min_lr_factor: negative,
+        for linear)."""
         if self.generator.dtype is None:
             self.generator.dtype = self.trainer.dtype
+        self.generator.calls_at_once = self.generator.calls_at_once_for(multi_turn)
         if self.trainer.lr_total_steps is None:
             self.trainer.lr_total_steps = steps
         if self.trainer.lr_schedule != "constant" and self.trainer.lr_total_steps < steps:
@@ -91,6 +95,27 @@ class RunConfig:
                 f"trainer.lr_total_steps={self.trainer.lr_total_steps} is less than steps={steps}: "
                 f"the {self.trainer.lr_schedule} decay must span the run"
             )
+
+    def plan(self) -> RunPlan:
+        """What the run brings up and what each role is built from (mesh/run_plan.py): a trainer with
+        the run's loss and generators; GRPO adds its own roles. Built once the config is final (the
+        weights' channel resolved)."""
+        return RunPlan(
+            placement=self.placement,
+            trainer=self.trainer,
+            generator=self.generator,
+            sampling=self.sampling,
+            weights=self.weights,
+            model=self.model,
+            moe=self.moe,
+            trace=self.trace.enabled,
+            loss=self.loss,
+        )
+
+    @property
+    def resumable(self) -> bool:
+        """Whether `resume=RUN_DIR` can continue this run."""
+        return True
 
     def check_sections(self) -> None:
         """What spans sections: GPUs for the trainer and generators, a trainer on several hosts and its
@@ -317,7 +342,7 @@ class GRPOConfig(RunConfig):
         if self.loss.objective != "grpo":
             raise ConfigError(
                 f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
-                "supervised fine-tuning on demonstrations is python -m apps.sft"
+                f"supervised fine-tuning on demonstrations is {python()} -m apps.sft"
             )
         if self.loss.clipped and self.importance.corrects:
             raise ConfigError(
@@ -339,11 +364,9 @@ class GRPOConfig(RunConfig):
                 f"env.procs={self.env.procs}: task.name={self.task.name} has no environment to host; "
                 "name one with env.name=module:callable"
             )
-        if self.generator.calls_at_once is None:  # a multi-turn call is a turn of a few episodes
-            self.generator.calls_at_once = 0 if self.multi_turn else 1
         if self.loss.max_tokens is None:  # constant aggregation: the generation budget
             self.loss.max_tokens = self.sampling.max_tokens * (self.env.max_turns if self.multi_turn else 1)
-        self.resolve_trainer(self.steps)
+        self.resolve(self.steps, self.multi_turn)
         if self.buffer_capacity < self.batch_size:
             raise ConfigError(
                 f"buffer_capacity={self.buffer_capacity} is smaller than one training batch "
@@ -410,17 +433,46 @@ class GRPOConfig(RunConfig):
             return f"env.name={self.env.name}: the game speaks text"
         return super()._text_input()
 
-    def run_roles(self) -> RunRoles:
-        """What a GRPO run brings up beside its trainer and generators: a replay buffer, the
-        scorers, environment procs, importance correction and the reference's KL."""
+    def plan(self) -> RunPlan:
+        """The run's plan with what GRPO brings up beside its trainer and generators: a replay
+        buffer, the scorers, environment procs, a snapshot's generators and a rival's policy
+        (env.seats), importance correction and the reference's KL."""
         buffer = BufferSpec(
             self.max_policy_age,
             self.buffer_capacity,
             self.filter.zero_variance_groups,
             self.filter.max_drops(self.batch_size),
         )
-        return RunRoles(
-            self.loss, self.importance, self.kl_coef, self.trainer_reference, buffer, self.scorers, self.env.procs
+        return replace(
+            super().plan(),
+            importance=self.importance,
+            kl_coef=self.kl_coef,
+            trainer_reference=self.trainer_reference,
+            replay_buffer=buffer,
+            scorers=tuple(self.scorers),
+            environment_procs=self.env.procs,
+            snapshot=self._snapshot_spec(),
+            rival=self._rival_spec(),
+        )
+
+    def _snapshot_spec(self) -> SnapshotSpec | None:
+        if not self.snapshot_generators:
+            return None
+        c = self.env.snapshot
+        return SnapshotSpec(c.generators, c.lag, c.refresh_steps, self.generator.count, self.env.turn_batch_wait_s)
+
+    def _rival_spec(self) -> RivalSpec | None:
+        if RIVAL not in self.env.seats:
+            return None
+        return RivalSpec(
+            self.rival,
+            seed=self.model.tiny.seed + 1 if self.rival.seed is None else self.rival.seed,
+            first_generator=self.generator.count + self.snapshot_generators,
+            turn_batch_wait_s=self.env.turn_batch_wait_s,
+            mode=self.mode,
+            batch_size=self.batch_size,
+            max_policy_age=self.max_policy_age,
+            buffer_capacity=self.buffer_capacity,
         )
 
     @property

@@ -40,6 +40,7 @@ import time
 from forge_async.rollout.admission import AdmissionControl
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.controller.config import GRPOConfig
+from forge_async.controller.rival_loop import RivalLoop
 from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
 from forge_async.evaluation.schedule import EvaluationSchedule
@@ -73,9 +74,11 @@ class GRPOLoop(TrainingLoop):
         record: RunRecord,
         checkpointer: Checkpointer | None = None,
         evaluations: EvaluationSchedule | None = None,
+        rival: RivalLoop | None = None,
     ):
         """`rollouts`: single-turn, or multi-turn episodes (rollout/multi_turn.py). `evaluations`:
-        None, never evaluate. `record` is updated as the run goes (a resumed run's is restored
+        None, never evaluate. `rival`: a rival seat's learning, beside this loop (async) or a part
+        of each of its steps (sync). `record` is updated as the run goes (a resumed run's is restored
         by `run`)."""
         super().__init__(
             config.steps,
@@ -94,6 +97,7 @@ class GRPOLoop(TrainingLoop):
         self._dropped_seen = 0  # drops admission control has been told of
         self._warned_oversampling = False
         self._occupancy = OccupancyWindow()
+        self.rival = rival
 
     async def _steps(self) -> None:
         """The steps, asynchronous or synchronous; a lost generator node that comes back
@@ -112,6 +116,8 @@ class GRPOLoop(TrainingLoop):
         await self.delivery.wait_until_loaded(self.record.version)
         if self.record.step == 0 and self.evaluations is not None:
             self.evaluations.start_beside()  # before the workers: its call reaches a generator first
+        if self.rival is not None:
+            self.rival.learn_beside()
         workers = [asyncio.create_task(self._rollout_worker(i, stop)) for i in range(self.config.rollout_workers)]
         try:
             while self._steps_left():
@@ -171,7 +177,7 @@ class GRPOLoop(TrainingLoop):
         moment it is complete; between calls, the workers and weight receivers are checked."""
         while True:
             batch, buffer = await self.handles.buffer.sample(
-                self.config.batch_size, self.record.version, wait_s=_WORKER_CHECK_S
+                self.config.batch_size, trainer_version=self.record.version, wait_s=_WORKER_CHECK_S
             )
             if batch is not None:
                 return batch, buffer
@@ -193,8 +199,8 @@ class GRPOLoop(TrainingLoop):
                     batch, buffer = await self._generate_batch()
                 self.record.trainer_idle_s += time.perf_counter() - waited_from
                 await self._train(batch, buffer)
-                if self.handles.rival is not None:  # a second policy's step, on-policy too
-                    await self.handles.rival.learn_in_step()
+                if self.rival is not None:  # a second policy's step, on-policy too
+                    await self.rival.learn_in_step()
                 with TRACER.span(WAIT_FOR_WEIGHTS, LANE):
                     await self.delivery.wait_until_loaded(self.record.version)
             if self._due_for_evaluation():
@@ -229,9 +235,9 @@ class GRPOLoop(TrainingLoop):
             self._produce_on(i, min(per_call, prompts - start)) for i, start in enumerate(range(0, prompts, per_call))
         ]
         for episodes, dropped in await asyncio.gather(*calls):
-            await self.handles.buffer.add(episodes, dropped)
+            await self.handles.buffer.add(episodes, dropped=dropped)
         held = (await self.handles.buffer.stats()).size
-        return await self.handles.buffer.sample(max(self.config.batch_size, held), self.record.version)
+        return await self.handles.buffer.sample(max(self.config.batch_size, held), trainer_version=self.record.version)
 
     async def _produce_on(self, call: int, prompts: int):
         """Sync mode's call `call`, on generator call % count, or on a stand-in once that one is lost."""
@@ -288,6 +294,11 @@ class GRPOLoop(TrainingLoop):
         )
 
     # Around the steps
+
+    async def _close(self) -> None:
+        await super()._close()
+        if self.rival is not None:
+            await self.rival.close()
 
     def _state(self) -> dict:
         return {"rollouts": self.rollouts.state_dict()}

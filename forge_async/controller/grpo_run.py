@@ -15,6 +15,7 @@ from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
 from forge_async.controller.config import GRPOConfig
 from forge_async.controller.grpo_loop import GRPOLoop
+from forge_async.controller.rival_loop import RivalLoop
 from forge_async.rollout.progress_watch import ProgressWatch
 from forge_async.observability.record import RunRecord
 from forge_async.controller.summary import write_summary
@@ -22,7 +23,7 @@ from forge_async.models.tokenizer import load_tokenizer
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end
 from forge_async.envs.registry import open_environments
 from forge_async.envs.runner import EnvRunner, build_env_runner, environment_factory, with_environment
-from forge_async.envs.seats import SeatRunner
+from forge_async.envs.seats import RIVAL, SeatRunner
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
@@ -33,13 +34,12 @@ from forge_async.observability.sinks import build_sinks
 from forge_async.observability.span_names import INITIAL_POLICY, START_UP_LANE, TOKENIZER_AND_TASK
 from forge_async.observability.spans import TRACER
 from forge_async.rollout.admission import AdmissionControl
-from forge_async.rollout.multi_turn import EpisodeRollouts
+from forge_async.rollout.multi_turn import EpisodeRollouts, RivalSeats
 from forge_async.rollout.single_turn import Rollouts
 from forge_async.scoring.tier import build_tier
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import Task
 from forge_async.weights.delivery import WeightDelivery
-from forge_async.weights.route import plan_route
 
 
 async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
@@ -57,13 +57,16 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
         TRACER.add(TOKENIZER_AND_TASK, tokenizer_since, time.time_ns(), START_UP_LANE)
         print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
         async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
-            env_runner = await start_environments(config, handles, task, tokenizer, context)
-            return await train_on(config, run_dir, handles, task, env_runner, eval_prompts)
+            rival = None if handles.rival is None else RivalLoop(handles.rival, handles.plan.rival)
+            env_runner = await start_environments(config, handles, task, tokenizer, context, rival)
+            return await train_on(config, run_dir, handles, task, env_runner, eval_prompts, rival)
 
 
-async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task, tokenizer, context: int):
+async def start_environments(
+    config: GRPOConfig, handles: RunHandles, task: Task, tokenizer, context: int, rival: RivalLoop | None
+):
     """The runner of the task's multi-turn episodes (None: single-turn), its environments on
-    env.procs procs of their own, or in the controller."""
+    env.procs procs of their own, or in the controller; `rival` plays the rival seats."""
     new_environment = environment_factory(task)
     if new_environment is None:
         return None
@@ -71,11 +74,17 @@ async def start_environments(config: GRPOConfig, handles: RunHandles, task: Task
     if config.env.procs:
         new_environment = await handles.environments.start(new_environment)
     runner = build_env_runner(config.env, new_environment, tokenizer, config.sampling, context, session_limit)
-    return SeatRunner(runner, config.env.seats, handles.snapshot, handles.rival) if config.env.seats else runner
+    return SeatRunner(runner, config.env.seats, handles.snapshot, rival) if config.env.seats else runner
 
 
 async def train_on(
-    config: GRPOConfig, run_dir: Path, handles: RunHandles, task: Task, env_runner: EnvRunner | None, eval_prompts
+    config: GRPOConfig,
+    run_dir: Path,
+    handles: RunHandles,
+    task: Task,
+    env_runner: EnvRunner | SeatRunner | None,
+    eval_prompts,
+    rival: RivalLoop | None,
 ) -> dict:
     """The loop's collaborators, the loop, then the final policy, the timeline and the summary."""
     resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
@@ -83,11 +92,11 @@ async def train_on(
     sinks = build_sinks(config.logging, run_dir, asdict(config), resumed_at)
     metrics = MetricsLog(run_dir, config.steps, config.target_reward, sinks, resume_after_step=resumed_at)
     admission = AdmissionControl(config.batch_size, config.max_policy_age, config.admission_control)
-    route = plan_route(config, handles.generators, handles.relays)
+    route = handles.weight_route()
     scoring = build_tier(config.scorers, config.scoring, task, handles.scorers, config.loss.scale_by_std)
     followers = [*([handles.snapshot] if handles.snapshot else []), *scoring.self_teachers]
     delivery = WeightDelivery(handles.generators, route, admission.weights_moved, followers)
-    rollouts = build_rollouts(config, task, scoring, env_runner)
+    rollouts = build_rollouts(config, task, scoring, env_runner, rival)
     record = RunRecord()
     evaluations = None
     if config.eval.enabled:
@@ -101,7 +110,7 @@ async def train_on(
             evaluator, config.eval.every_steps, handles.generators, delivery, record, metrics
         )
     checkpointer = Checkpointer(run_dir, config.checkpoint.keep) if config.checkpoint.enabled else None
-    loop = GRPOLoop(config, handles, rollouts, admission, delivery, metrics, record, checkpointer, evaluations)
+    loop = GRPOLoop(config, handles, rollouts, admission, delivery, metrics, record, checkpointer, evaluations, rival)
 
     async def summarise(final_model: str | None) -> dict:
         return await write_summary(
@@ -113,15 +122,26 @@ async def train_on(
             task.skipped_rows,
             final_model,
             delivery.receivers_report(),
+            rival,
         )
 
     return await run_to_the_end(loop, resume_from, handles, run_dir, config.trace.enabled, summarise)
 
 
-def build_rollouts(config: GRPOConfig, task: Task, scoring, env_runner: EnvRunner | None) -> Rollouts:
-    """Single-turn rollouts, or multi-turn episodes played by `env_runner`."""
+def build_rollouts(
+    config: GRPOConfig, task: Task, scoring, env_runner: EnvRunner | SeatRunner | None, rival: RivalLoop | None
+) -> Rollouts:
+    """Single-turn rollouts, or multi-turn episodes played by `env_runner`, the rival seats'
+    episodes going to `rival`."""
     common = (task, scoring, config.sampling, config.group_size, config.prompts_per_rollout, config.seed)
     watch = ProgressWatch(config.stall)
     if env_runner is not None:
-        return EpisodeRollouts(env_runner, *common, seat_baseline=config.env.seat_baseline, watch=watch)
+        rival_seats = (
+            RivalSeats(rival, frozenset(i for i, seat in enumerate(config.env.seats) if seat == RIVAL))
+            if rival is not None
+            else None
+        )
+        return EpisodeRollouts(
+            env_runner, *common, seat_baseline=config.env.seat_baseline, watch=watch, rival=rival_seats
+        )
     return Rollouts(*common, partial_calls=config.filter.zero_variance_groups, watch=watch)

@@ -124,6 +124,7 @@ class TrainingLoop:
     async def _grace_over(self) -> None:
         """Back when a stop has been asked and its grace has run out."""
         await self._stop_asked.wait()
+        assert self._stop_deadline is not None  # request_stop sets it before the event
         await asyncio.sleep(self._stop_deadline - asyncio.get_running_loop().time())
 
     def _time_to_drain(self) -> float:
@@ -178,6 +179,7 @@ class TrainingLoop:
     async def _checkpoint(self) -> None:
         """Save the run; one that cannot be saved (a full disk) ends it, as a failure, after
         this step: no further checkpoint is tried, and the last good one is named for resuming."""
+        assert self.checkpointer is not None  # callers check it
         try:
             saved = await self.checkpointer.save(self.record.step, self.state_dict(), self.handles)
         except CheckpointNotWritten as err:

@@ -1,7 +1,7 @@
 """Supervised fine-tuning's loop (apps.sft) and its metrics log.
 
 One step: `prompts_per_step` demonstrations drawn from the task's training prompts
-(data/demonstrations.py) -> one optimizer step of the trainer with the sft objective, and the
+(tasks/demonstrations.py) -> one optimizer step of the trainer with the sft objective, and the
 new weights published (train_and_push), so that the generators hold what the trainer has and
 an evaluation measures it (evaluation/). controller/loop.py: what it shares with GRPO's loop.
 """
@@ -14,7 +14,7 @@ from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.config import CheckpointConfig
 from forge_async.controller.loop import LANE, TrainingLoop
 from forge_async.observability.record import RunRecord, StepEnds
-from forge_async.data.demonstrations import Demonstrations
+from forge_async.tasks.demonstrations import Demonstrations
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
 from forge_async.observability.metrics import MetricsLog
@@ -42,11 +42,10 @@ class SFTMetricsLog(MetricsLog):
         self.write(record)
         step, wall = record["step"], record["time/wall_s"]
         eta = wall / step * (self.total_steps - step) if step else 0.0
-        print(
+        self.print_step_line(
             f"step {step:4d}/{self.total_steps} | loss {record['train/loss']:.3f} "
             f"(avg{self._recent.maxlen} {self.loss_smoothed:.3f}) | lr {record['train/lr']:.2e} | "
-            f"{record['train/tokens_per_s']:,.0f} tok/s | {wall:.1f}s, ETA {eta:.0f}s",
-            flush=True,
+            f"{record['train/tokens_per_s']:,.0f} tok/s | {wall:.1f}s, ETA {eta:.0f}s"
         )
 
 
@@ -88,7 +87,7 @@ class SFTLoop(TrainingLoop):
             self.evaluations.start_beside()
         while self._steps_left():
             await self._step()
-            if self._due_for_evaluation():
+            if self.evaluations is not None and self._due_for_evaluation():
                 self.evaluations.start_beside()
             if self._due_for_checkpoint():
                 await self._checkpoint()

@@ -19,7 +19,7 @@ from forge_async.controller.sft_loop import SFTLoop, SFTMetricsLog
 from forge_async.controller.sft_summary import write_summary
 from forge_async.models.tokenizer import load_tokenizer
 from forge_async.controller.wiring import prepare_checkpoint, run_meshes, run_to_the_end
-from forge_async.data.demonstrations import Demonstrations
+from forge_async.tasks.demonstrations import Demonstrations
 from forge_async.evaluation.evaluator import build_evaluator, held_out_prompts
 from forge_async.evaluation.schedule import EvaluationSchedule
 from forge_async.handles.run import RunHandles
@@ -27,10 +27,9 @@ from forge_async.mesh.procs import RunProcs
 from forge_async.observability.console import since_launch
 from forge_async.observability.sinks import build_sinks
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import Task
 from forge_async.weights.delivery import WeightDelivery
-from forge_async.weights.route import plan_route
 
 
 async def train(config: RunConfig, run_dir: Path, procs: RunProcs) -> dict:
@@ -63,7 +62,7 @@ async def train_on(
     resumed_at = None if resume_from is None else step_of(resume_from)
     sinks = build_sinks(config.logging, run_dir, asdict(config), resumed_at)
     metrics = SFTMetricsLog(run_dir, config.steps, sinks, resume_after_step=resumed_at)
-    delivery = WeightDelivery(handles.generators, plan_route(config, handles.generators, handles.relays))
+    delivery = WeightDelivery(handles.generators, handles.weight_route())
     record = RunRecord()
     evaluations = None
     if config.eval.enabled:

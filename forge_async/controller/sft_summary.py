@@ -1,7 +1,7 @@
-"""RUN_DIR/summary.json of a supervised fine-tuning run (apps.sft), and the GRPO command that
-continues from its final policy (controller/summary.py: GRPO's)."""
+"""RUN_DIR/summary.json of a supervised fine-tuning run (apps.sft), an SFTSummary
+(observability/run_summary.py), and the GRPO command that continues from its final policy
+(controller/summary.py: GRPO's)."""
 
-import json
 import shlex
 from dataclasses import fields
 from pathlib import Path
@@ -10,48 +10,48 @@ from forge_async.controller.config import RunConfig
 from forge_async.controller.sft_loop import SFTLoop
 from forge_async.evaluation.config import EvalConfig
 from forge_async.handles.run import RunHandles
-from forge_async.observability.outputs import replace_text
+from forge_async.observability.run_summary import SFTSummary
+from forge_async.process.interpreter import python
 from forge_async.tasks.config import TaskConfig
 
 
 def write_summary(
     run_dir: Path, config: RunConfig, loop: SFTLoop, handles: RunHandles, skipped_rows: dict, final_model: str | None
 ) -> dict:
-    """RUN_DIR/summary.json: what the run did, from its record; returns it."""
+    """RUN_DIR/summary.json: what the run did, from its record; returns its object (cli/app.py's;
+    `SFTSummary.from_json` reads it typed)."""
     record, demonstrations = loop.record, loop.demonstrations
     window, loss_first, loss_last = loop.loss_ends.means()
     wall = record.wall_s()
-    summary = {
-        "objective": "sft",
-        "steps": record.step,
-        "wall_s": wall,
-        "interrupted": record.stop_reason is not None,
-        "stop_reason": record.stop_reason,
-        # what a stop past checkpoint.stop_grace_s abandoned or did not save; [] when nothing was
-        "cut_short": record.cut_short,
-        "failure": record.failure,
-        "resumable": True,  # resume=RUN_DIR can continue it
-        "trained": record.trained,  # demonstrations
-        "trained_tokens": demonstrations.tokens,  # their completion tokens, EOS included
-        "skipped_demonstrations": demonstrations.skipped,
-        "loss_window": window,
-        "loss_first": loss_first,
-        "loss_last": loss_last,
-        # evaluation on held-out prompts (eval.*): the rows of the first and the last, or null
-        "eval_first": record.eval_first,
-        "eval_last": record.eval_last,
-        "samples_per_s": record.trained / wall,
-        "tokens_per_s": demonstrations.tokens / wall,
-        "checkpoint_s": record.checkpoint_s,
-        "generator_restarts": handles.generators.restarts,
-        "placement": handles.placement,
-        "skipped_rows": skipped_rows,
-        "final_model": final_model,
-        "grpo_command": grpo_command(config, final_model),
-        "run_dir": str(run_dir),
-    }
-    replace_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    return summary
+    summary = SFTSummary(
+        objective="sft",
+        steps=record.step,
+        wall_s=wall,
+        interrupted=record.stop_reason is not None,
+        stop_reason=record.stop_reason,
+        cut_short=record.cut_short,
+        failure=record.failure,
+        resumable=True,  # resume=RUN_DIR can continue it
+        trained=record.trained,
+        trained_tokens=demonstrations.tokens,
+        skipped_demonstrations=demonstrations.skipped,
+        loss_window=window,
+        loss_first=loss_first,
+        loss_last=loss_last,
+        eval_first=record.eval_first,
+        eval_last=record.eval_last,
+        samples_per_s=record.trained / wall,
+        tokens_per_s=demonstrations.tokens / wall,
+        checkpoint_s=record.checkpoint_s,
+        generator_restarts=handles.generators.restarts,
+        placement=handles.placement,
+        skipped_rows=skipped_rows,
+        final_model=final_model,
+        grpo_command=grpo_command(config, final_model),
+        run_dir=str(run_dir),
+    )
+    summary.write(run_dir)
+    return summary.to_json()
 
 
 def grpo_command(config: RunConfig, final_model: str | None) -> str | None:
@@ -66,7 +66,7 @@ def grpo_command(config: RunConfig, final_model: str | None) -> str | None:
             if f.name != left_out and value != getattr(defaults, f.name):
                 overrides.append(shlex.quote(f"{section}.{f.name}={_override_value(value)}"))
     overrides.append(f"sampling.max_tokens={config.sampling.max_tokens}")
-    return " ".join(["python -m apps.grpo", *overrides])
+    return " ".join([python(), "-m apps.grpo", *overrides])  # the interpreter of this run: its venv's
 
 
 def _override_value(value) -> str:

@@ -13,8 +13,6 @@ from forge_async.cluster.torchrun import leave_torchrun_job
 from forge_async.controller.config import RunConfig
 from forge_async.cluster.hosts import Hosts
 from forge_async.mesh.procs import RunProcs, keep_controller_alive_on_faults
-from forge_async.envs.seats import RIVAL
-from forge_async.mesh.run_roles import RunRoles
 from forge_async.observability.console import since_launch
 from forge_async.observability.span_names import LAUNCH, START_UP_LANE
 from forge_async.observability.spans import TRACER
@@ -24,9 +22,9 @@ from forge_async.weights import scratch
 
 
 @asynccontextmanager
-async def spawned_procs(config: RunConfig, run_dir: Path, roles: RunRoles) -> AsyncIterator[RunProcs]:
-    """The run's procs, spawned first thing (every app's start): its trainer's, generators' and
-    `roles`'; those no actor took are stopped when the block ends."""
+async def spawned_procs(config: RunConfig, run_dir: Path) -> AsyncIterator[RunProcs]:
+    """The run's procs, spawned first thing (every app's start), as its plan says (`config.plan()`,
+    once the weights' channel is resolved); those no actor took are stopped when the block ends."""
     begun = time.time_ns()
     print(f"run dir: {run_dir}", flush=True)
     config.check_paths()
@@ -41,9 +39,9 @@ async def spawned_procs(config: RunConfig, run_dir: Path, roles: RunRoles) -> As
     TRACER.add(LAUNCH, process_started_ns(), begun, START_UP_LANE)
     scratch_dir = claim_scratch(Path(config.weights.channel_dir))
     await hosts.start()
-    procs = RunProcs(config, hosts, None if config.verbose else run_dir / "logs", roles)
+    procs = RunProcs(config.plan(), hosts, None if config.verbose else run_dir / "logs")
     procs.spawn_all()
-    print(f"{since_launch()} spawning {spawned_meshes(config, roles)} ...", flush=True)
+    print(f"{since_launch()} spawning {procs.plan.meshes()} ...", flush=True)
     try:
         yield procs
     finally:
@@ -59,20 +57,3 @@ def claim_scratch(directory: Path) -> Path:
     for stale in scratch.reclaim(directory.parent):
         print(f"removed {stale}: its run ended without removing it", flush=True)
     return scratch.claim(directory)
-
-
-def spawned_meshes(config: RunConfig, roles: RunRoles) -> str:
-    """The meshes spawn_all starts, as the start-up line names them."""
-    meshes = [f"trainer x{config.trainer.procs}", f"generators x{config.generator.count}"]
-    if roles.replay_buffer is not None:
-        meshes.append("replay buffer")
-    if roles.model_scorers:
-        meshes.append(f"model scorers x{len(roles.model_scorers)}")
-    if roles.environment_procs:
-        meshes.append(f"environments x{roles.environment_procs}")
-    if getattr(config, "snapshot_generators", 0):  # SFT's config has no seats
-        meshes.append(f"snapshot generators x{config.snapshot_generators}")
-    env = getattr(config, "env", None)
-    if env is not None and RIVAL in env.seats:
-        meshes.append(f"rival trainer x{config.trainer.procs}, rival generators x{config.rival.generators}")
-    return ", ".join(meshes)

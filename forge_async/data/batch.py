@@ -11,6 +11,7 @@ prompt, or sharing is off, a row is one sequence under plain causal attention.
 
 from dataclasses import dataclass, fields
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,8 @@ class TrainBatch:
         return int(self.response_mask.sum().item())
 
     def to(self, device: str | torch.device) -> "TrainBatch":
-        return TrainBatch(**{f.name: _to(getattr(self, f.name), device) for f in fields(self)})
+        moved: dict[str, Any] = {f.name: _to(getattr(self, f.name), device) for f in fields(self)}  # None stays None
+        return TrainBatch(**moved)
 
 
 def _to(tensor: torch.Tensor | None, device: str | torch.device) -> torch.Tensor | None:

@@ -1,22 +1,62 @@
 """The replay buffer's policy: bounded FIFO of episodes with a hard policy-age limit."""
 
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from forge_async.data.episode import Episode
 from forge_async.data.filters import split_zero_variance_groups, whole_groups_within
+from forge_async.errors import ConfigError
+
+SCORER_ERROR = "scorer_error"  # the drop reason of completions the scoring tier could not score
 
 
 @dataclass(frozen=True)
-class NotStarted:
-    """A drop reason (a key of `add`'s `dropped`) of episodes dropped before their first model turn:
-    they never reached a generator, so are not counted as generated (`added`). A plain str key is
-    the reason of samples that did."""
+class DropCounts:
+    """Samples lost on their way to the buffer, by reason: what `add(episodes, dropped=...)` counts
+    beside the episodes it holds.
 
-    reason: str
+    `started`: samples a generator produced and that were lost after it (a scorer's error, an
+    environment's), counted as generated (`added`). `not_started`: those of episodes dropped
+    before their first model turn, which never reached a generator: counted as dropped, not as
+    generated. Reasons with a count of 0 are left out.
+    """
 
+    started: Mapping[str, int] = field(default_factory=dict)
+    not_started: Mapping[str, int] = field(default_factory=dict)
 
-DropCounts = dict[str | NotStarted, int]  # samples lost before the buffer, by reason
+    def __post_init__(self) -> None:
+        for name in ("started", "not_started"):
+            counts = getattr(self, name)
+            if not isinstance(counts, Mapping) or not all(
+                isinstance(reason, str) and isinstance(n, int) and n >= 0 for reason, n in counts.items()
+            ):
+                raise TypeError(f"DropCounts.{name} maps reasons (str) to sample counts (int >= 0), got {counts!r}")
+            object.__setattr__(self, name, {reason: n for reason, n in counts.items() if n})
+
+    @classmethod
+    def unscored(cls, completions: int) -> "DropCounts":
+        """`completions` the scoring tier could not score (the count `ScoringTier.score` returns
+        beside its episodes): `scorer_error`."""
+        return cls(started={SCORER_ERROR: completions})
+
+    def __add__(self, other: "DropCounts") -> "DropCounts":
+        return DropCounts(
+            dict(Counter(self.started) + Counter(other.started)),
+            dict(Counter(self.not_started) + Counter(other.not_started)),
+        )
+
+    def generated(self) -> int:
+        """The samples that reached a generator (`started`)."""
+        return sum(self.started.values())
+
+    def total(self) -> int:
+        return self.generated() + sum(self.not_started.values())
+
+    def by_reason(self) -> dict[str, int]:
+        """Every sample lost, by reason, started or not."""
+        return dict(Counter(self.started) + Counter(self.not_started))
 
 
 @dataclass(frozen=True)
@@ -40,10 +80,30 @@ class BufferStats:
         return sum(self.dropped_by_reason.values())
 
 
+def check_settings(max_policy_age: int, capacity: int) -> None:
+    """A buffer's settings, or a ConfigError naming the one out of range."""
+    if not isinstance(max_policy_age, int) or max_policy_age < 0:
+        raise ConfigError(f"replay buffer: max_policy_age must be >= 0, got {max_policy_age!r}")
+    if not isinstance(capacity, int) or capacity < 1:
+        raise ConfigError(f"replay buffer: capacity must be >= 1, got {capacity!r}")
+
+
+def check_added(episodes: object, dropped: object) -> None:
+    """What `add` takes, or a TypeError naming the argument: a list of episodes, and the samples
+    lost on their way as a DropCounts (or None)."""
+    if not isinstance(episodes, list):
+        raise TypeError(f"add's episodes: a list of Episode, got {type(episodes).__name__}")
+    if dropped is not None and not isinstance(dropped, DropCounts):
+        raise TypeError(
+            f"add's dropped: a DropCounts (DropCounts.unscored(n): the n completions the scoring tier "
+            f"could not score), got {type(dropped).__name__} {dropped!r}"
+        )
+
+
 class EpisodeBuffer:
     """Holds scored episodes until the trainer takes them.
 
-    `sample(batch_size, trainer_version)` first drops (and counts, as "stale")
+    `sample(batch_size, trainer_version=v)` first drops (and counts, as "stale")
     every held episode whose policy age exceeds `max_policy_age`, then returns
     the `batch_size` oldest episodes, or None if fewer are held. When the buffer
     is full, adding evicts the oldest episodes, counted as "overflow"; with
@@ -51,8 +111,8 @@ class EpisodeBuffer:
     signal) are dropped as they arrive, counted as "zero_variance", up to
     `max_zero_variance_drops` episodes between two sampled batches; beyond that they are
     kept (`kept_zero_variance`; data/filters.py). Samples lost on the way
-    (a scorer's or an environment's error) arrive as counts by reason; those of
-    episodes that never reached a generator (NotStarted) are counted apart, not as
+    (a scorer's or an environment's error) arrive as a DropCounts; those of
+    episodes that never reached a generator (its `not_started`) are counted apart, not as
     added. Counters keep every episode accounted for: added = sampled + dropped (by
     reason, less not_started) + held.
     Completion lengths (model tokens) of the episodes added and of those dropped as
@@ -62,15 +122,13 @@ class EpisodeBuffer:
 
     def __init__(
         self,
+        *,
         max_policy_age: int,
         capacity: int,
         drop_zero_variance: bool = False,
         max_zero_variance_drops: int | None = None,
     ):
-        if max_policy_age < 0:
-            raise ValueError(f"max_policy_age must be >= 0, got {max_policy_age}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        check_settings(max_policy_age, capacity)
         self.max_policy_age = max_policy_age
         self.capacity = capacity
         self.drop_zero_variance = drop_zero_variance
@@ -88,24 +146,23 @@ class EpisodeBuffer:
     def __len__(self) -> int:
         return len(self._episodes)
 
-    def add(self, episodes: list[Episode], dropped: DropCounts | None = None) -> None:
+    def add(self, episodes: list[Episode], *, dropped: DropCounts | None = None) -> None:
         """Hold `episodes` (whole groups); with `drop_zero_variance`, drop those of groups whose
-        rewards are all equal and whose tokens carry no per-token signal ("zero_variance"). `dropped`: samples of the same groups lost before
-        they got here, by reason (a scorer's error, an environment's), counted with the rest."""
-        for key, count in (dropped or {}).items():
-            if isinstance(key, NotStarted):
-                self.dropped[key.reason] += count
-                self.not_started[key.reason] += count
-            else:
-                self.dropped[key] += count
-                self.added += count
+        rewards are all equal and whose tokens carry no per-token signal ("zero_variance").
+        `dropped`: samples of the same groups lost before they got here, by reason (a scorer's
+        error, an environment's), counted with the rest."""
+        check_added(episodes, dropped)
+        if dropped is not None:
+            self.dropped.update(dropped.by_reason())
+            self.not_started.update(dropped.not_started)
+            self.added += dropped.generated()
         self.added += len(episodes)
         self.added_by_len.update(e.completion.model_tokens for e in episodes)
         if self.drop_zero_variance:
             episodes, no_signal = split_zero_variance_groups(episodes)
-            dropped, kept = self._within_drop_cap(no_signal)
-            self.dropped["zero_variance"] += len(dropped)
-            self._zero_variance_since_sample += len(dropped)
+            no_signal_dropped, kept = self._within_drop_cap(no_signal)
+            self.dropped["zero_variance"] += len(no_signal_dropped)
+            self._zero_variance_since_sample += len(no_signal_dropped)
             self.kept_zero_variance += len(kept)
             episodes += kept
         self._episodes.extend(episodes)
@@ -120,7 +177,8 @@ class EpisodeBuffer:
         return whole_groups_within(no_signal, self.max_zero_variance_drops - self._zero_variance_since_sample)
 
     def drop_stale(self, trainer_version: int) -> int:
-        fresh, stale = [], []
+        fresh: list[Episode] = []
+        stale: list[Episode] = []
         for e in self._episodes:
             (fresh if e.policy_age(trainer_version) <= self.max_policy_age else stale).append(e)
         self._episodes = deque(fresh)
@@ -128,7 +186,9 @@ class EpisodeBuffer:
         self.stale_by_len.update(e.completion.model_tokens for e in stale)
         return len(stale)
 
-    def sample(self, batch_size: int, trainer_version: int) -> list[Episode] | None:
+    def sample(self, batch_size: int, *, trainer_version: int) -> list[Episode] | None:
+        """The `batch_size` oldest episodes, once those too old for `trainer_version` are dropped;
+        None while fewer are held."""
         self.drop_stale(trainer_version)
         if len(self._episodes) < batch_size:
             return None
@@ -195,7 +255,7 @@ def length_quartiles(lengths: Counter[int]) -> list[list[int]]:
 def stale_drops_by_length(added: Counter[int], stale: Counter[int]) -> dict:
     """Stale drops per completion-length quartile of the episodes added, and the drop rate of the
     longest quartile over the shortest's (None when the shortest has no drops, or there is one quartile)."""
-    quartiles = []
+    quartiles: list[dict[str, Any]] = []
     for lengths in length_quartiles(added):
         n_added, n_stale = sum(added[n] for n in lengths), sum(stale[n] for n in lengths)
         quartiles.append(

@@ -81,6 +81,14 @@ class Completion:
         return sum(self.model_mask)
 
     @property
+    def played_reward(self) -> float:
+        """`env_reward` of a completion an environment played (a multi-turn episode's); a
+        RuntimeError for one it did not, which has no environment reward to give."""
+        if self.env_reward is None:
+            raise RuntimeError("this completion was not played in an environment: it has no env_reward")
+        return self.env_reward
+
+    @property
     def model_versions(self) -> list[int]:
         return [v for v in self.versions if v != ENV_TOKEN]
 

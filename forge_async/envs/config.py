@@ -120,6 +120,13 @@ class OpenEnvConfig:
         accepts="a vLLM tool parser name",
     )
 
+    @property
+    def served_app(self) -> str:
+        """`app`, for a run that serves the environment itself (no `url`)."""
+        if self.app is None:
+            raise ConfigError("env.name=openenv with no env.openenv.url needs env.openenv.app (module:app)")
+        return self.app
+
     def check(self) -> None:
         if (self.url is None) == (self.app is None):
             raise ConfigError(

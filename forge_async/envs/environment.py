@@ -62,12 +62,13 @@ class SeatTurn:
     """A multi-seat environment's call for a turn: which seat moves, and what it sees new."""
 
     seat: int
-    observation: Observation
+    observation: Observation | None  # None (a step's): nothing new
     moves: list[str] | None = None  # the moves the seat may make (a random seat picks one)
 
 
 class Environment(Protocol):
-    def reset(self, prompt: Prompt) -> Observation | Awaitable[Observation]: ...
+    # A multi-seat environment's reset says which seat moves first (SeatTurn).
+    def reset(self, prompt: Prompt) -> Observation | SeatTurn | Awaitable[Observation | SeatTurn]: ...
 
     def step(self, turn: ModelTurn) -> EnvStep | Awaitable[EnvStep]: ...
 

@@ -1,4 +1,8 @@
-"""What `env.name` names: the environments a run's episodes are played in.
+"""What `task.name` and `env.name` name: the task a run's prompts come from, and the
+environments its episodes are played in.
+
+`task.name`: a task of tasks/ (tasks/registry.py), or `tool_lookup`, a built-in game that deals
+its own prompts (envs/games/). `env.name`:
 
     module:callable        your own Environment class, or a function returning one
     openenv                an OpenEnv environment server (env.openenv.*; envs/openenv/)
@@ -19,33 +23,54 @@ from pathlib import Path
 from forge_async.config.callables import load_callable
 from forge_async.envs.agent.config import AGENT_PREFIX
 from forge_async.envs.config import EnvConfig
-from forge_async.envs.games import GAMES, check_game_seats
+from forge_async.envs.games import GAME_TASKS, GAMES, check_game_seats
 from forge_async.envs.runner import EnvFactory
 from forge_async.envs.seats import check_seats
 from forge_async.envs.textarena import TEXTARENA, check_game, textarena_environments
+from forge_async.tasks.config import TaskConfig
+from forge_async.tasks.registry import TASKS
+from forge_async.tasks.task import Task, TaskError
+
+BUILT_IN_TASKS = {**TASKS, **GAME_TASKS}  # task.name -> its builder
+
+
+def build_task(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
+    """The task `config` names, every prompt checked to fit in `max_prompt_tokens`.
+
+    `max_prompt_tokens` is the context length minus sampling.max_tokens: what a prompt
+    may take so that a full-length completion still fits.
+    """
+    if max_prompt_tokens < 1:
+        raise TaskError(f"sampling.max_tokens leaves no room for a prompt in the context ({max_prompt_tokens} tokens)")
+    if config.name not in BUILT_IN_TASKS:
+        raise TaskError(f"unknown task {config.name!r}; built-in tasks: {', '.join(BUILT_IN_TASKS)}")
+    return BUILT_IN_TASKS[config.name](config, tokenizer, max_prompt_tokens)
 
 
 def check_environment_name(config: EnvConfig) -> None:
     """A CallableError (or ConfigError) naming env.name if it cannot make environments, or
     env.seats if a seat cannot be played."""
     check_seats(config.seats)
-    if config.name == "openenv":
+    name = config.name
+    if name is None:  # no environment to make
+        return
+    if name == "openenv":
         from forge_async.envs.openenv import check_openenv  # openenv: only for env.name=openenv
 
         check_openenv(config.openenv)
         return
-    if config.name.startswith(AGENT_PREFIX):
+    if name.startswith(AGENT_PREFIX):
         from forge_async.envs.agent.environment import load_agent  # aiohttp and vLLM's schema: only for agents
 
-        load_agent(config.name)
+        load_agent(name)
         return
-    if config.name.startswith(TEXTARENA):
-        check_game(config.name.removeprefix(TEXTARENA), config.textarena, max(len(config.seats), 1))
+    if name.startswith(TEXTARENA):
+        check_game(name.removeprefix(TEXTARENA), config.textarena, max(len(config.seats), 1))
         return
-    if config.name in GAMES:
-        check_game_seats(config.name, config.seats)
+    if name in GAMES:
+        check_game_seats(name, config.seats)
         return
-    load_callable(config.name, "env.name")
+    load_callable(name, "env.name")
 
 
 @asynccontextmanager

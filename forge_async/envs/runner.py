@@ -118,6 +118,11 @@ class EnvRunner:
         self.limits = limits
         self.timeout_s = timeout_s
         self.turn_batch_wait_s = turn_batch_wait_s  # what the TurnBatcher of its episodes waits
+        self.policy_seats = 1  # an episode's completions (a SeatRunner's: one per policy seat)
+
+    def metrics(self) -> dict[str, float]:
+        """Nothing of its own (a SeatRunner's: a snapshot's and a rival's figures)."""
+        return {}
 
     async def play(self, prompt: Prompt, generate: GenerateOne, sampling: SamplingConfig | None = None) -> Completion:
         """One episode from `prompt`, each model turn sampled by `generate` (with `sampling`, by
@@ -197,7 +202,8 @@ class EnvRunner:
         limits = self.limits
         return min(self.sampling.max_tokens, limits.max_episode_tokens - so_far, limits.context - first - so_far)
 
-    def _first_observation_ids(self, observation: Observation) -> list[int]:
+    def _first_observation_ids(self, observation: Observation | None) -> list[int]:
+        """The opening's ids; an opening that is none, or not text or ids, drops the episode."""
         try:
             ids = observation if not isinstance(observation, str) else prompt_token_ids(self.tokenizer, observation)
             return _token_ids(ids, self.tokenizer)
@@ -268,8 +274,8 @@ class EnvironmentTask:
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         if completion.answer is None:
-            return completion.env_reward
-        return completion.env_reward + self.task.reward(prompt, self._said(completion.answer, prompt))
+            return completion.played_reward
+        return completion.played_reward + self.task.reward(prompt, self._said(completion.answer, prompt))
 
     def _said(self, answer: str, prompt: Prompt) -> Completion:
         """`answer` as a completion the model ended with EOS: what the task's reward reads."""

@@ -222,7 +222,7 @@ class SeatRunner:
         return turn
 
     async def _model_turn(
-        self, seat: _Seat, observation: Observation, generate: GenerateOne, sampling: SamplingConfig
+        self, seat: _Seat, observation: Observation | None, generate: GenerateOne, sampling: SamplingConfig
     ) -> ModelTurn | None:
         """The policy's turn at `seat` (or the snapshot's or rival's, with the run's sampling), its
         observation added to the seat's transcript first; None when the transcript has no room left."""
@@ -293,6 +293,8 @@ class SeatRunner:
         return {**figures, **self.snapshot.metrics(), **tally.figures()}
 
     def _completion(self, seat: _Seat, rewards: dict[int, float], finish: str) -> Completion:
+        if seat.first is None:
+            raise RuntimeError(f"seat {seat.index} took no model turn: it has no completion")
         t = seat.transcript
         return Completion(
             prompt_ids=seat.first,

@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from importlib.metadata import version
+from typing import Any
 
 from forge_async.envs.environment import EnvStep, ModelTurn, Observation, SeatTurn
 
@@ -41,6 +42,7 @@ from forge_async.envs.config import TextArenaConfig
 from forge_async.envs.runner import EnvFactory, EpisodeDropped
 from forge_async.envs.seats import shown_moves
 from forge_async.errors import ConfigError
+from forge_async.process.interpreter import python
 from forge_async.tasks.seeds import seed_prompt
 from forge_async.tasks.task import Prompt
 
@@ -95,7 +97,7 @@ def check_game(game: str, config: TextArenaConfig, players: int = 1) -> None:
         name = resource.group(1) if resource else "a resource"
         raise TextArenaError(
             f"{where} needs NLTK data that is not installed ({name}): "
-            f"python -m nltk.downloader {name}, or pick a game that needs none (docs/environments.md)"
+            f"{python()} -m nltk.downloader {name}, or pick a game that needs none (docs/environments.md)"
         ) from None
     except Exception as err:  # ValueError for a missing API key; whatever a broken game raises
         raise TextArenaError(f"{where} cannot be played here: {_why(err, players)}") from None
@@ -117,14 +119,14 @@ def playtest(game: str, config: TextArenaConfig, players: int = 1) -> None:
         try:
             chooser = random.Random(seed)
             opening = env.reset(seed_prompt(seed))
-            candidates = random_moves(opening.observation if players > 1 else opening)
+            candidates = random_moves(_text(opening.observation if isinstance(opening, SeatTurn) else opening))
             done = False
             while not done and len(moves) < PLAYTEST_MOVES:
                 moves.append(chooser.choice(candidates))
                 step = env.step(ModelTurn(moves[-1], [], "stop", len(moves) - 1))
                 done = step.done
                 if players > 1 and not done:
-                    candidates = random_moves(step.observation) + candidates
+                    candidates = random_moves(_text(step.observation)) + candidates
             env.close()
         except EpisodeDropped as err:
             played = f"seed {seed}, move {len(moves)}: {moves[-1]!r}" if moves else f"seed {seed}, at reset"
@@ -133,6 +135,13 @@ def playtest(game: str, config: TextArenaConfig, players: int = 1) -> None:
                 f"when played with random moves ({played}): {str(err).removeprefix(game + ' ')}; "
                 "pick another game (docs/environments.md lists those that pass)"
             ) from None
+
+
+def _text(observation: Observation | None) -> str:
+    """A TextArena observation: text (TextArenaEnv gives nothing else)."""
+    if not isinstance(observation, str):
+        raise TypeError(f"a TextArena observation is text, not {observation!r}"[:200])
+    return observation
 
 
 def random_moves(opening: str) -> list[str]:
@@ -180,8 +189,8 @@ class TextArenaEnv:
 
     def __init__(self, game: str, config: TextArenaConfig, players: int = 1):
         self.name, self.config, self.players = game, config, players
-        self.game = None
-        self.random_state = None  # the game's own: swapped in around each of its calls
+        self.game: Any | None = None  # TextArena's env (untyped), from reset until it closes
+        self.random_state: tuple | None = None  # the game's own: swapped in around each of its calls
 
     def reset(self, prompt: Prompt) -> Observation | SeatTurn:
         seed = episode_seed(prompt)
@@ -193,7 +202,7 @@ class TextArenaEnv:
 
     def step(self, turn: ModelTurn) -> EnvStep:
         with self._playing("step"):
-            done, _ = self.game.step(action=turn.text)
+            done, _ = self._open_game().step(action=turn.text)
             if not done:
                 player, messages = self._new_messages()
                 return EnvStep(observation=messages, seat=player if self.players > 1 else None)
@@ -220,14 +229,20 @@ class TextArenaEnv:
             with self._playing("close"):
                 self._close()
 
+    def _open_game(self) -> Any:
+        """The game `reset` opened (inside `_playing`, a RuntimeError drops the episode)."""
+        if self.game is None:
+            raise RuntimeError("the game is not open: reset() first")
+        return self.game
+
     def _close(self):
-        game, self.game = self.game, None
+        game, self.game = self._open_game(), None
         return game.close()
 
     def _new_messages(self) -> tuple[int, str]:
         """The player whose turn it is, and the messages new to it since its last observation,
         without its own action's echo."""
-        player, messages = self.game.get_observation()
+        player, messages = self._open_game().get_observation()
         return player, "\n".join(text for sender, text, _ in messages if sender != player)
 
     @contextmanager

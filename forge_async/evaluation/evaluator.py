@@ -27,10 +27,9 @@ from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
+from forge_async.envs.turn_batcher import Generate, TurnBatcher
 from forge_async.evaluation.config import EvalConfig
 from forge_async.observability.metrics import EVAL_DROPPED
-from forge_async.rollout.turn_batcher import TurnBatcher
-from forge_async.rollout.types import Generate
 from forge_async.scoring.config import ScorerConfig, ScoringConfig
 from forge_async.scoring.tier import ScoringTier, build_tier
 
@@ -58,7 +57,8 @@ class Evaluator:
         async with pinned as version:
             if self.runner is None:
                 ids = [prompt.token_ids for prompt in self.prompts]
-                groups, dropped = await generate(ids, self.sampling, self.config.samples_per_prompt), Counter()
+                groups = await generate(ids, self.sampling, self.config.samples_per_prompt)
+                dropped: Counter[str] = Counter()
             else:
                 groups, dropped = await self._play(generate)
         sampled = [(prompt, group) for prompt, group in zip(self.prompts, groups) if group]
@@ -77,12 +77,14 @@ class Evaluator:
 
     async def _play(self, generate: Generate) -> tuple[list[list[Completion]], Counter[str]]:
         """Each prompt's episodes, and those the environment failed (left out), counted by reason."""
-        generate_one = TurnBatcher(generate, self.runner.turn_batch_wait_s)
+        runner = self.runner
+        assert runner is not None  # evaluate plays episodes only with a runner
+        generate_one = TurnBatcher(generate, runner.turn_batch_wait_s)
 
         async def play(prompt: Prompt) -> list[Completion] | EpisodeDropped:
             """An episode's completions: one, or with env.seats one per policy seat that played."""
             try:
-                played = await generate_one.play(self.runner, prompt, self.sampling)
+                played = await generate_one.play(runner, prompt, self.sampling)
             except EpisodeDropped as drop:
                 return drop
             return played if isinstance(played, list) else [played]

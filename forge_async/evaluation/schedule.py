@@ -5,7 +5,9 @@ At the start, every eval.every_steps steps, and once more after the last step
 takes the next live generator in turn, its weights pinned meanwhile (one lost with
 its host mid-evaluation abandons that evaluation, said). In async mode an
 evaluation runs beside training, one at a time: one due while the last still
-runs is skipped, and said; in sync mode it runs between steps.
+runs is skipped, and said; in sync mode it runs between steps. The console reads in
+version order: the start's evaluation (of version 0) prints before step 1's line, which
+waits for it (MetricsLog.hold_step_lines) while training goes on.
 """
 
 import asyncio
@@ -43,6 +45,8 @@ class EvaluationSchedule:
                 print(f"evaluation at step {self.record.step} skipped: the previous one still runs", flush=True)
                 return
             self._in_flight.result()  # its error, if it failed
+        if self.record.step == 0:  # the start's evaluation: its line comes before step 1's
+            self.metrics.hold_step_lines()
         self._in_flight = asyncio.create_task(self.evaluate())
 
     async def evaluate(self) -> None:
@@ -55,6 +59,7 @@ class EvaluationSchedule:
                 row = await self.evaluator.evaluate(self.generators[index].generate, self.delivery.pinned(index))
         except GeneratorLost:
             print(f"evaluation at step {self.record.step} abandoned: generator {index} is lost", flush=True)
+            self.metrics.release_step_lines()
             return
         row["time/wall_s"] = self.record.wall_s()
         if not measured_nothing(row):  # the summary's figures are of evaluations that measured

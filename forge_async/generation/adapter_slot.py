@@ -39,7 +39,7 @@ class AdapterSlot:
 
     def llm_kwargs(self) -> dict:
         """vLLM engine options for serving this adapter."""
-        return {"enable_lora": True, "max_loras": 1, "max_lora_rank": _vllm_max_rank(self.lora.rank)}
+        return {"enable_lora": True, "max_loras": 1, "max_lora_rank": _vllm_max_rank(self.lora.adapter_rank)}
 
     def remove(self) -> None:
         self._directory.cleanup()

@@ -7,7 +7,7 @@ from forge_async.config.choices import check_choices
 from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_0, AT_LEAST_1, FRACTION, POSITIVE, Range, check_range
 from forge_async.errors import ConfigError
-from forge_async.generation.versioned_engine import SWAP_MODES
+from forge_async.generation.versioned_engine import SwapMode
 from forge_async.models.shape import ModelShape
 
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -39,7 +39,7 @@ class GeneratorConfig:
         ),
     )
     seed: int = key(0, help="engine seed", accepts="in [0, 2^32 - 1]")
-    swap_mode: Literal[SWAP_MODES] = key(
+    swap_mode: SwapMode = key(
         "inflight",
         help=(
             "`inflight`: apply new weights between engine steps with requests running (they keep their "
@@ -145,6 +145,13 @@ class GeneratorConfig:
                 "generator.compile=true with generator.enforce_eager=true: eager mode turns vLLM's "
                 "torch.compile off; set generator.enforce_eager=false (or null)"
             )
+
+    def calls_at_once_for(self, multi_turn: bool) -> int:
+        """calls_at_once, null resolved: 0 (no limit) where a call is a turn of a few episodes,
+        1 where it is a rollout's samples (the first call's reach the trainer first)."""
+        if self.calls_at_once is not None:
+            return self.calls_at_once
+        return 0 if multi_turn else 1
 
     def cpu_cores(self) -> list[int] | None:
         """The cores `cpu_threads_bind` lists (None: `auto` or `nobind`, torch's default threads)."""

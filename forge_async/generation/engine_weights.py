@@ -15,7 +15,7 @@ whose layers are packed, a swap stays vLLM's `reload_weights`.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:  # light: the generator's config imports this module before torch is loaded
     import torch
@@ -57,7 +57,8 @@ def _cpu_gemm_layers(model: "torch.nn.Module") -> list["torch.nn.Module"]:
 
 def _loads_in_place(worker) -> bool:
     layers = _cpu_gemm_layers(worker.model_runner.get_model())
-    return bool(layers) and all(layer.weight.numel() > 0 for layer in layers)
+    # A linear layer's weight is a tensor (Module's attribute typing says tensor or module).
+    return bool(layers) and all(cast("torch.Tensor", layer.weight).numel() > 0 for layer in layers)
 
 
 def _load_in_place(worker, weights: list[tuple[str, "torch.Tensor"]]) -> None:

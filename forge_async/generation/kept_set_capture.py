@@ -19,12 +19,15 @@ is forgotten before the next step. A greedy step (every request greedy) samples 
 stage and records nothing: its tokens get no set and a log mass of 0.
 """
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from forge_async.errors import ConfigError
 from forge_async.generation.route_capture import in_process_runner
+
+if TYPE_CHECKING:
+    import torch
 
 # The engine option under which the sampler's top-k/top-p stage returns the distribution it
 # sampled from; the completions' logprobs are then that distribution's (tempered, truncated).
@@ -51,8 +54,9 @@ class KeptSetCapture:
     def __init__(self, cap: int, record_ids: bool = True):
         self.cap = cap
         self.record_ids = record_ids
-        self._runner = None
-        self._log_normaliser = None  # [rows] the raw logits' logsumexp at each row's temperature
+        self._runner: Any = None  # vLLM's model runner (in_process_runner), once attached
+        # [rows] the raw logits' logsumexp at each row's temperature
+        self._log_normaliser: torch.Tensor | None = None
         # the last step's sets: every row's ids one after the other, where each row's start, each
         # row's log mass, and the row of each request id
         self._ids = np.empty(0, np.int32)
@@ -71,7 +75,7 @@ class KeptSetCapture:
         runner = in_process_runner(llm, "sampling.keep_mask's kept sets")
         sampler = getattr(runner, "sampler", None)
         stage = getattr(sampler, "topk_topp_sampler", None)
-        if stage is None:
+        if sampler is None or stage is None:
             raise ConfigError(
                 f"this engine's model runner ({type(runner).__module__}.{type(runner).__name__}) has no top-k/top-p "
                 "sampler stage to read the sampled distribution and kept sets from: it is vLLM's V2 runner, which "
@@ -110,9 +114,12 @@ class KeptSetCapture:
         so its logprob over the whole vocabulary is z_y - log-normaliser. In numpy: a decode step of
         a small model takes about a millisecond, and each torch call on small tensors costs
         microseconds."""
+        normaliser = self._log_normaliser
+        if normaliser is None:  # the stage runs only for a step with a row that is not greedy
+            raise RuntimeError("vLLM's top-k/top-p stage ran on a step whose rows were all greedy")
         count = len(logprobs)
         chosen = sampled.long().view(-1, 1)
-        whole = logits.gather(1, chosen).squeeze(1).float() - self._log_normaliser[:count]
+        whole = logits.gather(1, chosen).squeeze(1).float() - normaliser[:count]
         self._log_mass = (whole - logprobs.gather(1, chosen).squeeze(1)).cpu().numpy()
         if self.record_ids:
             rows, ids = np.nonzero(logprobs.isfinite().cpu().numpy())

@@ -7,10 +7,11 @@ and the samples the calls in flight asked for: a step with fewer than half of th
 running is a straggler step (`generator/under_half_frac`, docs/metrics.md).
 
 Kept as running totals (three counters, nothing per step): the controller reads them at
-every training step and reports the window between two reads (observability/occupancy_window.py).
+every training step (handles/generators/pool.py: `GeneratorPool.occupancy_totals`) and reports
+the window between two reads (observability/occupancy_window.py).
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -38,6 +39,3 @@ class Occupancy:
         return Occupancy(
             self.steps - earlier.steps, self.running - earlier.running, self.under_half - earlier.under_half
         )
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)

@@ -19,7 +19,7 @@ Two ways to get them, one interface (`llm_kwargs`, `attach`, `take`):
 """
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from forge_async.models.shape import UNKNOWN_ROUTE, MoeShape
 
 if TYPE_CHECKING:
     import torch
+    from vllm.model_executor.layers.fused_moe.routed_experts_capturer import RoutedExpertsCapturer
 
 
 def route_capture(moe: MoeShape, num_layers: int, on_gpu: bool, swap_mode: str) -> "KvSlotRoutes | VllmRouteExport":
@@ -75,7 +76,7 @@ class KvSlotRoutes:
     def __init__(self, num_layers: int, top_k: int):
         self.num_layers = num_layers
         self.top_k = top_k
-        self._runner = None
+        self._runner: Any = None  # vLLM's model runner (in_process_runner), once attached
         self._step: torch.Tensor | None = None  # this forward's routes, by token of the batch
         self._step_rows = 0
         self._slots: np.ndarray | None = None  # [KV slots, layers, top_k]
@@ -93,7 +94,8 @@ class KvSlotRoutes:
         self._step = torch.full((runner.max_num_tokens, self.num_layers, self.top_k), UNKNOWN_ROUTE, dtype=torch.uint8)
         slots = runner.kv_cache_config.num_blocks * runner.cache_config.block_size
         self._slots = np.full((slots, self.num_layers, self.top_k), UNKNOWN_ROUTE, dtype=np.uint8)
-        bind_routed_experts_capturer(runner.get_model(), self)
+        # vLLM calls the hook's `capture` alone: this is a capturer in all it uses of one.
+        bind_routed_experts_capturer(runner.get_model(), cast("RoutedExpertsCapturer", self))
         forward = runner._model_forward
 
         def forward_and_keep_routes(*args, **kwargs):
@@ -106,7 +108,8 @@ class KvSlotRoutes:
 
     def capture(self, layer_id: int, topk_ids: "torch.Tensor") -> None:
         """vLLM's router hook: the expert ids of every token of this forward at one layer."""
-        self._step[: len(topk_ids), layer_id] = topk_ids
+        step, _ = self._tables()
+        step[: len(topk_ids), layer_id] = topk_ids
         self._step_rows = len(topk_ids)
 
     def _keep_step(self) -> None:
@@ -114,19 +117,27 @@ class KvSlotRoutes:
         rows = self._step_rows
         if rows == 0:
             return
+        step, kept = self._tables()
         slots = self._runner.input_batch.block_table[0].slot_mapping.gpu[:rows].numpy()
         fed = slots >= 0  # a padding token has slot -1
-        self._slots[slots[fed]] = self._step[:rows].numpy()[fed]
+        kept[slots[fed]] = step[:rows].numpy()[fed]
 
     def take(self, sample_request_id: str, rows: int, output=None) -> np.ndarray:
         """The routes of positions 0..rows-1 of a sample that finished in the last engine step."""
+        _, kept = self._tables()
         state = self._runner.requests.get(sample_request_id)
         if state is None:
             raise RuntimeError(f"vLLM request {sample_request_id!r} is gone: routes are read right after it finishes")
         block_size = self._runner.cache_config.block_size
         blocks = np.asarray(state.block_ids[0], dtype=np.int64)
         positions = np.arange(rows)
-        return self._slots[blocks[positions // block_size] * block_size + positions % block_size]
+        return kept[blocks[positions // block_size] * block_size + positions % block_size]
+
+    def _tables(self) -> tuple["torch.Tensor", np.ndarray]:
+        """This forward's routes and the KV slots' (made by `attach`)."""
+        if self._step is None or self._slots is None:
+            raise RuntimeError("KvSlotRoutes is used before attach(llm) made its tables")
+        return self._step, self._slots
 
 
 def in_process_runner(llm, what: str):

@@ -16,7 +16,7 @@ name temporary files), so it is not kept. Light: torch and numpy are imported wh
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -30,7 +30,7 @@ class SamplerRngState:
 
     torch_cpu: "torch.Tensor"
     torch_cuda: tuple["torch.Tensor", ...]
-    numpy: tuple | None
+    numpy: tuple | dict[str, Any] | None
 
     @classmethod
     def capture(cls) -> "SamplerRngState":
@@ -38,13 +38,14 @@ class SamplerRngState:
         import numpy as np
         import torch
 
-        return cls(torch.get_rng_state(), tuple(torch.cuda.get_rng_state_all()), np.random.get_state())
+        numpy_state = np.random.get_state(legacy=True)  # the default: a tuple for the global RNG
+        return cls(torch.get_rng_state(), tuple(torch.cuda.get_rng_state_all()), numpy_state)
 
     @classmethod
     def of(cls, saved: "SamplerRngState | dict") -> "SamplerRngState":
         """A state as `capture` gave it, or as a checkpoint written before this class kept it:
         a dict of torch's generators alone (`cpu`, `cuda`)."""
-        if isinstance(saved, cls):
+        if isinstance(saved, SamplerRngState):
             return saved
         return cls(saved["cpu"], tuple(saved["cuda"]), None)
 

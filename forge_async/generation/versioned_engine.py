@@ -48,19 +48,21 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from forge_async.data.episode import Completion
 from forge_async.data.kept_sets import KeptSets
 from forge_async.generation.kept_set_capture import GREEDY_BELOW
 from forge_async.generation import engine_weights
 from forge_async.generation.route_capture import sample_request_id
+from forge_async.generation.stats import SwapPauses
 
 if TYPE_CHECKING:
     import numpy as np
     from vllm import SamplingParams
 
-SWAP_MODES = ("inflight", "drain", "abort_resume")
+SwapMode = Literal["inflight", "drain", "abort_resume"]
+SWAP_MODES: tuple[SwapMode, ...] = get_args(SwapMode)
 
 
 @dataclass
@@ -79,20 +81,6 @@ class Request:
     kept_log_mass: list[float] = field(default_factory=list)
     kept_over_cap: int = 0
     kept_missing: int = 0
-
-
-@dataclass
-class SwapPauses:
-    """The generation pauses of a run's swaps, as a tally: a days-long run swaps millions of times."""
-
-    count: int = 0
-    total_ms: float = 0.0
-    max_ms: float = 0.0
-
-    def add(self, pause_ms: float) -> None:
-        self.count += 1
-        self.total_ms += pause_ms
-        self.max_ms = max(self.max_ms, pause_ms)
 
 
 class VersionedEngine:
@@ -297,6 +285,8 @@ class VersionedEngine:
         """Re-submit `request` with its generated tokens appended to its prompt, for what remains."""
         done = len(request.token_ids)
         params = request.params.clone()
+        if params.max_tokens is None:  # the generator's sampling_params always set it
+            raise RuntimeError("a request to resume has no max_tokens: what remains of it is unbounded")
         params.max_tokens -= done
         params.min_tokens = max(0, params.min_tokens - done)
         if done:

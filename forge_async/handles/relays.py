@@ -90,7 +90,7 @@ class WeightRelays:
         self.spawner = spawner
         self.procs_file = procs_file
         self.nodes = nodes  # relay j serves node nodes[j]
-        self.gloo = bool(nodes) and spawner.config.weights.cross_host == "gloo"
+        self.gloo = bool(nodes) and spawner.plan.weights.cross_host == "gloo"
         self._relays = [WeightRelay(spawner, procs_file, node) for node in nodes]
         self._sender = WeightSender(spawner, procs_file) if self.gloo else None
         self._point = None  # the sender's rendezvous, where relays join
@@ -115,7 +115,7 @@ class WeightRelays:
         relay = self._relays[index]
         await relay.start()
         if self.gloo:
-            await relay.join(self._point, self.spawner.config.weights.link_timeout_s)
+            await relay.join(self._point, self.spawner.plan.weights.link_timeout_s)
             self._paired[index] = False  # a new relay: a new pair
 
     async def load_version(self, index: int, version: int) -> LoadOutcome:

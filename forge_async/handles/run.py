@@ -13,7 +13,9 @@ from forge_async.handles.rival import Rival
 from forge_async.handles.scorers import ScorerModelHandle
 from forge_async.mesh.supervision import STOP_TIMEOUT_S, within
 from forge_async.handles.trainer import TrainerHandle
+from forge_async.mesh.run_plan import RunPlan
 from forge_async.observability.spans import TRACER
+from forge_async.weights.route import WeightRoute, plan_route
 
 
 @dataclass
@@ -25,38 +27,55 @@ class RunHandles:
     relays: WeightRelays
     environments: EnvironmentHosts
     procs_file: ProcsFile
+    plan: RunPlan  # what was brought up, and where
     uses_torchstore: bool
     engine_start_s: list[float]  # each generator's engine start-up
     snapshot: Snapshot | None = None  # a `snapshot` seat's generators (env.seats)
     rival: Rival | None = None  # a `rival` seat's policy: trainer, generators, buffer (env.seats)
 
+    def weight_route(self) -> WeightRoute:
+        """How each published version reaches each of the trained policy's generators."""
+        return plan_route(self.plan.weights, self.plan.layout(), self.generators, self.relays)
+
     async def trace_spans(self) -> dict[str, list]:
         """Every actor's spans since the last call, by track; a proc that cannot answer is left out."""
         tracks = {"controller": TRACER.take()}
-        calls = {"trainer": self.trainer.trace_spans()}
+        trainers = {"trainer": self.trainer.trace_spans()}  # each answers a track per rank
+        calls = {}
         if self.buffer is not None:
             calls["replay buffer"] = self.buffer.trace_spans()
         calls.update(await self.generators.trace_spans())
         calls.update({f"scorer {s.label}": s.trace_spans() for s in self.scorers.values()})
         calls.update(await self.environments.trace_spans())
-        for track, call in calls.items():
+        if self.snapshot is not None:
+            calls.update(await self.snapshot.pool.trace_spans())
+        if self.rival is not None:
+            trainers["rival trainer"] = self.rival.trainer.trace_spans()
+            calls.update(await self.rival.pool.trace_spans())
+        for track, call in {**trainers, **calls}.items():
             try:
                 spans = await within(call, STOP_TIMEOUT_S)
             except Exception:
                 continue
-            if track == "trainer":
+            if track in trainers:
                 tracks.update(spans)
             else:
                 tracks[track] = spans
         return tracks
 
     @property
-    def placement(self) -> dict:
+    def placement(self) -> dict[str, list[int]]:
         """Where each mesh runs, as its actors report it: node ranks."""
-        return {
+        placement = {
             "trainer": sorted({rank.node for rank in self.trainer.where}),
             "generators": self.generators.nodes(),
         }
+        if self.snapshot is not None:
+            placement["snapshot_generators"] = self.snapshot.pool.nodes()
+        if self.rival is not None:
+            placement["rival_trainer"] = sorted({rank.node for rank in self.rival.trainer.where})
+            placement["rival_generators"] = self.rival.pool.nodes()
+        return placement
 
     async def stop(self) -> None:
         """Stop every proc that can still be reached, all at once, then the store."""

@@ -18,7 +18,7 @@ class ScorerModelHandle(RoleHandle):
     def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile, index: int):
         super().__init__(spawner, procs_file, roles.scorer(index))
         self.index = index
-        self.label = spawner.config.scorers[index].label
+        self.label = spawner.plan.scorers[index].label
 
     async def _spawn(self) -> tuple:
         return await self.spawner.scorer(self.index)

@@ -27,27 +27,28 @@ from forge_async.weights.route import relay_nodes, uses_torchstore
 @asynccontextmanager
 async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_dir: Path) -> AsyncIterator[RunHandles]:
     """Trainer, generators, weight relays, and the replay buffer and model scorers the run has
-    (`procs.roles`), spawned all at once, and the store started if weights travel through it;
+    (`procs.plan`), spawned all at once, and the store started if weights travel through it;
     procs.json says where each runs. Everything is stopped when the block ends, however it ends.
 
     Bad input a proc finds as it starts (a GPU its node lacks) is raised as the UserError
     it is: one line, not a remote traceback. Environment hosts start later, from the task
     (`handles.environments.start`)."""
-    config, roles = procs.config, procs.roles
+    plan = procs.plan
     spawner = RoleSpawner(procs, checkpoint, pad_id)
     procs_file = ProcsFile(run_dir, procs.hosts)
     handles = RunHandles(
         trainer=TrainerHandle(spawner, procs_file),
-        generators=GeneratorPool(spawner, procs_file, config.generator.count, config.generator.max_restarts),
-        buffer=BufferHandle(spawner, procs_file) if roles.replay_buffer is not None else None,
-        scorers={i: ScorerModelHandle(spawner, procs_file, i) for i in roles.model_scorers},
-        relays=WeightRelays(spawner, procs_file, relay_nodes(config)),
-        environments=EnvironmentHosts(spawner, procs_file, roles.environment_procs),
+        generators=GeneratorPool(spawner, procs_file, plan.generator.count, plan.generator.max_restarts),
+        buffer=BufferHandle(spawner, procs_file) if plan.replay_buffer is not None else None,
+        scorers={i: ScorerModelHandle(spawner, procs_file, i) for i in plan.model_scorers},
+        relays=WeightRelays(spawner, procs_file, relay_nodes(plan.weights, plan.layout())),
+        environments=EnvironmentHosts(spawner, procs_file, plan.environment_procs),
         procs_file=procs_file,
-        uses_torchstore=uses_torchstore(config),
+        plan=plan,
+        uses_torchstore=uses_torchstore(plan.weights, plan.layout()),
         engine_start_s=[],
-        snapshot=Snapshot.of_run(config, spawner, procs_file),
-        rival=Rival.of_run(config, spawner, procs_file, run_dir),
+        snapshot=Snapshot.of_run(plan.snapshot, spawner, procs_file),
+        rival=Rival.of_run(plan.rival, spawner, procs_file, run_dir),
     )
     try:
         handles.engine_start_s = await _start(handles)

@@ -1,4 +1,4 @@
-"""Each role's actors spawned on the run's procs, as the config says (the first time
+"""Each role's actors spawned on the run's procs, as the run's plan says (the first time
 on the procs spawned early, later on new ones: a respawn).
 
 Handles (forge_async/handles/) call these to bring their role up, and again to
@@ -8,13 +8,12 @@ bring it back after a failure.
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from forge_async.controller.config import RunConfig
 from forge_async.errors import UserError
 from forge_async.handles import meshes
 from forge_async.learning.spec import LearnerSpec
 from forge_async.mesh import roles
 from forge_async.mesh.procs import RunProcs
-from forge_async.mesh.run_roles import RunRoles
+from forge_async.mesh.run_plan import RunPlan
 from forge_async.models.hf_checkpoint import Checkpoint
 from forge_async.weights.config import WeightsConfig
 
@@ -32,20 +31,16 @@ class RoleSpawner:
     def for_rival(self, checkpoint: Checkpoint, channel_dir: str, lr: float | None) -> "RoleSpawner":
         """The spawner of a `rival` seat's policy (handles/rival.py): its trainer (rival_trainer) and
         generators start from `checkpoint` and meet at the shared-memory channel `channel_dir`."""
-        weights = replace(self.config.weights, channel_dir=channel_dir)
+        weights = replace(self.plan.weights, channel_dir=channel_dir)
         return replace(self, checkpoint=checkpoint, trainer_role=roles.RIVAL_TRAINER, own_weights=weights, lr=lr)
 
     @property
     def weights(self) -> WeightsConfig:
-        return self.own_weights or self.config.weights
+        return self.own_weights or self.plan.weights
 
     @property
-    def config(self) -> RunConfig:
-        return self.procs.config
-
-    @property
-    def roles(self) -> RunRoles:
-        return self.procs.roles
+    def plan(self) -> RunPlan:
+        return self.procs.plan
 
     async def trainer(self):
         """(procs, Trainer) with torch.distributed up and the initial weights loaded."""
@@ -57,16 +52,16 @@ class RoleSpawner:
         )
 
     def learner_spec(self) -> LearnerSpec:
-        """What the trainer's learner is built from, as the config says."""
-        c, r = self.config, self.roles
-        reference = None if r.trainer_reference is None else str(self.scorer_checkpoint(r.trainer_reference).path)
+        """What the trainer's learner is built from, as the plan says."""
+        c = self.plan
+        reference = None if c.trainer_reference is None else str(self.scorer_checkpoint(c.trainer_reference).path)
         return LearnerSpec(
             str(self.checkpoint.path),
             c.trainer if self.lr is None else replace(c.trainer, lr=self.lr),
             self.pad_id,
-            r.loss,
-            r.importance,
-            r.kl_coef,
+            c.loss,
+            c.importance,
+            c.kl_coef,
             reference,
             c.model.lora,
             c.moe,
@@ -75,7 +70,7 @@ class RoleSpawner:
 
     async def generator(self, index: int):
         """(procs, Generator, its engine's start-up in seconds) with the initial weights loaded."""
-        c = self.config
+        c = self.plan
         return await meshes.spawn_generator(
             self.checkpoint,
             c.generator,
@@ -87,10 +82,10 @@ class RoleSpawner:
         )
 
     async def replay_buffer(self):
-        b = self.roles.replay_buffer
+        b = self.plan.replay_buffer
         return await meshes.spawn_replay_buffer(
-            b.max_policy_age,
-            b.capacity,
+            max_policy_age=b.max_policy_age,
+            capacity=b.capacity,
             procs=self.procs.take(roles.REPLAY_BUFFER),
             drop_zero_variance=b.drop_zero_variance,
             max_zero_variance_drops=b.max_zero_variance_drops,
@@ -99,11 +94,11 @@ class RoleSpawner:
     async def weight_relay(self, node: int):
         role = roles.weight_relay(node)
         return await meshes.spawn_weight_relay(
-            self.config.weights.channel_dir, self.procs.host(role), node, procs=self.procs.take(role)
+            self.plan.weights.channel_dir, self.procs.host(role), node, procs=self.procs.take(role)
         )
 
     async def weight_sender(self):
-        w = self.config.weights
+        w = self.plan.weights
         return await meshes.spawn_weight_sender(
             w.channel_dir,
             w.link_timeout_s,
@@ -118,10 +113,10 @@ class RoleSpawner:
             self.scorer_checkpoint(index),
             self.pad_id,
             str(role),
-            self.roles.scorers[index].threads,
+            self.plan.scorers[index].threads,
             procs=self.procs.take(role),
-            temperature=self.config.sampling.logit_temperature,
-            channel_dir=self.config.weights.channel_dir if self.roles.scorers[index].is_self else None,
+            temperature=self.plan.sampling.logit_temperature,
+            channel_dir=self.plan.weights.channel_dir if self.plan.scorers[index].is_self else None,
         )
 
     def environment_host(self, index: int, new_environment: Callable[[], object]):
@@ -132,7 +127,7 @@ class RoleSpawner:
 
     def scorer_checkpoint(self, index: int) -> Checkpoint:
         """Scorer `index`'s checkpoint, checked to share the policy's vocabulary."""
-        path = self.roles.scorers[index].path
+        path = self.plan.scorers[index].path
         if path is None:
             return self.checkpoint
         checkpoint = Checkpoint.open(path)

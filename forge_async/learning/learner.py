@@ -18,14 +18,14 @@ PRELOAD).
 import resource
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from safetensors import SafetensorError
 
 from forge_async.learning.config import TrainerConfig
-from forge_async.learning.results import PolicySaved, SaveFailed, StateSaved
+from forge_async.learning.results import PolicySaved, SaveFailed, StateSaved, TrainedStep
 from forge_async.learning.spec import LearnerSpec
 from forge_async.data.batch import Row, TrainBatch, micro_batches, pack_rows, prompt_rows
 from forge_async.data.episode import Episode
@@ -100,7 +100,7 @@ class Learner:
         self._load_base(model, weights)
         self.adapter_names = AdapterNames(model, self.adapter) if self.lora else None
         self.model = self._parallelize(model)
-        self.reference = self._build_reference(weights) if self.reference_path else None
+        self.reference = self._build_reference(self.reference_path, weights) if self.reference_path else None
         # What sharing a prompt's forward saves, in attention's units (data/batch.py); None: no sharing
         self.token_cost = shape.token_cost_in_attention_pairs if config.share_prompts else None
         # Everything but a LoRA run's frozen base: the optimizer and the clipping see only these.
@@ -122,13 +122,13 @@ class Learner:
         if absent or unexpected:
             raise RuntimeError(f"checkpoint does not fit the model: missing {absent}, unexpected {unexpected}")
 
-    def _build_reference(self, policy_weights: dict[str, torch.Tensor]) -> torch.nn.Module:
-        """The frozen reference policy, sharded and computed in the same dtype as the policy, so
-        that its logprobs equal the policy's exactly before the first step. The initial policy's
-        `policy_weights`, already read, are not read from disk again."""
+    def _build_reference(self, path: str, policy_weights: dict[str, torch.Tensor]) -> torch.nn.Module:
+        """The frozen reference policy (the checkpoint at `path`), sharded and computed in the same
+        dtype as the policy, so that its logprobs equal the policy's exactly before the first step.
+        The initial policy's `policy_weights`, already read, are not read from disk again."""
         from forge_async.models.titan import load_frozen_model
 
-        checkpoint = Checkpoint.open(self.reference_path)
+        checkpoint = Checkpoint.open(path)
         same = checkpoint.path == self.checkpoint.path
         model = load_frozen_model(
             checkpoint, policy_weights if same else None, expert_parallel=self.config.expert_parallel > 1
@@ -167,7 +167,7 @@ class Learner:
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return micro + [[] for _ in range(int(count) - len(micro))]
 
-    def train_step(self, episodes: list[Episode]) -> dict[str, float]:
+    def train_step(self, episodes: list[Episode]) -> TrainedStep:
         start = time.perf_counter()
         if self.device_type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -197,7 +197,7 @@ class Learner:
                 if not any(e.completion.kept_sets is not None and e.completion.kept_sets.records_ids for e in episodes):
                     del off_policy_metrics["is/mismatch_kl_unmasked"]  # no kept sets: the same as is/mismatch_kl
             moe_metrics = self._moe_metrics(mismatch) if mismatch is not None else {}
-        return {
+        metrics = {
             **off_policy_metrics,
             **moe_metrics,
             "train/loss": global_loss,
@@ -208,8 +208,8 @@ class Learner:
             "train/lr": lr,
             "train/peak_memory_gib": peak_memory_bytes(self.device_type) / 2**30,
             "train/step_ms": (time.perf_counter() - start) * 1e3,
-            "version": self.version,
         }
+        return TrainedStep(self.version, metrics)
 
     def _forward_backward(
         self, rows: list[Row], num_sequences: int, num_tokens: int, mismatch: RouteMismatch | None = None
@@ -265,12 +265,13 @@ class Learner:
         if c.objective == "sft":
             loss = demonstration_nll(logprobs, local, scale)
             return (loss + entropy_bonus(entropy, scale, c.entropy_coef) if c.entropy_coef else loss), None
-        if not c.clipped:
+        clip = c.clip
+        if clip is None:
             weights, off_policy = importance_weights(logprobs, local, self.importance, unmasked)
             loss = policy_gradient_loss(logprobs, local, scale, weights)
         else:
             _, off_policy = importance_weights(logprobs, local, ImportanceConfig(cap=None), unmasked)  # statistics
-            loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, c.clip_low, c.clip_high)
+            loss, off_policy.clipped = clipped_surrogate_loss(logprobs, local, scale, *clip)
         if self.kl_coef:
             kl = reference_kl(unmasked, local)
             loss = loss + self.kl_coef * (kl * scale).sum()
@@ -286,7 +287,7 @@ class Learner:
         dtype = getattr(torch, self.config.dtype)
         state_dict = self.model.state_dict()
         if self.lora:
-            published = self.adapter_names.to_peft(state_dict)
+            published = self._adapters().to_peft(state_dict)
         else:
             published = self.adapter.to_hf(experts_unsharded(state_dict))
         return {name: t.to(dtype) for name, t in published.items()}
@@ -301,7 +302,7 @@ class Learner:
 
     def _merged(self, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """A full TorchTitan state dict as a plain model: with LoRA, base + (alpha / rank) B A."""
-        return self.adapter_names.merge(full, self.lora.scale) if self.lora else full
+        return self._adapters().merge(full, self.lora.scale) if self.lora else full
 
     def full_state_dict(self, merged: bool = True) -> dict[str, torch.Tensor]:
         """The policy's weights, unsharded, in Hugging Face names (a collective). With LoRA and
@@ -311,7 +312,13 @@ class Learner:
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
         """The LoRA adapters, unsharded, in PEFT names (a collective; LoRA runs only)."""
-        return self.adapter_names.to_peft(self._full_state_dict())
+        return self._adapters().to_peft(self._full_state_dict())
+
+    def _adapters(self) -> AdapterNames:
+        """The LoRA adapters' names (LoRA runs only)."""
+        if self.adapter_names is None:
+            raise RuntimeError("this trainer has no LoRA adapters (model.lora.rank is null)")
+        return self.adapter_names
 
     def state_bytes(self) -> int:
         """Bytes of this rank's model and optimizer state: about what its checkpoint shard weighs."""
@@ -342,7 +349,7 @@ class Learner:
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
         model, optimizer = get_state_dict(self.model, self.optimizer)
-        state = {"model": model, "optimizer": optimizer, "version": 0}
+        state: dict[str, Any] = {"model": model, "optimizer": optimizer, "version": 0}  # loaded in place
         dcp.load(state, checkpoint_id=directory)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.version = state["version"]
@@ -359,7 +366,7 @@ class Learner:
             try:
                 save_checkpoint(directory, self.checkpoint.hf_config, hf_state_dict, self.checkpoint.path)
                 if self.lora and adapter_directory:
-                    peft = self.adapter_names.to_peft(full)
+                    peft = self._adapters().to_peft(full)
                     save_adapter(adapter_directory, peft, self.lora, str(self.checkpoint.path))
             except (OSError, SafetensorError) as err:  # returned, not raised (see save_state)
                 return SaveFailed(getattr(err, "strerror", None) or str(err))

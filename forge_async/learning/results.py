@@ -14,6 +14,14 @@ class Published:
 
 
 @dataclass(frozen=True)
+class TrainedStep:
+    """One optimizer step (Learner.train_step): the version it made and its figures (`train/loss`, ...)."""
+
+    version: int
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
 class StepResult:
     """What one train_and_push call did: the new version, the step's figures, the publish."""
 

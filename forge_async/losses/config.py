@@ -82,6 +82,11 @@ class LossConfig:
     def clipped(self) -> bool:
         return self.clip_low is not None
 
+    @property
+    def clip(self) -> tuple[float, float] | None:
+        """(clip_low, clip_high) when the ratio is clipped (both are set, or neither)."""
+        return None if self.clip_low is None or self.clip_high is None else (self.clip_low, self.clip_high)
+
 
 @dataclass
 class ImportanceConfig:

@@ -66,7 +66,8 @@ def response_logprobs(
 
 def sampling_distribution(batch: TrainBatch, temperature: float) -> sliced_softmax.Distribution:
     """The distribution each response token was sampled from, as the sliced softmax takes it."""
-    kept = None if batch.kept_ids is None else KeptIds(batch.kept_tokens, batch.kept_ids)
+    tokens, ids = batch.kept_tokens, batch.kept_ids  # both or neither (data/batch.py, _packed_kept_sets)
+    kept = None if tokens is None or ids is None else KeptIds(tokens, ids)
     return sliced_softmax.Distribution(temperature, kept)
 
 

@@ -3,7 +3,7 @@
     loss = - sum_{i,t} mask_it * s_it * log pi_theta(y_it)
 
 y_i1..y_iT_i are demonstration i's completion tokens (its answer's tokens, then the
-tokenizer's EOS; data/demonstrations.py); the prompt's tokens are context only: they are
+tokenizer's EOS; tasks/demonstrations.py); the prompt's tokens are context only: they are
 not among the response tokens the batch packs (data/batch.py), so nothing here can count
 them. s_it is the aggregation's scale (`token_scale`: with the default token_mean, 1 / N
 over the N demonstration tokens of the global batch), so the loss is the mean NLL per

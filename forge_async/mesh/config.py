@@ -98,7 +98,7 @@ class PlacementConfig:
         if role.kind is Kind.TRAINER and self.trainer_gpus is not None:
             return ",".join(map(str, self.trainer_gpus))
         if role.kind is Kind.GENERATOR and self.generator_gpus is not None:
-            slot = role.index // len(self.generator_hosts)  # among its node's
+            slot = role.number // len(self.generator_hosts)  # among its node's
             return str(self.generator_gpus[slot % len(self.generator_gpus)])
         return None
 

@@ -22,14 +22,13 @@ import monarch.actor
 from monarch.actor import HostMesh, MeshFailure, ProcMesh, this_host
 
 from forge_async.generation.platform import prepare_process
-from forge_async.controller.config import RunConfig
 from forge_async.observability.console import send_output_to_log
 from forge_async.errors import ConfigError
 from forge_async.process.heap_trim import start_heap_trimmer
 from forge_async.cluster.hosts import Hosts
 from forge_async.process.imports import frozen, import_frozen
 from forge_async.mesh.roles import REPLAY_BUFFER, TRAINER, Kind, Role, environment, generator, scorer
-from forge_async.mesh.run_roles import RunRoles
+from forge_async.mesh.run_plan import RunPlan
 from forge_async.observability.span_names import LAUNCH, START_UP_IMPORTS, START_UP_LANE
 from forge_async.observability.spans import TRACER
 from forge_async.process.started import process_started_ns
@@ -57,7 +56,7 @@ PRELOAD[Kind.RIVAL_TRAINER] = PRELOAD[Kind.TRAINER]
 _TRAINERS = (Kind.TRAINER, Kind.RIVAL_TRAINER)  # a rival's trainer is placed as the trainer is
 
 
-Step = Callable[[], None]
+Step = Callable[[], object]  # what a proc does before its imports
 
 
 def start_proc(
@@ -159,38 +158,37 @@ def shut_down_monarch(timeout_s: float = 60.0) -> None:
 class RunProcs:
     """Each role's proc mesh: the first ones spawned together by `spawn_all`, new ones on demand."""
 
-    def __init__(self, config: RunConfig, hosts: Hosts, log_dir: Path | None, roles: RunRoles | None = None):
-        """`roles`: what the run has beside its trainer and generators (default: `config.run_roles()`)."""
-        self.config = config
-        self.roles = roles if roles is not None else config.run_roles()
+    def __init__(self, plan: RunPlan, hosts: Hosts, log_dir: Path | None):
+        """`plan`: what the run brings up and where (mesh/run_plan.py)."""
+        self.plan = plan
         self.hosts = hosts
         self.log_dir = log_dir
         self._early: dict[Role, ProcMesh] = {}
 
     def host(self, role: Role) -> HostMesh | None:
         """The node(s) `role` runs on; None for a trainer on this host alone."""
-        placement = self.config.placement
+        placement = self.plan.placement
         if role.kind in _TRAINERS:
             nodes = placement.trainer_hosts
             return self.hosts.nodes(min(nodes), max(nodes)) if self.hosts.nnodes > 1 else None
         if role.kind is Kind.GENERATOR:
-            return self.hosts.node(placement.generator_host(role.index))
+            return self.hosts.node(placement.generator_host(role.number))
         if role.kind is Kind.WEIGHT_RELAY:
-            return self.hosts.node(role.index)
+            return self.hosts.node(role.number)
         if role.kind is Kind.WEIGHT_SENDER:
             return self.hosts.node(placement.trainer_hosts[0])
         return self.hosts.node(0)  # the replay buffer, model scorers and environments, beside the controller
 
     def spawn(self, role: Role) -> ProcMesh:
         """New procs for `role`, importing what its actor needs as they start."""
-        procs = self.config.trainer.procs if role.kind in _TRAINERS else 1
+        procs = self.plan.trainer.procs if role.kind in _TRAINERS else 1
         return spawn_procs(
             self.host(role),
             procs,
             str(role),
             self.log_dir,
             PRELOAD[role.kind],
-            self.config.trace.enabled,
+            self.plan.trace,
             self.prepare(role),
         )
 
@@ -201,17 +199,17 @@ class RunProcs:
         with a generator its import, the critical path of start-up, runs first; the weight
         sender and relays keep OpenMP from spinning."""
         steps: list[Step] = []
-        nice = self.config.placement.import_nice
+        nice = self.plan.placement.import_nice
         if nice and role.kind is not Kind.GENERATOR:
             steps.append(partial(import_at_niceness, nice))
-        gpus, key = self.config.placement.visible_gpus(role), f"placement.{role.kind.value}_gpus"
+        gpus, key = self.plan.placement.visible_gpus(role), f"placement.{role.kind.value}_gpus"
         if role.kind is Kind.SCORER:
-            gpu, key = self.roles.scorers[role.index].gpu, f"scorers[{role.index}].gpu"
+            gpu, key = self.plan.scorers[role.number].gpu, f"scorers[{role.index}].gpu"
             gpus = None if gpu is None else str(gpu)
         if gpus is not None:
             steps.append(partial(use_gpus, gpus, key))
         if role.kind is Kind.GENERATOR:
-            steps.append(partial(prepare_process, self.config.generator))
+            steps.append(partial(prepare_process, self.plan.generator))
         if role.kind in (Kind.WEIGHT_SENDER, Kind.WEIGHT_RELAY):
             steps.append(sleep_between_copies)
         return tuple(steps)
@@ -221,10 +219,10 @@ class RunProcs:
         spawned when needed)."""
         early = [
             TRAINER,
-            *([REPLAY_BUFFER] if self.roles.replay_buffer else []),
-            *(generator(i) for i in range(self.config.generator.count)),
-            *map(scorer, self.roles.model_scorers),
-            *(environment(i) for i in range(self.roles.environment_procs)),
+            *([REPLAY_BUFFER] if self.plan.replay_buffer else []),
+            *(generator(i) for i in range(self.plan.generator.count)),
+            *map(scorer, self.plan.model_scorers),
+            *(environment(i) for i in range(self.plan.environment_procs)),
         ]
         self._early = {role: self.spawn(role) for role in early}
 

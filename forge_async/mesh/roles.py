@@ -27,6 +27,13 @@ class Role:
     kind: Kind
     index: int | None = None
 
+    @property
+    def number(self) -> int:
+        """Its index, for a kind that comes several to a run (a ValueError for the others)."""
+        if self.index is None:
+            raise ValueError(f"{self.kind.value}: one to a run, it has no index")
+        return self.index
+
     def __str__(self) -> str:
         return self.kind.value if self.index is None else f"{self.kind.value}{self.index}"
 

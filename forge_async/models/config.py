@@ -1,19 +1,20 @@
 """The model's config section (light: read before torch is imported)."""
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from forge_async.config.choices import check_choices
 from forge_async.config.keys import key
 from forge_async.config.checks import AT_LEAST_1, POSITIVE, Range, check_range
 from forge_async.errors import ConfigError
-from forge_async.models.shape import MAX_EXPERTS, MODEL_FAMILIES
+from forge_async.models.shape import MAX_EXPERTS, ModelFamily
 
 
 # model.tiny.tokenizer: the tiny model's tokenizer (models/tokenizer.py), and the context
 # (max_seq_len) each gets when model.tiny.max_seq_len is null.
-TINY_TOKENIZERS = ("digits", "bytes")
-TINY_CONTEXT = {
+TinyTokenizer = Literal["digits", "bytes"]
+TINY_TOKENIZERS: tuple[TinyTokenizer, ...] = get_args(TinyTokenizer)
+TINY_CONTEXT: dict[TinyTokenizer, int] = {
     "digits": 64,  # digit prompts: <bos> digits <sep>
     "bytes": 512,  # text prompts of a few hundred UTF-8 bytes, chat markers and a short answer
 }
@@ -23,7 +24,7 @@ TINY_CONTEXT = {
 class TinyModelConfig:
     """model.tiny: the model a run creates when model.path is null (models/tiny.py)."""
 
-    family: Literal[MODEL_FAMILIES] = key(
+    family: ModelFamily = key(
         "qwen3",
         help=(
             "architecture of the tiny model: `Qwen3ForCausalLM`, `LlamaForCausalLM` with Llama 3.1 RoPE "
@@ -53,7 +54,7 @@ class TinyModelConfig:
         accepts=">= 1, or null",
     )
     seed: int = key(0, help="init seed of the tiny model")
-    tokenizer: Literal[TINY_TOKENIZERS] = key(
+    tokenizer: TinyTokenizer = key(
         "digits",
         help=(
             "the tiny model's tokenizer, its vocabulary the model's (`forge_async/models/tokenizer.py`). "
@@ -87,11 +88,18 @@ class TinyModelConfig:
         if self.head_dim % 2:
             raise ConfigError(f"model.tiny.head_dim={self.head_dim}: must be even (RoPE rotates pairs)")
 
+    @property
+    def context(self) -> int:
+        """`max_seq_len`, the tokenizer's context where it is null."""
+        return TINY_CONTEXT[self.tokenizer] if self.max_seq_len is None else self.max_seq_len
+
 
 # The linear layers LoRA can adapt, by their Hugging Face module names (what PEFT and vLLM
 # call them): the attention and MLP projections of every transformer block.
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-DENSE_MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")  # none in a Mixture-of-Experts model
+LoraTarget = Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_TARGETS: tuple[LoraTarget, ...] = get_args(LoraTarget)
+# none in a Mixture-of-Experts model
+DENSE_MLP_PROJECTIONS: tuple[LoraTarget, ...] = ("gate_proj", "up_proj", "down_proj")
 MAX_LORA_RANK = 512  # the largest adapter rank vLLM serves
 
 
@@ -113,7 +121,7 @@ class LoraConfig:
         help="the adapter product is scaled by `alpha / rank` (PEFT's `lora_alpha`)",
         accepts="> 0",
     )
-    targets: list[Literal[LORA_TARGETS]] = key(
+    targets: list[LoraTarget] = key(
         list(LORA_TARGETS),
         help=(
             "the linear layers (Hugging Face module names) that get adapters, in every block; `k_proj` "
@@ -146,9 +154,16 @@ class LoraConfig:
         return self.rank is not None
 
     @property
+    def adapter_rank(self) -> int:
+        """`rank`, for code that runs only with LoRA on: a RuntimeError when it is off (rank null)."""
+        if self.rank is None:
+            raise RuntimeError("model.lora.rank is null (LoRA off): there are no adapters")
+        return self.rank
+
+    @property
     def scale(self) -> float:
         """The adapter product's factor in the forward: alpha / rank."""
-        return self.alpha / self.rank
+        return self.alpha / self.adapter_rank
 
 
 @dataclass

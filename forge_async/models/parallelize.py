@@ -19,10 +19,11 @@ from torch.distributed.tensor import DTensor
 
 if TYPE_CHECKING:
     from torchtitan.distributed import ParallelDims
+    from torchtitan.models.common.decoder import Decoder
 
 
 def parallelize(
-    model: nn.Module,
+    model: "Decoder",
     device_type: str,
     *,
     dtype: str,

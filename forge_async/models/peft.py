@@ -37,11 +37,12 @@ def target_modules(hf_weight_names: list[str], lora: LoraConfig) -> list[str]:
 
 def zero_adapter(hf_shapes: dict[str, tuple[int, ...]], lora: LoraConfig, dtype: torch.dtype) -> dict:
     """An adapter whose product B A is zero: the base model exactly (what the trainer's v0 is)."""
-    tensors = {}
+    tensors: dict[str, torch.Tensor] = {}
+    rank = lora.adapter_rank
     for module in target_modules(list(hf_shapes), lora):
         out_features, in_features = hf_shapes[f"{module}.weight"]
-        tensors[peft_key(module, "A")] = torch.zeros(lora.rank, in_features, dtype=dtype)
-        tensors[peft_key(module, "B")] = torch.zeros(out_features, lora.rank, dtype=dtype)
+        tensors[peft_key(module, "A")] = torch.zeros(rank, in_features, dtype=dtype)
+        tensors[peft_key(module, "B")] = torch.zeros(out_features, rank, dtype=dtype)
     return tensors
 
 

@@ -9,6 +9,7 @@ whose `router` is one, with TorchTitan's `tokens_per_expert_E` count.
 from contextlib import contextmanager
 from dataclasses import dataclass
 from collections.abc import Iterator
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -25,9 +26,25 @@ class GivenRoutes:
     replay: bool  # route by `experts` where known (else: only compare)
 
 
-def moe_layers(model: nn.Module) -> list[nn.Module]:
+class RouteTaker(Protocol):
+    """A router that takes routes (models/moe.py's ReplayableRouter)."""
+
+    given: GivenRoutes | None
+    # of the last forward with routes given: (token routes that differ, token routes compared)
+    last_mismatch: tuple[torch.Tensor, torch.Tensor] | None
+
+
+class MoeLayer(Protocol):
+    """An MoE layer whose router takes routes, with TorchTitan's count of each expert's tokens."""
+
+    router: RouteTaker
+    tokens_per_expert_E: torch.Tensor
+
+
+def moe_layers(model: nn.Module) -> list[MoeLayer]:
     """The model's MoE blocks, in layer order (the order of a route's layer axis)."""
-    return [module for module in model.modules() if hasattr(getattr(module, "router", None), "given")]
+    # A module is an MoE layer by its router's `given`: a test the type system cannot follow.
+    return [cast(MoeLayer, module) for module in model.modules() if hasattr(getattr(module, "router", None), "given")]
 
 
 @contextmanager

@@ -6,18 +6,19 @@ TorchTitan (seconds per process at start-up).
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from forge_async.errors import UserError
 
-# The HF architecture of each model family this library maps onto TorchTitan.
-FAMILY_OF_ARCHITECTURE = {
+# The model families this library maps onto TorchTitan, and the HF architecture of each.
+ModelFamily = Literal["qwen3", "llama", "qwen3_moe"]
+MODEL_FAMILIES: tuple[ModelFamily, ...] = get_args(ModelFamily)
+FAMILY_OF_ARCHITECTURE: dict[str, ModelFamily] = {
     "Qwen3ForCausalLM": "qwen3",
     "LlamaForCausalLM": "llama",
     "Qwen3MoeForCausalLM": "qwen3_moe",
 }
 SUPPORTED_ARCHITECTURES = tuple(FAMILY_OF_ARCHITECTURE)
-MODEL_FAMILIES = tuple(FAMILY_OF_ARCHITECTURE.values())
 # HF rope types per family: TorchTitan's Llama 3 RoPE implements Llama 3.1's frequency
 # scaling ("llama3"); its Qwen3 RoPE (cos/sin) implements none.
 ROPE_TYPES = {"qwen3": ("default",), "llama": ("default", "llama3"), "qwen3_moe": ("default",)}
@@ -60,7 +61,7 @@ class MoeShape:
 class ModelShape:
     """The fields of a Hugging Face config.json (Qwen3 or Llama) that define the network."""
 
-    family: str  # one of MODEL_FAMILIES
+    family: ModelFamily
     vocab_size: int
     dim: int
     n_layers: int
@@ -111,7 +112,7 @@ class ModelShape:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * dtype_bytes
 
 
-def _family(hf: dict[str, Any], source: str) -> str:
+def _family(hf: dict[str, Any], source: str) -> ModelFamily:
     architectures = hf.get("architectures") or [hf.get("model_type", "unknown")]
     family = FAMILY_OF_ARCHITECTURE.get(architectures[0])
     if family is None:

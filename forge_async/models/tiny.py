@@ -42,7 +42,7 @@ def _rope_parameters(cfg: TinyModelConfig) -> dict:
         "factor": 8.0,
         "low_freq_factor": 1.0,
         "high_freq_factor": 4.0,
-        "original_max_position_embeddings": max(1, cfg.max_seq_len // 2),
+        "original_max_position_embeddings": max(1, cfg.context // 2),
     }
 
 
@@ -73,7 +73,7 @@ def _hf_config(cfg: TinyModelConfig, vocab_size: int, tokenizer) -> dict:
         "num_attention_heads": cfg.n_heads,
         "num_key_value_heads": cfg.n_heads,
         "head_dim": cfg.head_dim,
-        "max_position_embeddings": cfg.max_seq_len,
+        "max_position_embeddings": cfg.context,
         "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
         "rope_parameters": _rope_parameters(cfg),

@@ -6,11 +6,13 @@ from typing import Literal
 from forge_async.config.choices import check_choices
 from forge_async.config.keys import key
 
+WandbMode = Literal["offline", "online"]
+
 
 @dataclass
 class LoggingConfig:
     tensorboard: bool = key(False, help="TensorBoard event files in `RUN_DIR/tensorboard`", resumable=True)
-    wandb: Literal["offline", "online"] | None = key(
+    wandb: WandbMode | None = key(
         None,
         help="Weights & Biases, files in `RUN_DIR/wandb`; null = off",
         resumable=True,

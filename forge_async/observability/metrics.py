@@ -11,6 +11,7 @@ logged when it finished, k being the last step trained by then (`split_rows` tel
 import json
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from forge_async.data.episode import Episode
@@ -94,6 +95,19 @@ EVAL_KEY = "eval/version"  # the key that marks an evaluation row
 EVAL_DROPPED = "eval/dropped_"  # + a reason: an evaluation's samples dropped for it
 
 
+def success(row: dict) -> tuple[str, float]:
+    """An evaluation row's share of successes, named as the console says it: the policy seats' wins
+    in a game (env.seats: a win's and a loss's rewards, no pass mark), else pass@k."""
+    if "eval/won_frac" in row:
+        return "won", row["eval/won_frac"]
+    return f"pass@{row['eval/samples_per_prompt']}", row["eval/pass@k"]
+
+
+def _rate(value: float | None) -> str:
+    """A rate on the console; `-` where none was measured yet (step_figures.TokenRate)."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def measured_nothing(row: dict) -> bool:
     """Whether every sample of an evaluation (its row) was dropped: its figures measure nothing."""
     return row["eval/dropped"] >= row["eval/prompts"] * row["eval/samples_per_prompt"]
@@ -122,7 +136,7 @@ class MetricsLog:
         run_dir: Path,
         total_steps: int,
         target_reward: float,
-        sinks: list[MetricSink] = (),
+        sinks: Sequence[MetricSink] = (),
         smoothing: int = 10,
         resume_after_step: int | None = None,
     ):
@@ -136,9 +150,10 @@ class MetricsLog:
         self.total_steps = total_steps
         self.target_reward = target_reward
         self.sinks = list(sinks)
-        self._recent = deque(maxlen=smoothing)
+        self._recent: deque[float] = deque(maxlen=smoothing)  # the last steps' reward/mean
         self._entropy_warned = False
         self._over_cap_warned = False
+        self._held_lines: list[str] | None = None  # step lines kept back (hold_step_lines)
 
     def _keep_rows_up_to(self, step: int) -> None:
         lines = self.path.read_text().splitlines() if self.path.exists() else []
@@ -159,9 +174,28 @@ class MetricsLog:
         self._recent.append(record["reward/mean"])
         record["reward/smoothed"] = self.reward_smoothed
         self.write(record)
-        print(self._console_line(record), flush=True)
+        self.print_step_line(self._console_line(record))
         self._warn_on_entropy_collapse(record)
         self._warn_on_kept_sets_over_cap(record)
+
+    def hold_step_lines(self) -> None:
+        """Keep the step lines back until the next evaluation's line (`log_eval`, or
+        `release_step_lines`): the run's first evaluation, of version 0, runs beside the first steps
+        (async mode) and would otherwise print after step 1's line."""
+        self._held_lines = []
+
+    def release_step_lines(self) -> None:
+        """The step lines kept back, printed now; from here on each is printed as it comes."""
+        held, self._held_lines = self._held_lines or [], None
+        for line in held:
+            print(line, flush=True)
+
+    def print_step_line(self, line: str) -> None:
+        """A training step's console line: printed, or kept back while `hold_step_lines` holds them."""
+        if self._held_lines is None:
+            print(line, flush=True)
+        else:
+            self._held_lines.append(line)
 
     def write(self, record: dict) -> None:
         """A training step's row into metrics.jsonl and the sinks (`log` adds GRPO's figures and
@@ -185,14 +219,15 @@ class MetricsLog:
                 f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
                 flush=True,
             )
+            self.release_step_lines()
             return
+        name, share = success(row)
         print(
-            f"eval v{row['eval/version']} | reward {row['eval/reward_mean']:.2f} | "
-            f"pass@{row['eval/samples_per_prompt']} {row['eval/pass@k']:.2f} | len {row['eval/len_mean']:.1f} | "
-            + (f"won {row['eval/won_frac']:.2f} | " if "eval/won_frac" in row else "")
-            + f"{row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
+            f"eval v{row['eval/version']} | reward {row['eval/reward_mean']:.2f} | {name} {share:.2f} | "
+            f"len {row['eval/len_mean']:.1f} | {row['eval/prompts']} held-out prompts, {row['eval/seconds']:.1f}s",
             flush=True,
         )
+        self.release_step_lines()
 
     def _append(self, row: dict) -> None:
         """One row onto metrics.jsonl, whole or not at all: a row that cannot be written is cut
@@ -220,7 +255,7 @@ class MetricsLog:
             f"age {record['policy/age_mean']:.2f}/{record['policy/age_max']} | "
             f"dropped {record['samples/dropped_stale']} stale, {record['samples/dropped_other']} other, "
             f"{record['samples/not_started']} not started | "
-            f"gen {record['generator/tokens_per_s']:,.0f} tok/s | "
+            f"gen {_rate(record.get('generator/tokens_per_s'))} tok/s | "
             f"trainer idle {100 * record['train/idle_frac']:.0f}% | "
             f"{wall:.1f}s, ETA {eta:.0f}s"
         )
@@ -253,6 +288,7 @@ class MetricsLog:
             )
 
     def close(self) -> None:
+        self.release_step_lines()  # an evaluation a failure cancelled prints no line to release them
         self._file.close()
         for sink in self.sinks:
             sink.close()

@@ -46,7 +46,13 @@ class Panel:
 
 
 EVAL_X = "eval/version"
-EVAL = {"x": EVAL_X, "marker": "o"}
+
+
+def eval_line(key: str, label: str) -> Line:
+    """An evaluation's series: dots over the version each evaluation measured."""
+    return Line(key, label, x=EVAL_X, marker="o")
+
+
 PANELS = (
     Panel(
         "Reward",
@@ -102,13 +108,13 @@ PANELS = (
     Panel(
         "Evaluation on held-out prompts",
         "reward / pass rate",
-        (Line("eval/reward_mean", "mean reward", **EVAL), Line("eval/pass@k", "pass@k", **EVAL)),
+        (eval_line("eval/reward_mean", "mean reward"), eval_line("eval/pass@k", "pass@k")),
         shows_target_reward=True,
     ),
     Panel(
         "Evaluation: completion length",
         "length (tokens)",
-        (Line("eval/len_mean", "mean", **EVAL),),
+        (eval_line("eval/len_mean", "mean"),),
     ),
 )
 # Supervised fine-tuning (apps.sft): its rows have train/loss and no reward.

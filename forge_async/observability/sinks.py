@@ -9,7 +9,7 @@ import secrets
 from pathlib import Path
 from typing import Protocol
 
-from forge_async.observability.config import LoggingConfig
+from forge_async.observability.config import LoggingConfig, WandbMode
 
 
 class MetricSink(Protocol):
@@ -37,7 +37,7 @@ class TensorBoardSink:
 class WandbSink:
     """A W&B run whose id is kept in RUN_DIR/wandb_id, so a resumed run logs into it."""
 
-    def __init__(self, run_dir: Path, mode: str, project: str, config: dict):
+    def __init__(self, run_dir: Path, mode: WandbMode, project: str, config: dict):
         import wandb
 
         id_file = run_dir / "wandb_id"

@@ -28,7 +28,7 @@ class PipelineFigures:
     buffered: int = _key("samples/buffered")
     in_flight: int = _key("samples/in_flight")
     generator_paused_s: float = _key("generator/paused_s")
-    generator_tokens_per_s: float = _key("generator/tokens_per_s")
+    generator_tokens_per_s: float | None = _key("generator/tokens_per_s")  # None: not measured yet (TokenRate)
     generator_idle_frac: float = _key("generator/idle_frac")  # no generate call in flight, this segment
     generator_restarts: int = _key("generator/restarts")
     trainer_idle_frac: float = _key("train/idle_frac")
@@ -40,7 +40,11 @@ class PipelineFigures:
     samples_by_generator: list[int] = field(default_factory=list)  # generator/<i>/samples: returned, over the run
 
     def row(self) -> dict[str, float]:
-        row = {f.metadata["key"]: getattr(self, f.name) for f in fields(self) if "key" in f.metadata}
+        row = {
+            f.metadata["key"]: getattr(self, f.name)
+            for f in fields(self)
+            if "key" in f.metadata and getattr(self, f.name) is not None  # a figure not measured: no key
+        }
         row.update({f"samples/dropped_{reason}": self.dropped_by_reason.get(reason, 0) for reason in SHOWN_DROPS})
         row.update({f"generator/{i}/samples": n for i, n in enumerate(self.samples_by_generator)})
         return row
@@ -51,9 +55,14 @@ class TokenRate:
 
     def __init__(self, tokens: int, window: int = 10):
         self._marks = deque([(time.perf_counter(), tokens)], maxlen=window + 1)
+        self._started_at = tokens
 
-    def mark(self, tokens: int) -> float:
-        """The rate up to now, `tokens` being the total produced so far."""
+    def mark(self, tokens: int) -> float | None:
+        """The rate up to now, `tokens` being the total produced so far; None while no call has
+        returned a token since it started: a resumed run's first steps may train on the episodes its
+        checkpoint kept in the buffer before any generate call of its own comes back."""
         self._marks.append((time.perf_counter(), tokens))
+        if tokens == self._started_at:
+            return None
         (t0, tokens0), (t1, tokens1) = self._marks[0], self._marks[-1]
         return (tokens1 - tokens0) / max(t1 - t0, 1e-9)

@@ -9,7 +9,7 @@ the time its episodes that ended first (trained or dropped) waited for its last 
 and the spread of their lengths (`rollout/straggler_wait_ms` and its max, `rollout/length_spread`).
 
 With `rival` seats (env.seats), a group's rival seats' completions are scored apart and go to the
-rival's buffer (handles/rival.py), with the rival samples of its dropped episodes; the group's
+rival's loop (`rival`: controller/rival_loop.py), with the rival samples of its dropped episodes; the group's
 episodes, drops and tokens that the run's buffer and admission control see are the policy's only.
 """
 
@@ -17,33 +17,58 @@ import asyncio
 import statistics
 import time
 from collections import Counter
+from dataclasses import dataclass
+from typing import Protocol
 
-from forge_async.data.buffer import DropCounts, NotStarted
+from forge_async.data.buffer import DropCounts
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
+from forge_async.envs.seats import SeatRunner
 from forge_async.rollout.single_turn import Rollouts
-from forge_async.rollout.turn_batcher import TurnBatcher
-from forge_async.rollout.types import Dropped, Generator, Producer, WorkerShape
+from forge_async.envs.turn_batcher import TurnBatcher
+from forge_async.rollout.types import Generator, Producer, WorkerShape
+
+
+class RivalSink(Protocol):
+    def add(self, episodes: list[Episode], dropped: DropCounts) -> None:
+        """A group's rival seats' scored episodes, and their samples dropped on the way by reason."""
+        ...
+
+
+@dataclass(frozen=True)
+class RivalSeats:
+    """Where the rival seats' completions go (controller/rival_loop.py), and which seats are its."""
+
+    sink: RivalSink
+    seats: frozenset[int]
 
 
 class EpisodeRollouts(Rollouts):
-    def __init__(self, runner: EnvRunner, *args, seat_baseline: str = "seat", **kwargs):
+    def __init__(
+        self,
+        runner: EnvRunner | SeatRunner,
+        *args,
+        seat_baseline: str = "seat",
+        rival: RivalSeats | None = None,
+        **kwargs,
+    ):
         """`runner` plays each episode; `seat_baseline` (env.seat_baseline): `game` judges the
-        policy's seats' completions of a group together, `seat` each seat's apart; the rest as
-        Rollouts' arguments, where `prompts_per_rollout` is the groups a rollout worker keeps in
-        flight, each on its own (and the groups of one sync-mode call)."""
+        policy's seats' completions of a group together, `seat` each seat's apart; `rival`: the
+        rival seats' completions go there; the rest as Rollouts' arguments, where
+        `prompts_per_rollout` is the groups a rollout worker keeps in flight, each on its own (and
+        the groups of one sync-mode call)."""
         super().__init__(*args, **kwargs)
         self.runner = runner
         self.seat_baseline = seat_baseline
         # the samples one episode gives: its policy seats (env.seats), each its own completion
-        self.samples_per_episode = getattr(runner, "policy_seats", 1)
+        self.samples_per_episode = runner.policy_seats
         self.shape = WorkerShape(
             1, calls_in_flight=self.prompts_per_rollout, samples_per_episode=self.samples_per_episode
         )
         self.ended: Counter[str] = Counter()  # episodes by how they ended (finish_reason)
-        self.rival = getattr(runner, "rival", None)  # a SeatRunner's, with rival seats: where theirs go
-        self.rival_seats = set(getattr(runner, "rival_seats", ()))
+        self.rival = rival
+        self.rival_seats = rival.seats if rival is not None else frozenset()
         self._straggler_waits_s: list[float] = []  # per group, since the last metrics()
         self._length_spreads: list[int] = []
 
@@ -51,19 +76,17 @@ class EpisodeRollouts(Rollouts):
         """What one rollout worker produces with: its groups' turns on one generator go out together."""
         return WorkerEpisodes(self)
 
-    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], DropCounts]:
         """`num_prompts` groups played at once, scored, with the samples dropped on the way by reason."""
         return await self._play_groups(TurnBatcher(generator.generate, self.runner.turn_batch_wait_s), num_prompts)
 
-    async def _play_groups(self, generate_one: TurnBatcher, num_prompts: int) -> tuple[list[Episode], Dropped]:
+    async def _play_groups(self, generate_one: TurnBatcher, num_prompts: int) -> tuple[list[Episode], DropCounts]:
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
         results = await asyncio.gather(*(self._play_group(generate_one, p) for p in prompts))
-        dropped: Counter[str] = Counter()
-        for _, group_dropped in results:
-            dropped.update(group_dropped)
-        return [e for episodes, _ in results for e in episodes], dict(dropped)
+        dropped = sum((group_dropped for _, group_dropped in results), DropCounts())
+        return [e for episodes, _ in results for e in episodes], dropped
 
-    async def _play_group(self, generate_one: TurnBatcher, prompt: Prompt) -> tuple[list[Episode], Dropped]:
+    async def _play_group(self, generate_one: TurnBatcher, prompt: Prompt) -> tuple[list[Episode], DropCounts]:
         ended_at: list[float] = []
 
         async def play() -> list[Completion] | EpisodeDropped:
@@ -93,19 +116,21 @@ class EpisodeRollouts(Rollouts):
             groups = advantage_groups([c for c in completions if c.seat not in self.rival_seats], self.seat_baseline)
             if groups:
                 episodes, unscored = await self._scored([prompt] * len(groups), groups)
-                dropped.update(unscored)
+                dropped.update(unscored.started)
         if self.rival is not None:
-            await self._to_rival(prompt, rivals, drops)
+            await self._to_rival(self.rival.sink, prompt, rivals, drops)
         first_drops = {drop.reason: drop for drop in reversed(drops)}  # reversed: each reason's first wins
         self._watched(episodes, dropped, {reason: str(drop) for reason, drop in first_drops.items()})
         return episodes, _buffered(dropped, drops, samples)
 
-    async def _to_rival(self, prompt: Prompt, groups: list[list[Completion]], drops: list[EpisodeDropped]) -> None:
+    async def _to_rival(
+        self, sink: RivalSink, prompt: Prompt, groups: list[list[Completion]], drops: list[EpisodeDropped]
+    ) -> None:
         """The rival seats' completions of a group, scored, into the rival's buffer, with the rival
         samples of the group's dropped episodes (as `_buffered` counts the policy's)."""
-        episodes, unscored = await self._scored([prompt] * len(groups), groups) if groups else ([], {})
+        episodes, unscored = await self._scored([prompt] * len(groups), groups) if groups else ([], DropCounts())
         dropped = Counter({reason: n * len(self.rival_seats) for reason, n in Counter(d.reason for d in drops).items()})
-        self.rival.add(episodes, _buffered(dropped + Counter(unscored), drops, len(self.rival_seats)))
+        sink.add(episodes, _buffered(dropped + Counter(unscored.started), drops, len(self.rival_seats)))
 
     def metrics(self) -> dict[str, float]:
         """Straggler figures of the groups finished since the last call; episodes ended by a limit;
@@ -113,9 +138,7 @@ class EpisodeRollouts(Rollouts):
         waits, spreads = self._straggler_waits_s, self._length_spreads
         self._straggler_waits_s, self._length_spreads = [], []
         figures = {f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")}
-        seats_figures = getattr(self.runner, "metrics", None)  # a SeatRunner's: a snapshot seat's
-        if seats_figures is not None:
-            figures.update(seats_figures())
+        figures.update(self.runner.metrics())
         if waits:
             figures["rollout/straggler_wait_ms"] = statistics.fmean(waits) * 1e3
             figures["rollout/straggler_wait_max_ms"] = max(waits) * 1e3
@@ -143,7 +166,7 @@ class WorkerEpisodes:
             self._batchers[generator] = TurnBatcher(generator.generate, self.rollouts.runner.turn_batch_wait_s)
         return self._batchers[generator]
 
-    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], DropCounts]:
         return await self.rollouts._play_groups(self.batcher(generator), num_prompts)
 
 
@@ -165,11 +188,11 @@ def by_seat(completions: list[Completion]) -> list[list[Completion]]:
 
 def _buffered(dropped: Counter[str], drops: list[EpisodeDropped], samples: int = 1) -> DropCounts:
     """A group's drops by reason as the buffer counts them (`samples` each: an episode's policy
-    seats), those of episodes dropped before their first model turn as NotStarted, not counted
+    seats), those of episodes dropped before their first model turn as `not_started`, not counted
     as generated."""
-    not_started = Counter()
+    not_started: Counter[str] = Counter()
     for drop in drops:
         if not drop.started:
             not_started[drop.reason] += samples
     started = {reason: n - not_started[reason] for reason, n in dropped.items() if n > not_started[reason]}
-    return started | {NotStarted(reason): n for reason, n in not_started.items()}
+    return DropCounts(started, dict(not_started))

@@ -8,13 +8,15 @@ This class is also the prompt source and counters that multi-turn rollouts
 """
 
 import random
+from collections.abc import Mapping
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.rollout.progress_watch import ProgressWatch
 from forge_async.rollout.config import StallConfig
+from forge_async.data.buffer import SCORER_ERROR, DropCounts
 from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.task import Prompt, Task
-from forge_async.rollout.types import Dropped, Generator, Producer, WorkerShape
+from forge_async.rollout.types import Generator, Producer, WorkerShape
 from forge_async.scoring.tier import ScoringTier
 
 
@@ -48,26 +50,28 @@ class Rollouts:
         """What one rollout worker produces with: single-turn calls need nothing of their own."""
         return self
 
-    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]:
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], DropCounts]:
         """One generate call, scored: its episodes, and the completions lost on the way, by reason."""
         prompts = [self.task.sample(self.rng) for _ in range(num_prompts)]
         groups = await generator.generate([p.token_ids for p in prompts], self.sampling, self.group_size)
         self.tokens += sum(len(c.token_ids) for group in groups for c in group)
         episodes, dropped = await self._scored(prompts, groups)
-        self._watched(episodes, dropped)
+        self._watched(episodes, dropped.by_reason())
         return episodes, dropped
 
-    async def _scored(self, prompts: list[Prompt], groups: list[list[Completion]]) -> tuple[list[Episode], Dropped]:
+    async def _scored(self, prompts: list[Prompt], groups: list[list[Completion]]) -> tuple[list[Episode], DropCounts]:
         first_group, self._next_group = self._next_group, self._next_group + len(prompts)
         episodes, unscored = await self.scoring.score(prompts, groups, first_group)
-        return episodes, ({"scorer_error": unscored} if unscored else {})
+        return episodes, DropCounts.unscored(unscored)
 
-    def _watched(self, episodes: list[Episode], dropped: Dropped, messages: dict[str, str] | None = None) -> None:
-        """Tell the watch what became of a call's (or group's) episodes; `messages`: what went wrong,
-        by reason (a scorer's error: the scoring tier's last)."""
+    def _watched(
+        self, episodes: list[Episode], dropped: Mapping[str, int], messages: dict[str, str] | None = None
+    ) -> None:
+        """Tell the watch what became of a call's (or group's) episodes: `dropped` by reason;
+        `messages`: what went wrong, by reason (a scorer's error: the scoring tier's last)."""
         messages = dict(messages or {})
-        if dropped.get("scorer_error") and self.scoring.last_error is not None:
-            messages["scorer_error"] = self.scoring.last_error
+        if dropped.get(SCORER_ERROR) and self.scoring.last_error is not None:
+            messages[SCORER_ERROR] = self.scoring.last_error
         self.watch.note(len(episodes), dropped, messages)
 
     def metrics(self) -> dict[str, float]:

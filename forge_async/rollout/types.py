@@ -1,15 +1,11 @@
 """The seams of rollouts: what a generator, a routing choice, a producer and the worker's shape are."""
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from forge_async.generation.config import SamplingConfig
+from forge_async.data.buffer import DropCounts
 from forge_async.data.episode import Completion, Episode
-
-# (prompt token ids, sampling, completions per prompt) -> one group of completions per prompt
-Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list[Completion]]]]
-Dropped = dict[str, int]  # samples lost before the buffer, by reason
 
 
 class Generator(Protocol):
@@ -38,7 +34,7 @@ class Producer(Protocol):
     """Plays a worker's admitted prompts on a generator: their scored episodes, and the samples lost
     on the way by reason (rollout/single_turn.py, rollout/multi_turn.py)."""
 
-    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], Dropped]: ...
+    async def produce(self, generator: Generator, num_prompts: int) -> tuple[list[Episode], DropCounts]: ...
 
 
 @dataclass(frozen=True)

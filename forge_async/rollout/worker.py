@@ -84,10 +84,10 @@ async def _call_into_buffer(
             await admission.lost(samples)
             raise
         with TRACER.span(BUFFER_ADD, lane):
-            await buffer.add(episodes, dropped)
+            await buffer.add(episodes, dropped=dropped)
     finally:
         await admission.arrivals.retire(admitted.ticket)
-    arrived = min(len(episodes) + sum(dropped.values()), samples)
+    arrived = min(len(episodes) + dropped.total(), samples)
     if arrived < samples:
         await admission.lost(samples - arrived)
     await admission.generated(arrived)

@@ -26,11 +26,12 @@ from forge_async.data.episode import Completion
 from forge_async.tasks.task import Prompt
 from forge_async.scoring.config import ScorerConfig
 from forge_async.scoring.scorer import Score, ScorerFailed, flatten, regroup
-from forge_async.scoring.self_teacher import SelfTeacher
+from forge_async.scoring.self_teacher import SelfTeacher, TeacherModel
 
 
-class ScorerModel(Protocol):
-    """The scorer's model on its mesh (handles/scorers.py); a dead proc raises ScorerFailed."""
+class ScorerModel(TeacherModel, Protocol):
+    """The scorer's model on its mesh (handles/scorers.py); a dead proc raises ScorerFailed. A
+    teacher that is the policy itself also takes the trainer's versions (TeacherModel's calls)."""
 
     async def completion_logprobs(
         self, prompt_ids: list[list[int]], completion_ids: list[list[int]]

@@ -103,14 +103,15 @@ class ScoringTier:
 
     def _group(self, scored: list[tuple[Completion, dict[str, Score]]], group_id: int) -> list[Episode]:
         """One prompt's scored completions as episodes, advantages relative to each other."""
-        rewards = [sum(w * scores[name].reward for name, w in self.weights.items()) for _, scores in scored]
+        rewards = [sum((w * _reward(scores[name]) for name, w in self.weights.items()), 0.0) for _, scores in scored]
         if self.config.outcome_advantage:
             advantages = group_advantages(rewards, self.scale_by_std)
         else:
             advantages = [0.0] * len(scored)
         token_rewards = [_summed([s.token_rewards for s in scores.values()]) for _, scores in scored]
         if self.config.token_baseline == "group" and scored and token_rewards[0] is not None:
-            token_rewards = position_centered(token_rewards, [completion.model_mask for completion, _ in scored])
+            masks = [completion.model_mask for completion, _ in scored]
+            token_rewards = list(position_centered(_every_one(token_rewards), masks))
         return [
             Episode(
                 completion,
@@ -177,6 +178,21 @@ def position_centered(token_rewards: list[list[float]], model_masks: list[list[b
     ]
 
 
+def _reward(score: Score) -> float:
+    """A reward scorer's reward (it gives one for every completion it did not fail on)."""
+    if score.reward is None:
+        raise RuntimeError("a reward scorer gave a score without a reward")
+    return score.reward
+
+
+def _every_one(token_rewards: list[list[float] | None]) -> list[list[float]]:
+    """A group's per-token rewards, which its per-token scorers give every completion of it."""
+    given = [rewards for rewards in token_rewards if rewards is not None]
+    if len(given) != len(token_rewards):
+        raise RuntimeError("per-token rewards for some completions of a group and not for others")
+    return given
+
+
 def _summed(per_token: list[list[float] | None]) -> list[float] | None:
     """The element-wise sum of the lists given (None: no scorer gave any)."""
     given = [values for values in per_token if values is not None]
@@ -193,7 +209,7 @@ def build_tier(
     """The tier `scorers` describe. `models[i]`: model scorer i's model on its mesh
     (handles/scorers.py); only runs with model scorers need them. A reference that runs in
     the trainer is not part of the tier."""
-    built = []
+    built: list[tuple[ScorerConfig, Scorer]] = []
     for index, config in enumerate(scorers):
         if config.runs_on == "trainer":
             continue

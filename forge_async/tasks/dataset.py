@@ -16,6 +16,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Iterator
+from typing import Any
 
 import datasets
 
@@ -43,7 +44,7 @@ class DatasetTask:
 
     def __init__(self, config: TaskConfig, tokenizer, max_prompt_tokens: int, key: str = "task.dataset"):
         """`key`: the config key that named `config.dataset`, as errors name it (eval.dataset too)."""
-        self.name = f"dataset:{Path(config.dataset).name}"
+        self.name = f"dataset:{dataset_path(config, key).name}"
         self.score = load_callable(config.reward_fn, "task.reward_fn")
         self.reward_fn_name = config.reward_fn
         rows = read_rows(config, key)
@@ -88,9 +89,16 @@ class DatasetTask:
             ) from err
 
 
+def dataset_path(config: TaskConfig, key: str = "task.dataset") -> Path:
+    """`config.dataset` (named by `key`) as a path; a TaskError where it names none."""
+    if config.dataset is None:
+        raise TaskError(f"{key} is null: name a .jsonl/.json/.parquet/.csv file or save_to_disk directory")
+    return Path(config.dataset)
+
+
 def read_rows(config: TaskConfig, key: str = "task.dataset") -> datasets.Dataset:
     """The rows of `config.dataset` (named by `key`), held in memory; a failure to read it is one TaskError."""
-    path = Path(config.dataset)
+    path = dataset_path(config, key)
     if not path.exists():
         raise TaskError(f"{key} not found: {path}")
     if path.is_file() and path.suffix not in BUILDERS:
@@ -129,7 +137,7 @@ def _check_utf8(path: Path, key: str) -> None:
 
 def _load_file(path: Path, config: TaskConfig) -> datasets.Dataset:
     builder = BUILDERS[path.suffix]
-    options = {
+    builder_options: dict[str, dict[str, Any]] = {
         # Without its mixed-types scan, the JSON builder reads a row that lacks a key as
         # None (the scan fails on such rows and on blank lines).
         "json": {"on_mixed_types": None},
@@ -140,7 +148,8 @@ def _load_file(path: Path, config: TaskConfig) -> datasets.Dataset:
             "keep_default_na": False,
             "na_values": [""],
         },
-    }.get(builder, {})
+    }
+    options = builder_options.get(builder, {})
     # A throwaway cache: a local file read once is not worth an Arrow copy in ~/.cache.
     with tempfile.TemporaryDirectory() as cache_dir:
         return datasets.load_dataset(

@@ -44,6 +44,7 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import IO
 
 DEADLINE_S = 2.0  # how long one check may take before it scores 0.0
 START_TIMEOUT_S = 60.0  # how long a new worker may take to import math-verify
@@ -53,7 +54,7 @@ TIMEOUTS = 0  # checks that ran past their deadline (scored 0.0)
 CRASHES = 0  # checks whose worker died (scored 0.0)
 
 _LOCK = threading.Lock()
-_worker: subprocess.Popen | None = None
+_worker: subprocess.Popen[bytes] | None = None
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _ANSWER_TAG = re.compile(r"</?answer>")
 
@@ -92,11 +93,12 @@ def _checked_in_worker(gold: str, completion_text: str, timeout: float) -> bool:
     with _LOCK:
         if _worker is None or _worker.poll() is not None:
             _worker = _start_worker()
+        to_worker, from_worker = _pipes(_worker)
         try:
-            _worker.stdin.write(request)
-            _worker.stdin.flush()
-            ready, _, _ = select.select([_worker.stdout], [], [], timeout)
-            reply = _worker.stdout.readline() if ready else None
+            to_worker.write(request)
+            to_worker.flush()
+            ready, _, _ = select.select([from_worker], [], [], timeout)
+            reply = from_worker.readline() if ready else None
         except BrokenPipeError:
             reply = b""
         if reply:
@@ -125,13 +127,20 @@ def _note(what: str, completion_text: str) -> None:
     )
 
 
-def _start_worker() -> subprocess.Popen:
+def _pipes(worker: subprocess.Popen[bytes]) -> tuple[IO[bytes], IO[bytes]]:
+    """The worker's stdin and stdout: both pipes, as _start_worker opens them."""
+    assert worker.stdin is not None and worker.stdout is not None
+    return worker.stdin, worker.stdout
+
+
+def _start_worker() -> subprocess.Popen[bytes]:
     """A worker that has imported math-verify (its start-up time is no check's)."""
     worker = subprocess.Popen(
         [sys.executable, "-m", "forge_async.tasks.math_answer"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
-    ready, _, _ = select.select([worker.stdout], [], [], START_TIMEOUT_S)
-    if not (ready and worker.stdout.readline() == b"ready\n"):
+    _, from_worker = _pipes(worker)
+    ready, _, _ = select.select([from_worker], [], [], START_TIMEOUT_S)
+    if not (ready and from_worker.readline() == b"ready\n"):
         worker.kill()
         worker.wait()
         raise RuntimeError(f"the math-verify worker did not start within {START_TIMEOUT_S:g}s (see its stderr)")
@@ -146,8 +155,8 @@ def _stop_worker() -> None:
     if worker is not None:
         worker.kill()
         worker.wait()
-        worker.stdin.close()
-        worker.stdout.close()
+        for pipe in _pipes(worker):
+            pipe.close()
 
 
 def _serve() -> None:
@@ -165,6 +174,7 @@ def _serve() -> None:
     for line in sys.stdin.buffer:  # ends when the controller's end of the pipe closes
         request = json.loads(line)
         signal.alarm(math.ceil(request["timeout"]) + WORKER_GRACE_S)
+        reply: dict[str, bool | str]
         try:
             reply = {"equal": bool(is_equivalent(request["gold"], request["text"]))}
         except Exception as err:

@@ -1,4 +1,6 @@
-"""The task `task.name` names, built and checked before any proc starts training."""
+"""The tasks of this room by `task.name`, each with its builder. The run's task is built by
+envs/registry.py's `build_task`, from these and the built-in game that deals its own prompts
+(`tool_lookup`: envs/games/tool_lookup.py)."""
 
 from collections.abc import Callable
 
@@ -6,15 +8,13 @@ from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.digits import DIGIT_RULES, DigitTask
 from forge_async.tasks.seeds import SeedsTask
 from forge_async.tasks.task import Task, TaskError
-from forge_async.tasks.tool_lookup import ToolLookupTask
+
+# (task.*, tokenizer, the most tokens a prompt may take) -> the task
+TaskBuilder = Callable[[TaskConfig, object, int], Task]
 
 
 def _digits(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
     return DigitTask(config.name, config.num_digits, tokenizer, max_prompt_tokens, config.min_digits)
-
-
-def _tool_lookup(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
-    return ToolLookupTask(tokenizer, max_prompt_tokens)
 
 
 def _dataset(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
@@ -39,23 +39,9 @@ def _seeds(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
     return SeedsTask()
 
 
-TASKS: dict[str, Callable[[TaskConfig, object, int], Task]] = {
+TASKS: dict[str, TaskBuilder] = {
     **dict.fromkeys(DIGIT_RULES, _digits),
-    "tool_lookup": _tool_lookup,
     "dataset": _dataset,
     "reasoning_gym": _reasoning_gym,
     "seeds": _seeds,
 }
-
-
-def build_task(config: TaskConfig, tokenizer, max_prompt_tokens: int) -> Task:
-    """The task `config` names, every prompt checked to fit in `max_prompt_tokens`.
-
-    `max_prompt_tokens` is the context length minus sampling.max_tokens: what a prompt
-    may take so that a full-length completion still fits.
-    """
-    if max_prompt_tokens < 1:
-        raise TaskError(f"sampling.max_tokens leaves no room for a prompt in the context ({max_prompt_tokens} tokens)")
-    if config.name not in TASKS:
-        raise TaskError(f"unknown task {config.name!r}; built-in tasks: {', '.join(TASKS)}")
-    return TASKS[config.name](config, tokenizer, max_prompt_tokens)

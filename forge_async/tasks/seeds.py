@@ -38,7 +38,7 @@ class SeedsTask:
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         """The environment's: the episode's step rewards, summed."""
-        return completion.env_reward
+        return completion.played_reward
 
     def demonstration(self, prompt: Prompt) -> str:
         raise TaskError("task.name=seeds deals episodes from seeds: there is no completion to imitate")

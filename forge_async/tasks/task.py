@@ -61,7 +61,7 @@ def prompt_token_ids(tokenizer, prompt: str | ChatMessages) -> list[int]:
 
 
 def known_tokens(
-    tokenizer, ids: list[int], text: str | ChatMessages, what: str = "prompt", error: type[UserError] = TaskError
+    tokenizer, ids: list[int], text: str | ChatMessages, what: str = "prompt", error: type[Exception] = TaskError
 ) -> list[int]:
     """`ids`, unless the tokenizer had no token for part of `text` (the tiny model's digit
     tokenizer reads digits only): the model would see unknown-token placeholders, not the text.

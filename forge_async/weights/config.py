@@ -65,6 +65,13 @@ class WeightsConfig:
         check_choices(self, "weights")
         check_range("weights.link_timeout_s", self.link_timeout_s, POSITIVE)
 
+    @property
+    def chosen_dir(self) -> str:
+        """`channel_dir`, for code that runs once `resolved` has chosen it: a RuntimeError while null."""
+        if self.channel_dir is None:
+            raise RuntimeError("weights.channel_dir is null here: the run's scratch directory is chosen by resolved()")
+        return self.channel_dir
+
     def resolved(self) -> "WeightsConfig":
         """This config with a channel directory chosen (a fresh one when none is set)."""
         if self.channel_dir is not None:

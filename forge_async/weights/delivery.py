@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from forge_async.weights.outcomes import LinkFailed, ReceiverLost
+from forge_async.weights.outcomes import LinkFailed, ReceiverLost, WeightReceiver
 from forge_async.weights.route import WeightRoute
 
 _POLL_S = 0.002
@@ -45,6 +45,8 @@ class Generators(Protocol):
     def lose(self, index: int, why: str) -> None: ...
 
     async def hold_weights(self, index: int, hold: bool) -> int: ...
+
+    async def until_all_hold(self, version: int, within_s: float | None = None) -> bool: ...
 
 
 class Follower(Protocol):
@@ -93,8 +95,8 @@ class WeightDelivery:
     def check(self) -> None:
         """Raise a receiver's failure: its generators would never catch up."""
         for task in self._tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()
+            if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+                raise error
         for follower in self.followers:
             follower.check()
 
@@ -117,11 +119,11 @@ class WeightDelivery:
         self._tasks[index] = asyncio.create_task(self._update(index))
         self._wake[index].set()
 
-    def receivers_report(self) -> list[dict]:
+    def receivers_report(self) -> list[WeightReceiver]:
         """Per receiver: the version it holds, the versions it skipped, its failed links, whether
         it is lost, and how often its node came back."""
         return [
-            {"version": v, "versions_skipped": s, "link_failures": f, "lost": i in self.lost, "taken_back": b}
+            WeightReceiver(version=v, versions_skipped=s, link_failures=f, lost=i in self.lost, taken_back=b)
             for i, (v, s, f, b) in enumerate(zip(self.loaded, self.skipped, self.link_failures, self.taken_back))
         ]
 
@@ -184,9 +186,9 @@ class WeightDelivery:
 
     async def _update(self, index: int) -> None:
         receiver = self.route.receivers[index]
-        store = None
-        if self.route.through_store:
-            from forge_async.weights import store  # heavy to import: only where torchstore is used
+        delete_versions_before: Callable[[int], Awaitable[object]] | None = None
+        if self.route.through_store:  # heavy to import: only where torchstore is used
+            from forge_async.weights.store import delete_versions_before
         while True:
             await self._wake[index].wait()
             self._wake[index].clear()
@@ -205,9 +207,9 @@ class WeightDelivery:
                 self._link_failed(index, result.why)
                 continue
             version = result.version  # a sender sends the newest it has
-            if self.route.through_store:
+            if delete_versions_before is not None:  # through the store
                 holding = [version if i == index else v for i, v in enumerate(self.loaded) if i not in self.lost]
-                await store.delete_versions_before(min(holding))  # before `loaded`: waiters see a tidy store
+                await delete_versions_before(min(holding))  # before `loaded`: waiters see a tidy store
             if self.loaded[index]:  # versions before the first it loads were never its to skip
                 self.skipped[index] += max(0, version - self.loaded[index] - 1)
             self.loaded[index] = version

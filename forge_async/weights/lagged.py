@@ -78,8 +78,8 @@ class LaggedFollower(ABC):
     def check(self) -> None:
         """Raise the worker's failure (the follower's procs failed)."""
         task = self._worker
-        if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()
+        if task is not None and task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error
 
     async def close(self) -> None:
         """Cancel what is left to do (the run is ending)."""

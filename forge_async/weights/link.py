@@ -22,14 +22,24 @@ import datetime
 import os
 from dataclasses import dataclass
 from threading import Condition, Lock, Thread
+from typing import Protocol, cast
 
 import torch
-from torch.distributed import PrefixStore, ProcessGroupGloo, Store, TCPStore
+from torch.distributed import PrefixStore, ProcessGroupGloo, Store, TCPStore, Work
 
 from forge_async.weights.shared_memory import SharedMemoryChannel
 
 CHUNK_BYTES = 16 << 20  # a stall is noticed within one chunk's timeout
 SENDER, RELAY = 0, 1
+
+
+class Pair(Protocol):
+    """What a link uses of its ProcessGroupGloo: point-to-point sends and receives, which every
+    backend has at run time but torch's stubs declare on ProcessGroup only."""
+
+    def send(self, tensors: list[torch.Tensor], dst_rank: int, tag: int) -> Work: ...
+
+    def recv(self, tensors: list[torch.Tensor], src_rank: int, tag: int) -> Work: ...
 
 
 @dataclass(frozen=True)
@@ -49,14 +59,14 @@ def join_rendezvous(point: Rendezvous, timeout_s: float) -> TCPStore:
     return TCPStore(point.address, point.port, is_master=False, timeout=_delta(timeout_s))
 
 
-def open_pair(
-    store: Store, relay: int, attempt: int, rank: int, own_address: str, timeout_s: float
-) -> ProcessGroupGloo:
+def open_pair(store: Store, relay: int, attempt: int, rank: int, own_address: str, timeout_s: float) -> Pair:
     """The gloo pair of relay `relay` (blocks until the other side opens it too)."""
-    options = ProcessGroupGloo._Options()
+    # The options class gloo's constructor takes at run time; torch's stubs know only `Options`.
+    options = ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     options._timeout = _delta(timeout_s)
     options._devices = [ProcessGroupGloo.create_device(hostname=own_address)]
-    return ProcessGroupGloo(PrefixStore(f"relay{relay}/attempt{attempt}", store), rank, 2, options)
+    pair = ProcessGroupGloo(PrefixStore(f"relay{relay}/attempt{attempt}", store), rank, 2, options)
+    return cast(Pair, pair)  # its send and recv are Backend's, missing from the stubs
 
 
 def _delta(seconds: float) -> datetime.timedelta:
@@ -94,10 +104,11 @@ class StagedVersions:
         with self._changed:
             if not self._changed.wait_for(lambda: self.published > than, timeout_s):
                 return None
-            if self.newest is None or self.published > self.newest.version:
-                self._stage(self.published)
-            self.newest.users += 1
-            return self.newest
+            newest = self.newest
+            if newest is None or self.published > newest.version:
+                newest = self._stage(self.published)
+            newest.users += 1
+            return newest
 
     def release(self, staged: StagedVersion) -> None:
         with self._changed:
@@ -122,13 +133,15 @@ class StagedVersions:
                     self._changed.notify_all()
             os.read(doorbell, 4096)  # blocks until the next publish (or returns the rings since)
 
-    def _stage(self, latest: int) -> None:
+    def _stage(self, latest: int) -> StagedVersion:
+        """Copy the slot of the channel's version `latest` out: the newest copy from now on."""
         with self.channel.reading_slot(latest) as (found, header, data):
             buffer = self._buffer(data.numel())
             buffer.copy_(data)
         old, self.newest = self.newest, StagedVersion(found, header, buffer)
         if old is not None and old.users == 0:
             self.spare.append(old.buffer)
+        return self.newest
 
     def _buffer(self, size: int) -> torch.Tensor:
         while self.spare:
@@ -138,7 +151,7 @@ class StagedVersions:
         return torch.empty(size, dtype=torch.uint8)
 
 
-def send_version(pair: ProcessGroupGloo, staged: StagedVersion) -> int:
+def send_version(pair: Pair, staged: StagedVersion) -> int:
     """Send a staged version over `pair` and wait until the relay has it in its channel;
     returns the bytes sent."""
     header = torch.frombuffer(bytearray(staged.header), dtype=torch.uint8)
@@ -158,7 +171,7 @@ class ReceivedVersion:
     def __init__(self):
         self.buffer = torch.empty(0, dtype=torch.uint8)
 
-    def receive(self, pair: ProcessGroupGloo) -> tuple[int, bytes]:
+    def receive(self, pair: Pair) -> tuple[int, bytes]:
         """The next version over `pair` into the buffer; returns its version and header."""
         frame = torch.empty(3, dtype=torch.int64)
         pair.recv([frame], SENDER, 0).wait()
@@ -172,9 +185,7 @@ class ReceivedVersion:
         return version, header.numpy().tobytes()
 
 
-def relay_version(
-    pair: ProcessGroupGloo, received: ReceivedVersion, channel: SharedMemoryChannel, writing: Lock
-) -> int:
+def relay_version(pair: Pair, received: ReceivedVersion, channel: SharedMemoryChannel, writing: Lock) -> int:
     """The next version over `pair` into `channel` once whole, then its number back to the sender;
     returns it. `writing` serialises the writes of a relay's pairs (an old pair's thread may still
     be receiving as a new one starts), and a version never goes over a newer one."""

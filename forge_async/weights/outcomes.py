@@ -35,3 +35,14 @@ class ReceiverLost:
 
 
 LoadOutcome = Loaded | LinkFailed | ReceiverLost
+
+
+@dataclass(frozen=True)
+class WeightReceiver:
+    """A receiver's tally over the run (weights/delivery.py; summary.json's `weight_receivers`)."""
+
+    version: int  # the version it holds
+    versions_skipped: int  # versions it never loaded: a newer one was ready first
+    link_failures: int
+    lost: bool  # lost with its node
+    taken_back: int  # times its node came back

@@ -36,23 +36,25 @@ class WeightPublisher:
             if target == "shm":
                 if self.channel is None:
                     raise ValueError("publishing to 'shm' needs weights.channel_dir")
-                self._write_shared_memory(version, state_dict)
+                self._write_shared_memory(self.channel, version, state_dict)
             else:
                 from forge_async.weights import store  # heavy to import: only for its transport
 
                 await store.put_policy(state_dict, version)
         return sum(t.numel() * t.element_size() for t in state_dict.values())
 
-    def _write_shared_memory(self, version: int, state_dict: dict[str, torch.Tensor]) -> None:
+    def _write_shared_memory(
+        self, channel: SharedMemoryChannel, version: int, state_dict: dict[str, torch.Tensor]
+    ) -> None:
         """Every rank copies its local shard into the version's slot at the shard's global offset."""
         header, _, size = plan_layout({name: (tuple(t.shape), t.dtype) for name, t in state_dict.items()})
         rank = dist.get_rank()
         if rank == 0:
-            self.channel.begin_write(version, header, size)  # waits for readers of the slot
+            channel.begin_write(version, header, size)  # waits for readers of the slot
         dist.barrier()
-        views = self.channel.tensor_views(version, header)
+        views = channel.tensor_views(version, header)
         from_gpu = next(iter(state_dict.values())).device.type == "cuda"
-        page_locked = from_gpu and self._page_lock(*self.channel.slot_mapping(version))
+        page_locked = from_gpu and self._page_lock(*channel.slot_mapping(version))
         for name, tensor in state_dict.items():
             local, offset = local_shard(tensor)
             full = views[name]
@@ -61,7 +63,7 @@ class WeightPublisher:
             torch.cuda.synchronize()  # the copies ran asynchronously: done before the slot is published
         dist.barrier()
         if rank == 0:
-            self.channel.publish(version)
+            channel.publish(version)
 
     def close(self) -> None:
         """Unregister the page-locked mappings (before their files go; a process's exit does it too)."""

@@ -12,7 +12,7 @@ or which fetches from torchstore; or the generator itself (torchstore transport)
 from dataclasses import dataclass
 from typing import Protocol
 
-from forge_async.controller.config import RunConfig
+from forge_async.weights.config import WeightsConfig
 from forge_async.weights.outcomes import LoadOutcome
 
 
@@ -44,33 +44,38 @@ class WeightRoute:
         return "torchstore" in self.push_targets
 
 
-def relay_nodes(config: RunConfig) -> list[int]:
+@dataclass(frozen=True)
+class Layout:
+    """Where the trainer and the trained policy's generators run, as node ranks: what a route is
+    planned from (`RunPlan.layout()`)."""
+
+    trainer_hosts: tuple[int, ...]
+    generator_hosts: tuple[int, ...]  # by generator index
+
+
+def relay_nodes(weights: WeightsConfig, layout: Layout) -> list[int]:
     """The generator nodes that need a weight relay: shm transport, and not the trainer's one node."""
-    if config.weights.transport != "shm":
+    if weights.transport != "shm":
         return []
-    trainer_nodes = config.placement.trainer_hosts
+    trainer_nodes = layout.trainer_hosts
     own = set(trainer_nodes) if len(trainer_nodes) == 1 else set()  # one node: its channel
-    return sorted({config.placement.generator_host(i) for i in range(config.generator.count)} - own)
+    return sorted(set(layout.generator_hosts) - own)
 
 
-def uses_torchstore(config: RunConfig) -> bool:
+def uses_torchstore(weights: WeightsConfig, layout: Layout) -> bool:
     """Whether weights travel through torchstore: its transport, or relays fed from it."""
     return (
-        config.weights.transport == "torchstore"
-        or bool(relay_nodes(config))
-        and config.weights.cross_host == "torchstore"
+        weights.transport == "torchstore" or bool(relay_nodes(weights, layout)) and weights.cross_host == "torchstore"
     )
 
 
-def plan_route(config: RunConfig, generators: VersionLoader, relays: VersionLoader) -> WeightRoute:
-    count = config.generator.count
-    if config.weights.transport == "torchstore":
+def plan_route(weights: WeightsConfig, layout: Layout, generators: VersionLoader, relays: VersionLoader) -> WeightRoute:
+    count = len(layout.generator_hosts)
+    if weights.transport == "torchstore":
         return WeightRoute([Receiver(generators, i) for i in range(count)], list(range(count)), True, ("torchstore",))
-    nodes = relay_nodes(config)
-    receiver_of = [
-        nodes.index(node) if (node := config.placement.generator_host(i)) in nodes else None for i in range(count)
-    ]
-    if config.weights.cross_host == "gloo":
+    nodes = relay_nodes(weights, layout)
+    receiver_of = [nodes.index(node) if node in nodes else None for node in layout.generator_hosts]
+    if weights.cross_host == "gloo":
         targets = ("shm",)  # the weight sender reads the trainer's channel
     else:
         targets = (("shm",) if None in receiver_of else ()) + (("torchstore",) if nodes else ())

@@ -4,10 +4,17 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from forge_async.cli.subprocess_run import AppRun
+from forge_async.cli.subprocess_run import REPO, AppRun
+from forge_async.process.interpreter import python
+
+
+def resume_line(app: str, run_dir: Path) -> str:
+    """The `resume with:` line a run of `app` (run_app's: this interpreter, in REPO) prints."""
+    return f"resume with: {python(sys.executable, REPO)} -m {app} resume={run_dir}"
 
 
 def assert_accounting(summary: dict) -> None:

@@ -34,7 +34,7 @@ def step(checkpoint, procs: int, **overrides):
     try:
         metrics = trainer.train_step.call(batch()).get()
         weights = trainer.full_state_dict.call().get()
-        return [m for _, m in metrics.items()], [w for _, w in weights.items()]
+        return [m.metrics for _, m in metrics.items()], [w for _, w in weights.items()]
     finally:
         asyncio.run(meshes.stop_all(mesh))
 

@@ -66,8 +66,7 @@ def assert_parity_across_one_step(generator, trainer, tolerance: float = TOLERAN
     assert max_diff(v0, trainer.sequence_logprobs.call_one(sequences).get()) < tolerance
 
     # One optimizer step -> v1 pushed -> generator loads v1: parity again, and v1 != v0.
-    metrics = trainer.train_step.call_one(toy_episodes(generator)).get()
-    assert metrics["version"] == 1
+    assert trainer.train_step.call_one(toy_episodes(generator)).get().version == 1
     assert trainer.push_weights.call_one().get().version == 1
     assert generator.load_version.call_one(1).get().version == 1
     assert generator.get_version.call_one().get() == 1

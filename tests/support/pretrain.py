@@ -16,7 +16,7 @@ import torch
 from transformers import AutoTokenizer
 
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.losses.grpo import token_logprobs
 from forge_async.models.hf_checkpoint import Checkpoint, save_checkpoint
 from forge_async.models.titan import build_titan_model, state_dict_adapter

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from forge_async.tasks.config import TaskConfig
-from forge_async.tasks.registry import build_task
+from forge_async.envs.registry import build_task
 from forge_async.tasks.task import Task
 from tests.support.digits import ROOM, TOKENIZER
 

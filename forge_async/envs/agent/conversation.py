@@ -31,7 +31,7 @@ class UnreadableRequest(ValueError):
 
 
 class Conversation:
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.messages: list[dict] | None = None  # as compared: normalised, None before the first request
         self.tools: list | None = None
@@ -42,23 +42,26 @@ class Conversation:
         if self.messages is None:
             ids = self._encode(self._render(messages, tools, generation_prompt=True))
         else:
-            ids = self._encode(self._suffix(messages, tools))
+            ids = self._encode(self._suffix(self.messages, messages, tools))
         self.messages, self.tools = [_comparable(m) for m in messages], tools
         return ids
 
     def record_reply(self, message: dict) -> None:
         """The assistant message the endpoint returned: the next request must repeat it."""
+        if self.messages is None:
+            raise RuntimeError("a reply recorded before the session's first request")
         self.messages.append(_comparable(message))
 
-    def _suffix(self, messages: list[dict], tools: list | None) -> str:
-        known = len(self.messages)
+    def _suffix(self, so_far: list[dict], messages: list[dict], tools: list | None) -> str:
+        """The text `messages` add to the conversation `so_far` (as compared: normalised)."""
+        known = len(so_far)
         if tools != self.tools:
             raise HistoryEdited("agent_history_edit", "the request's tools differ from the session's earlier ones")
         if len(messages) <= known:
             raise HistoryEdited(
                 "agent_history_edit", f"the request has {len(messages)} messages; the session already has {known}"
             )
-        edited = next((i for i in range(known) if _comparable(messages[i]) != self.messages[i]), None)
+        edited = next((i for i in range(known) if _comparable(messages[i]) != so_far[i]), None)
         if edited is not None:
             raise HistoryEdited(
                 "agent_history_edit", f"message {edited} ({messages[edited].get('role')}) differs from the session's"

@@ -90,9 +90,16 @@ class AgentEnvironment:
             raise EpisodeDropped("agent_error", "the agent returned before asking the model for a turn")
         return event.token_ids
 
+    def _open_session(self) -> AgentSession:
+        """The session `reset` opened."""
+        if self.session is None:
+            raise RuntimeError("the agent's episode has no session: reset() first")
+        return self.session
+
     async def step(self, turn: ModelTurn) -> EnvStep:
+        session = self._open_session()
         try:
-            self.session.answer(turn)
+            session.answer(turn)
         except SessionEnded as err:
             raise EpisodeDropped("agent_error", str(err)) from None
         event = await self._next_event()
@@ -112,19 +119,21 @@ class AgentEnvironment:
 
     async def _run_agent(self, prompt: Prompt) -> None:
         """The agent function, its return value or error put on the session's events."""
+        events = self._open_session().events
         try:
             value = await self.episodes.agent(prompt, self.endpoint.base_url(self.session_id))
         except Exception as err:
-            self.session.events.put_nowait(err)
+            events.put_nowait(err)
         else:
-            self.session.events.put_nowait(Returned(value))
+            events.put_nowait(Returned(value))
 
     async def _next_event(self) -> Asked | Returned:
         """The agent's next request or its return; its failures as EpisodeDropped."""
         remaining = self.deadline - asyncio.get_running_loop().time()
+        events = self._open_session().events
         try:
             async with asyncio.timeout(max(remaining, 0.0)):
-                event = await self.session.events.get()
+                event = await events.get()
         except TimeoutError:
             timeout = self.episodes.config.episode_timeout_s
             raise EpisodeDropped("agent_timeout", f"the agent ran past env.agent.episode_timeout_s={timeout}") from None

@@ -41,7 +41,7 @@ def check_openenv(config: OpenEnvConfig) -> None:
         wait_for_server(config.url, config.startup_timeout_s)
         action_form(config.url, config, None, config.startup_timeout_s)
         return
-    module = config.app.split(":")[0]
+    module = config.served_app.split(":")[0]
     try:
         found = importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
@@ -68,7 +68,7 @@ async def openenv_environments(
         yield await ready_sessions(sessions_at, tokenizer, context)
         return
     log_path = Path(log_dir or tempfile.mkdtemp(prefix="openenv-")) / "openenv_server.log"
-    server = ServerProcess(openenv.app, openenv.workers, sessions, log_path)
+    server = ServerProcess(openenv.served_app, openenv.workers, sessions, log_path)
     try:
         server.start()
         await asyncio.to_thread(server.wait_until_up, openenv.startup_timeout_s)
@@ -79,7 +79,7 @@ async def openenv_environments(
         )
         limit = await session_limit(openenv, server.url, sessions, processes=openenv.workers)
         served = OpenEnvSessions(
-            server.url, openenv, eos_token_id, config.timeout_s, server.process.pid, limit, seats=len(config.seats)
+            server.url, openenv, eos_token_id, config.timeout_s, server.started.pid, limit, seats=len(config.seats)
         )
         yield await ready_sessions(served, tokenizer, context)
     finally:

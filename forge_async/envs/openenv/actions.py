@@ -22,6 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from forge_async.config.callables import load_callable
 from forge_async.envs.agent.replies import ToolCallReader
@@ -117,7 +118,7 @@ class FieldAction:
 class ToolCallAction:
     tools: tuple[dict, ...]  # the server's MCP tools, as OpenAI tools
     parser: str  # env.openenv.tool_parser
-    tokenizer: object = field(compare=False)
+    tokenizer: Any = field(compare=False)  # the model's Hugging Face tokenizer
 
     def action(self, turn: ModelTurn) -> dict | NoAction:
         _, calls = self.reader.tool_calls(turn.text, self._request)
@@ -180,6 +181,9 @@ class CustomAction:
 ActionForm = FieldAction | ToolCallAction | CustomAction
 
 
-def opening(actions: ActionForm, text: str) -> Observation:
-    """An episode's first observation, `text`: with an MCP server's tools when its actions are tool calls."""
-    return actions.opening(text) if isinstance(actions, ToolCallAction) else text
+def opening(actions: ActionForm | None, observation: Observation) -> Observation:
+    """An episode's first observation: with an MCP server's tools when its actions are tool calls
+    (and it is text: token ids are the model's input as they are); as it is before they are read."""
+    if isinstance(actions, ToolCallAction) and isinstance(observation, str):
+        return actions.opening(observation)
+    return observation

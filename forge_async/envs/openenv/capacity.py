@@ -140,12 +140,16 @@ class SessionLimit:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_free": None, "_taken_at": {}}
 
-    async def __aenter__(self) -> None:
+    def _semaphore(self) -> asyncio.Semaphore:
         if self._free is None:
             self._free = asyncio.Semaphore(self.sessions)
+        return self._free
+
+    async def __aenter__(self) -> None:
+        free = self._semaphore()
         try:
             async with asyncio.timeout(self.wait_s):
-                await self._free.acquire()
+                await free.acquire()
         except TimeoutError:
             raise EpisodeDropped(
                 "openenv_session_wait",
@@ -153,11 +157,11 @@ class SessionLimit:
                 f"(env.openenv.session_wait_s; the run holds {self.sessions} at once)",
                 started=False,
             ) from None
-        self._taken_at[asyncio.current_task()] = time.perf_counter()
+        self._taken_at[_episode_task()] = time.perf_counter()
 
     async def __aexit__(self, failure: type[BaseException] | None, *_) -> None:
-        self._free.release()
-        taken_at = self._taken_at.pop(asyncio.current_task())
+        self._semaphore().release()
+        taken_at = self._taken_at.pop(_episode_task())
         if failure is None and len(self._held_s) < _MEASURED_EPISODES:  # played episodes only
             self._held_s.append(time.perf_counter() - taken_at)
             if len(self._held_s) == _MEASURED_EPISODES:
@@ -173,3 +177,11 @@ class SessionLimit:
             f"{self.sessions / mean_s:.0f} episodes/s",
             flush=True,
         )
+
+
+def _episode_task() -> asyncio.Task:
+    """The task of the episode holding a session (the runner plays each episode in one)."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("an OpenEnv session is held from an episode's task, not from outside any")
+    return task

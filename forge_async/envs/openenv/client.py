@@ -33,6 +33,7 @@ import re
 import sys
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 from websockets.exceptions import ConnectionClosed
@@ -53,7 +54,7 @@ from forge_async.tasks.task import Prompt
 # rest: seconds of CPU in every process that imports it, each server worker included (the repo's
 # servers import this package first). Marked missing, it is left out: OpenEnv catches the
 # ModuleNotFoundError.
-sys.modules.setdefault("gradio", None)
+sys.modules.setdefault("gradio", None)  # type: ignore[arg-type]  # None: importlib's "missing" mark
 from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 
 # OpenEnv's client raises RuntimeError("Server error: <message> (code: <CODE>)") for an error reply.
@@ -68,6 +69,8 @@ class _SessionClient(GenericEnvClient):
     """OpenEnv's GenericEnvClient, ending a session the way its server expects: a `close` message,
     then the server closes the WebSocket. (The stock client closes its end at once, and the server,
     closing a socket already gone, logs a traceback for every episode.)"""
+
+    _ws: Any  # the base class's WebSocket (openenv is untyped); None once disconnected
 
     async def disconnect(self) -> None:
         if self._ws is None:
@@ -102,6 +105,13 @@ class OpenEnvSessions:
     def __call__(self) -> "OpenEnvEpisode":
         return OpenEnvEpisode(self)
 
+    @property
+    def action_form(self) -> ActionForm:
+        """`actions`, which the run reads from the server before any episode (startup.py)."""
+        if self.actions is None:
+            raise RuntimeError("the server's actions are not read yet: ready_sessions reads them first")
+        return self.actions
+
 
 class OpenEnvEpisode:
     def __init__(self, sessions: OpenEnvSessions):
@@ -128,7 +138,7 @@ class OpenEnvEpisode:
         return opening(self.sessions.actions, self.observation_text(reply.observation) or prompt.text)
 
     async def step(self, turn: ModelTurn) -> EnvStep:
-        action = self.sessions.actions.action(turn)
+        action = self.sessions.action_form.action(turn)
         if isinstance(action, NoAction):  # not an action of the server's: the episode ends (actions.py)
             return EnvStep(done=True, answer=action.answer)
         reply = await self._call("step", action)
@@ -220,7 +230,7 @@ def _named_seat(observation: dict, field: str, seats: int) -> int:
 def _seat_rewards(state: dict, path: str, seats: int) -> dict[int, float]:
     """Each seat's reward, from the mapping at the dotted `path` of the session's state (its keys
     numbers or their text, as JSON gives them), or the episode drops (openenv_error)."""
-    found = state
+    found: Any = state  # any JSON value on the way down
     for part in path.split("."):
         found = found.get(part) if isinstance(found, dict) else None
     try:

@@ -71,8 +71,15 @@ class ServerProcess:
             tail = " | ".join(_log_tail(self.log_path))
             raise ServerNotUp(f"env.openenv.app={self.app}: {err}; its log {self.log_path} ends: {tail}") from None
 
+    @property
+    def started(self) -> subprocess.Popen:
+        """The server's process, once `start` has run."""
+        if self.process is None:
+            raise RuntimeError(f"the OpenEnv server for {self.url} is not started")
+        return self.process
+
     def _exited(self) -> str | None:
-        status = self.process.poll()
+        status = self.started.poll()
         return None if status is None else f"the OpenEnv server for {self.url} exited with status {status}"
 
     def stop(self) -> None:

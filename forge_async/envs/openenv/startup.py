@@ -57,14 +57,16 @@ async def check_opening(sessions: OpenEnvSessions, tokenizer, context: int) -> N
         # start-up) that arrives as the awaited result does, and the run would go on.
         async with asyncio.timeout(sessions.timeout_s):
             opening = await episode.reset(_PROBE)
-            if isinstance(opening, SeatTurn):  # a multi-player game: what its first seat sees
-                opening = opening.observation
+            # a multi-player game: what its first seat sees
+            seen = opening.observation if isinstance(opening, SeatTurn) else opening
     except (TimeoutError, EpisodeDropped, EnvironmentFailed):
         return  # its first episodes show what is wrong, by reason
     finally:
         await episode.close()
+    if seen is None:
+        return  # nothing to see: its first episodes drop, by reason
     try:
-        size = len(opening if not isinstance(opening, str) else prompt_token_ids(tokenizer, opening))
+        size = len(seen if not isinstance(seen, str) else prompt_token_ids(tokenizer, seen))
     except TaskError as err:
         raise ConfigError(f"env.name=openenv: the server's opening observation: {err}") from None
     if size >= context:

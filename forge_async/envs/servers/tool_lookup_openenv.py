@@ -1,4 +1,4 @@
-"""tool_lookup served the OpenEnv way: the native environment (tasks/tool_lookup.py) behind
+"""tool_lookup served the OpenEnv way: the native environment (envs/games/tool_lookup.py) behind
 OpenEnv's server, so its episodes are the native ones, played over a WebSocket.
 
     uvicorn forge_async.envs.servers.tool_lookup_openenv:app --host 127.0.0.1 --port 8000
@@ -20,7 +20,7 @@ from openenv.core.env_server.types import Action, Observation, State
 
 from forge_async.envs.environment import ModelTurn
 from forge_async.tasks.task import Prompt
-from forge_async.tasks.tool_lookup import ToolLookupEnv
+from forge_async.envs.games.tool_lookup import ToolLookupEnv
 
 
 class TurnAction(Action):

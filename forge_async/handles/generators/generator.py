@@ -55,7 +55,7 @@ class GeneratorHandle(RoleHandle):
 
     def node(self) -> int:
         """The node it is placed on."""
-        return self.spawner.config.placement.generator_host(self.proc_index)
+        return self.spawner.plan.placement.generator_host(self.proc_index)
 
     # Calls (one whose proc dies is made again on the respawned generator)
 

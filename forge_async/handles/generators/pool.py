@@ -3,7 +3,7 @@
 The controller's one view of them: the rollout workers route calls over `live` ones
 (`by_finish_time`, `stand_in`), weight delivery asks each by index (`version`,
 `hold_weights`, `load_version`), a node that comes back has its generators spawned
-again (`take_back`), and the run's figures read their paces and restarts.
+again (`take_back`), and the run's figures read their paces, restarts and engine-batch occupancy.
 """
 
 import asyncio
@@ -12,16 +12,20 @@ from collections.abc import Awaitable, Callable
 
 from forge_async.data.episode import Completion
 from forge_async.generation.config import SamplingConfig
+from forge_async.generation.occupancy import Occupancy
+from forge_async.generation.stats import GeneratorStats
 from forge_async.handles.generators.failures import GeneratorLost
 from forge_async.handles.generators.generator import GeneratorHandle
 from forge_async.handles.generators.lives import GeneratorLives
 from forge_async.handles.generators.pace import by_finish_time
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
-from forge_async.mesh.supervision import T
+from forge_async.mesh.supervision import T, within
+from forge_async.observability.run_summary import TakenBack
 from forge_async.weights.outcomes import Loaded, ReceiverLost
 
 _POLL_S = 0.002  # how often `until_all_hold` asks the generators their version
+OCCUPANCY_WAIT_S = 2.0  # the longest `occupancy_totals` waits for a generator's answer
 
 
 class GeneratorPool:
@@ -30,7 +34,7 @@ class GeneratorPool:
         self.count = count
         self.lives = GeneratorLives(count, max_restarts)
         self._generators = [GeneratorHandle(spawner, procs_file, i, self.lives, first + i) for i in range(count)]
-        self.taken_back: list[dict] = []  # generators spawned again on a node that came back
+        self.taken_back: list[TakenBack] = []  # generators spawned again on a node that came back
 
     def __getitem__(self, index: int) -> GeneratorHandle:
         return self._generators[index]
@@ -102,7 +106,7 @@ class GeneratorPool:
         await generator.replaced()
         self.lives.taken_back(index)
         proc = generator.located()
-        self.taken_back.append({"generator": index, "proc": proc, "samples_before": generator.pace.returned})
+        self.taken_back.append(TakenBack(generator=index, proc=proc, samples_before=generator.pace.returned))
 
     # Asked by index (weight delivery, checkpoints)
 
@@ -140,8 +144,17 @@ class GeneratorPool:
 
     # Each one's state (None from one lost, failed or hung)
 
-    async def stats(self) -> list[dict | None]:
+    async def stats(self) -> list[GeneratorStats | None]:
         return [await g.answer(lambda actor: actor.stats.call_one()) for g in self._generators]
+
+    async def occupancy_totals(self) -> dict[int, Occupancy | None]:
+        """Each live generator's engine-batch occupancy so far (generation/occupancy.py), read once
+        a training step. None from one that has no actor yet, or does not answer within
+        OCCUPANCY_WAIT_S (busy in a long engine step or a weight swap, or failed): a figure, left
+        out of this read only, and no failure of its own (the calls that matter meet it)."""
+        live = self.live()
+        answers = await asyncio.gather(*(_occupancy_totals(self._generators[index].actor) for index in live))
+        return dict(zip(live, answers))
 
     async def rng_states(self) -> list:
         return [await g.answer(lambda actor: actor.rng_state.call_one()) for g in self._generators]
@@ -149,7 +162,7 @@ class GeneratorPool:
     async def trace_spans(self) -> dict[str, Awaitable]:
         """Each generator's pending spans call, by track (the caller bounds the wait)."""
         answering = [self._generators[i] for i in self.live() if not self._generators[i].unanswering]
-        return {f"generator {g.index}": g.actor.trace_spans.call_one() for g in answering}
+        return {f"generator {g.proc_index}": g.actor.trace_spans.call_one() for g in answering}
 
     # The run's figures
 
@@ -185,3 +198,13 @@ class GeneratorPool:
     def busy_s(self) -> float:
         """Seconds the generators spent with a generate call in flight, summed over them."""
         return sum(g.pace.busy.busy_s for g in self._generators)
+
+
+async def _occupancy_totals(actor) -> Occupancy | None:
+    """A generator actor's occupancy totals, or None if it has no actor or does not answer in time."""
+    if actor is None:
+        return None
+    try:
+        return await within(actor.occupancy_totals.call_one(), OCCUPANCY_WAIT_S)
+    except Exception:  # a figure: the next read covers what this one missed
+        return None

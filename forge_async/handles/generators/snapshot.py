@@ -21,7 +21,7 @@ run that made them), and follows the schedule from there.
 
 They are not the trained policy's generators: the rollout workers, admission control, weight
 delivery's versions and evaluations never see them. Only snapshot seats' turns go to them
-(`turn`, sent together as the rollouts' turns are: rollout/turn_batcher.py); nothing they sample
+(`turn`, sent together as the rollouts' turns are: envs/turn_batcher.py); nothing they sample
 is trained on, so the staleness check (max_policy_age) never meets their tokens.
 """
 
@@ -34,7 +34,8 @@ from forge_async.handles.generators.failures import GeneratorLost
 from forge_async.handles.generators.pool import GeneratorPool
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
-from forge_async.rollout.turn_batcher import TurnBatcher
+from forge_async.mesh.run_plan import SnapshotSpec
+from forge_async.envs.turn_batcher import TurnBatcher
 from forge_async.weights.lagged import LaggedFollower
 from forge_async.weights.outcomes import Loaded
 from forge_async.weights.shared_memory import SharedMemoryChannel
@@ -53,14 +54,13 @@ class Snapshot(LaggedFollower):
         self._turns = TurnBatcher(pool.generate_soonest, turn_batch_wait_s)
 
     @classmethod
-    def of_run(cls, config, spawner: RoleSpawner, procs_file: ProcsFile) -> "Snapshot | None":
-        """The run's snapshot, if env.seats or eval.seats has a `snapshot` seat (config: GRPOConfig's)."""
-        if not getattr(config, "snapshot_generators", 0):  # SFT's config has no seats
+    def of_run(cls, spec: SnapshotSpec | None, spawner: RoleSpawner, procs_file: ProcsFile) -> "Snapshot | None":
+        """The run's snapshot, if its plan has one (a `snapshot` seat in env.seats or eval.seats)."""
+        if spec is None:
             return None
-        env = config.env
-        c = env.snapshot
-        pool = GeneratorPool(spawner, procs_file, c.generators, config.generator.max_restarts, config.generator.count)
-        return cls(pool, c.lag, c.refresh_steps, config.weights.channel_dir, env.turn_batch_wait_s)
+        plan = spawner.plan
+        pool = GeneratorPool(spawner, procs_file, spec.generators, plan.generator.max_restarts, spec.first_generator)
+        return cls(pool, spec.lag, spec.refresh_steps, plan.weights.channel_dir, spec.turn_batch_wait_s)
 
     async def start(self) -> list[float]:
         """Its generators spawned, each holding the initial weights; returns their engines' start times."""

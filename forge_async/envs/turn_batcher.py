@@ -17,17 +17,21 @@ engine's own cores.
 """
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import astuple
 from typing import TYPE_CHECKING
 
 from forge_async.generation.config import SamplingConfig
 from forge_async.data.episode import Completion
 from forge_async.envs.runner import EnvRunner
+from forge_async.tasks.task import Prompt
 
 if TYPE_CHECKING:
     from forge_async.envs.seats import SeatRunner
-from forge_async.rollout.types import Generate
-from forge_async.tasks.task import Prompt
+
+# A generator's call: (prompt token ids, sampling, completions per prompt) -> one group of
+# completions per prompt (handles/generators/generator.py: GeneratorHandle.generate)
+Generate = Callable[[list[list[int]], SamplingConfig, int], Awaitable[list[list[Completion]]]]
 
 
 class TurnBatcher:
