@@ -11,7 +11,9 @@ What each block gets (`check`):
     the config such a run saved.
   - any other module or script (a benchmark, a tool): it exists, and defines every flag given.
   - `python -c` and a here-document: run in this process.
-  - anything else (git, export, srun, torchrun): the block needs a `not run` marker.
+  - `export VAR=...`: the environment of the commands after it.
+  - anything else (git, pip, srun, torchrun): the block needs a `not run` marker.
+  Every command names the venv's interpreter, `.venv/bin/python`, never a bare `python`.
 - yaml: merged into apps.grpo's composed config, then checked as a run's config is.
 - json: parsed (a fragment: as an object's members).
 - python: an excerpt (with `...` for what is left out): compiled, its imports run, each `def` and
@@ -43,7 +45,7 @@ from forge_async.cli.subprocess_run import REPO
 from forge_async.config.schema import check_override_shapes, open_mappings
 from forge_async.controller.config import GRPOConfig
 from forge_async.controller.resume import resumed_config
-from tests.support.doc_blocks import PAGES, Block, every_block
+from tests.support.doc_blocks import PAGES, Block, assert_console_as_documented, console_blocks, every_block
 
 pytestmark = pytest.mark.unit
 
@@ -325,6 +327,21 @@ def test_every_command_in_the_docs_names_the_venvs_interpreter():
             if BARE_PYTHON.search(line):
                 bare.append(f"{page.relative_to(REPO)}:{number}: {line.strip()[:100]}")
     assert bare == [], "\n".join(bare)
+
+
+def test_a_documented_console_fails_on_a_line_the_run_does_not_print_and_on_another_order():
+    """docs/quickstart.md's console against outputs that differ from it: a start-up line that names a
+    mesh the run no longer spawns, and the evaluation of version 0 printed after step 1."""
+    (block,) = [block for block in console_blocks("grpo") if block.page.name == "quickstart.md"]
+    assert_console_as_documented(block.text, "grpo")  # the documented lines, as printed
+    without_buffer = block.text.replace(", replay buffer ...", " ...")
+    with pytest.raises(AssertionError, match="spawning trainer x1, generators x1, replay buffer"):
+        assert_console_as_documented(without_buffer, "grpo")
+    lines = block.text.splitlines()
+    first_eval = next(i for i, line in enumerate(lines) if line.startswith("eval v0"))
+    lines.insert(first_eval + 1, lines.pop(first_eval))  # after step 1
+    with pytest.raises(AssertionError, match="step    2/400"):
+        assert_console_as_documented("\n".join(lines), "grpo")
 
 
 def test_the_walk_sees_every_page_and_every_kind_of_block():

@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from forge_async.observability.plot import PANELS, PlotError, draw_plots, panels_for, series
+from forge_async.observability.plot import PANELS, PlotError, draw_plots, panels_for, series, target_reward
 
 pytestmark = pytest.mark.unit
 
@@ -124,3 +124,17 @@ def test_cli_errors_name_the_path(tmp_path, case):
     result = run_cli(run_dir)
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and str(named) in result.stderr
+
+
+def test_the_target_line_is_the_run_s_and_a_game_has_none(tmp_path):
+    """A game's rewards have no pass threshold: summary.json says null, and config.yaml's default
+    is not drawn for a run with env.seats (the report prints no target either)."""
+    run_dir = write_run(tmp_path / "run", [row(1)])
+    (run_dir / "config.yaml").write_text("target_reward: 0.8\n")
+    assert target_reward(run_dir) == 0.8
+    (run_dir / "config.yaml").write_text("target_reward: 0.8\nenv:\n  seats: [policy, snapshot]\n")
+    assert target_reward(run_dir) is None
+    (run_dir / "summary.json").write_text('{"target_reward": 0.9}')
+    assert target_reward(run_dir) == 0.9
+    (run_dir / "summary.json").write_text('{"target_reward": null}')
+    assert target_reward(run_dir) is None

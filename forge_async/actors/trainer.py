@@ -40,7 +40,13 @@ class Trainer(ProcActor):
 
         self.spec = spec
         self.publisher = WeightPublisher(weights)
-        self.learner: Learner | None = None  # built by `setup`, once torch.distributed is up
+        self._learner: Learner | None = None  # built by `setup`, once torch.distributed is up
+
+    @property
+    def learner(self) -> "Learner":
+        if self._learner is None:
+            raise RuntimeError("the trainer's learner is asked for before its setup")
+        return self._learner
 
     @endpoint
     async def setup(self) -> None:
@@ -52,7 +58,7 @@ class Trainer(ProcActor):
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         pin_collectives_to_node_address()
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
-        self.learner = Learner(self.spec)
+        self._learner = Learner(self.spec)
 
     @endpoint
     async def train_step(self, episodes: list[Episode]) -> TrainedStep:

@@ -77,7 +77,11 @@ def _numeric(value: typing.Any) -> bool:
 
 
 def _field_default(field: dataclasses.Field) -> typing.Any:
-    return field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    raise TypeError(f"{field.name}: a config key without a default")
 
 
 def accepts_text(key: Key) -> str:

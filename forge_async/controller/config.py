@@ -9,7 +9,7 @@ key; GRPOConfig's also checks what spans sections.
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 from pathlib import Path
 
 from forge_async.checkpoint.config import CheckpointConfig
@@ -47,6 +47,16 @@ from forge_async.scoring.config import (
 )
 from forge_async.tasks.config import MULTI_TURN_TASKS, TaskConfig
 from forge_async.weights.config import WeightsConfig
+
+
+@runtime_checkable
+class AppKeys(Protocol):
+    """The keys every app's config adds to RunConfig's sections, each with the app's own default
+    (GRPOConfig below; apps/sft/config.py's SFTConfig): a run's config is always an app's."""
+
+    steps: int
+    prompts_per_step: int
+    loss: LossConfig
 
 
 @dataclass
@@ -100,6 +110,8 @@ class RunConfig:
         """What the run brings up and what each role is built from (mesh/run_plan.py): a trainer with
         the run's loss and generators; GRPO adds its own roles. Built once the config is final (the
         weights' channel resolved)."""
+        if not isinstance(self, AppKeys):
+            raise TypeError(f"{type(self).__name__} is no app's config: it has no steps, prompts_per_step or loss")
         return RunPlan(
             placement=self.placement,
             trainer=self.trainer,

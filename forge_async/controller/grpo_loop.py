@@ -44,6 +44,7 @@ from forge_async.controller.rival_loop import RivalLoop
 from forge_async.data.buffer import BufferStats
 from forge_async.data.episode import Episode
 from forge_async.evaluation.schedule import EvaluationSchedule
+from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.returning_nodes import taking_back_nodes
 from forge_async.handles.run import RunHandles
 from forge_async.handles.trainer import StepResult
@@ -99,6 +100,13 @@ class GRPOLoop(TrainingLoop):
         self._occupancy = OccupancyWindow()
         self.rival = rival
 
+    @property
+    def replay_buffer(self) -> BufferHandle:
+        """The run's replay buffer (a GRPO run's plan always has one; only SFT runs go without)."""
+        if self.handles.buffer is None:
+            raise RuntimeError("a GRPO run's handles have no replay buffer")
+        return self.handles.buffer
+
     async def _steps(self) -> None:
         """The steps, asynchronous or synchronous; a lost generator node that comes back
         meanwhile is taken back (handles/returning_nodes.py)."""
@@ -127,7 +135,7 @@ class GRPOLoop(TrainingLoop):
                         batch, buffer = await self._next_batch(workers)
                     self.record.trainer_idle_s += time.perf_counter() - waited_from
                     await self._train(batch, buffer)
-                if self._due_for_evaluation():
+                if self.evaluations is not None and self._due_for_evaluation():
                     self.evaluations.start_beside()
                 if self._due_for_checkpoint():
                     await self._checkpoint()
@@ -165,7 +173,7 @@ class GRPOLoop(TrainingLoop):
             self.rollouts.for_worker(),
             shape,
             group,
-            self.handles.buffer,
+            self.replay_buffer,
             self.admission,
             stop,
             lane=f"rollout worker {index}",
@@ -176,7 +184,7 @@ class GRPOLoop(TrainingLoop):
         buffer for the rollout workers' next add (rather than polling), so the batch leaves the
         moment it is complete; between calls, the workers and weight receivers are checked."""
         while True:
-            batch, buffer = await self.handles.buffer.sample(
+            batch, buffer = await self.replay_buffer.sample(
                 self.config.batch_size, trainer_version=self.record.version, wait_s=_WORKER_CHECK_S
             )
             if batch is not None:
@@ -203,7 +211,7 @@ class GRPOLoop(TrainingLoop):
                     await self.rival.learn_in_step()
                 with TRACER.span(WAIT_FOR_WEIGHTS, LANE):
                     await self.delivery.wait_until_loaded(self.record.version)
-            if self._due_for_evaluation():
+            if self.evaluations is not None and self._due_for_evaluation():
                 await self.evaluations.evaluate()
             if self._due_for_checkpoint():
                 await self._checkpoint()
@@ -235,9 +243,9 @@ class GRPOLoop(TrainingLoop):
             self._produce_on(i, min(per_call, prompts - start)) for i, start in enumerate(range(0, prompts, per_call))
         ]
         for episodes, dropped in await asyncio.gather(*calls):
-            await self.handles.buffer.add(episodes, dropped=dropped)
-        held = (await self.handles.buffer.stats()).size
-        return await self.handles.buffer.sample(max(self.config.batch_size, held), trainer_version=self.record.version)
+            await self.replay_buffer.add(episodes, dropped=dropped)
+        held = (await self.replay_buffer.stats()).size
+        return await self.replay_buffer.sample(max(self.config.batch_size, held), trainer_version=self.record.version)
 
     async def _produce_on(self, call: int, prompts: int):
         """Sync mode's call `call`, on generator call % count, or on a stand-in once that one is lost."""
@@ -305,7 +313,7 @@ class GRPOLoop(TrainingLoop):
 
     async def _load_state(self, state: dict) -> None:
         self.rollouts.load_state_dict(state["rollouts"])
-        buffer = await self.handles.buffer.stats()
+        buffer = await self.replay_buffer.stats()
         self._dropped_seen = buffer.dropped_total
         self.admission.restore(self.record.version, queued=buffer.size)
 

@@ -57,7 +57,7 @@ async def train(config: GRPOConfig, run_dir: Path, procs: RunProcs) -> dict:
         TRACER.add(TOKENIZER_AND_TASK, tokenizer_since, time.time_ns(), START_UP_LANE)
         print(f"{since_launch()} model {checkpoint.path} | task {task.name} | mode {config.mode}", flush=True)
         async with run_meshes(procs, checkpoint, pad_id, run_dir) as handles:
-            rival = None if handles.rival is None else RivalLoop(handles.rival, handles.plan.rival)
+            rival = None if handles.rival is None else RivalLoop(handles.rival, handles.rival.spec)
             env_runner = await start_environments(config, handles, task, tokenizer, context, rival)
             return await train_on(config, run_dir, handles, task, env_runner, eval_prompts, rival)
 
@@ -100,11 +100,14 @@ async def train_on(
     record = RunRecord()
     evaluations = None
     if config.eval.enabled:
-        eval_runner = (
-            SeatRunner(env_runner.runner, config.eval.seats, handles.snapshot) if config.eval.seats else env_runner
-        )
         evaluator = build_evaluator(
-            config.eval, eval_prompts, config.scorers, config.scoring, task, config.sampling, eval_runner
+            config.eval,
+            eval_prompts,
+            config.scorers,
+            config.scoring,
+            task,
+            config.sampling,
+            eval_runner(config, env_runner, handles),
         )
         evaluations = EvaluationSchedule(
             evaluator, config.eval.every_steps, handles.generators, delivery, record, metrics
@@ -126,6 +129,18 @@ async def train_on(
         )
 
     return await run_to_the_end(loop, resume_from, handles, run_dir, config.trace.enabled, summarise)
+
+
+def eval_runner(
+    config: GRPOConfig, env_runner: EnvRunner | SeatRunner | None, handles: RunHandles
+) -> EnvRunner | SeatRunner | None:
+    """What plays evaluations' episodes: the training episodes' runner, or eval.seats' seats in
+    env.seats' game (its environments)."""
+    if not config.eval.seats:
+        return env_runner
+    if not isinstance(env_runner, SeatRunner):
+        raise RuntimeError(f"eval.seats={list(config.eval.seats)} without env.seats' game to play them in")
+    return SeatRunner(env_runner.runner, config.eval.seats, handles.snapshot)
 
 
 def build_rollouts(

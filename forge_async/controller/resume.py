@@ -46,7 +46,10 @@ def resumed_config(run_dir: Path, overrides: list[str], current: DictConfig) -> 
                 f"value); keys that can: {', '.join(resumable)}"
             )
         changed.append(key)
-    saved = _renamed_keys(OmegaConf.load(saved_file))
+    loaded = OmegaConf.load(saved_file)
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"resume={run_dir}: its {SAVED_CONFIG} is not a mapping of keys; not a forge_async run's")
+    saved = _renamed_keys(loaded)
     for key in changed:
         OmegaConf.update(saved, key, OmegaConf.select(current, key))
     saved.resume = str(run_dir)

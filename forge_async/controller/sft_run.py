@@ -13,7 +13,7 @@ from pathlib import Path
 
 from forge_async.checkpoint.checkpointer import Checkpointer
 from forge_async.checkpoint.directory import CheckpointDirectory, step_of
-from forge_async.controller.config import RunConfig
+from forge_async.controller.config import AppKeys, RunConfig
 from forge_async.observability.record import RunRecord
 from forge_async.controller.sft_loop import SFTLoop, SFTMetricsLog
 from forge_async.controller.sft_summary import write_summary
@@ -58,6 +58,8 @@ async def train_on(
     eval_prompts,
 ) -> dict:
     """The loop's collaborators, the loop, then the final policy, the timeline and the summary."""
+    if not isinstance(config, AppKeys):
+        raise TypeError(f"{type(config).__name__} is not an SFT run's config: it has no steps or prompts_per_step")
     resume_from = CheckpointDirectory(run_dir, config.checkpoint.keep).latest_valid() if config.resume else None
     resumed_at = None if resume_from is None else step_of(resume_from)
     sinks = build_sinks(config.logging, run_dir, asdict(config), resumed_at)

@@ -37,7 +37,7 @@ async def spawned_procs(config: RunConfig, run_dir: Path) -> AsyncIterator[RunPr
     start_heap_trimmer()
     TRACER.enabled = config.trace.enabled
     TRACER.add(LAUNCH, process_started_ns(), begun, START_UP_LANE)
-    scratch_dir = claim_scratch(Path(config.weights.channel_dir))
+    scratch_dir = claim_scratch(Path(config.weights.chosen_dir))
     await hosts.start()
     procs = RunProcs(config.plan(), hosts, None if config.verbose else run_dir / "logs")
     procs.spawn_all()

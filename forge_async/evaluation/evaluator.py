@@ -27,6 +27,7 @@ from forge_async.data.episode import Completion, Episode
 from forge_async.tasks.config import TaskConfig
 from forge_async.tasks.task import Prompt, Task
 from forge_async.envs.runner import EnvRunner, EpisodeDropped
+from forge_async.envs.seats import SeatRunner
 from forge_async.envs.turn_batcher import Generate, TurnBatcher
 from forge_async.evaluation.config import EvalConfig
 from forge_async.observability.metrics import EVAL_DROPPED
@@ -41,9 +42,10 @@ class Evaluator:
         prompts: list[Prompt],
         scoring: ScoringTier,
         sampling: SamplingConfig,
-        runner: EnvRunner | None = None,
+        runner: EnvRunner | SeatRunner | None = None,
     ):
-        """`runner`: plays multi-turn episodes; None: one generate call per evaluation."""
+        """`runner`: plays multi-turn episodes (with seats: `SeatRunner`); None: one generate call
+        per evaluation."""
         self.config = config
         self.prompts = prompts
         self.scoring = scoring
@@ -164,7 +166,7 @@ def build_evaluator(
     scoring: ScoringConfig,
     task: Task,
     sampling: SamplingConfig,
-    runner: EnvRunner | None,
+    runner: EnvRunner | SeatRunner | None,
 ) -> Evaluator:
     """An evaluator scoring with the run's reward scorers only (no model scorer: no advantages)."""
     rewards = [s for s in scorers if s.kind == "reward"]

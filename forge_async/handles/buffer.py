@@ -8,6 +8,8 @@ and the run's accounting still adds up.
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from monarch.actor import ProcMesh
+
 from forge_async.data.buffer import BufferStats, DropCounts, check_added
 from forge_async.data.episode import Episode
 from forge_async.handles.handle import RoleHandle
@@ -16,6 +18,7 @@ from forge_async.mesh.supervision import stop_quietly
 from forge_async.mesh.roles import REPLAY_BUFFER
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.reply_port import ReplyPort
+from forge_async.observability.spans import Span
 
 
 @dataclass
@@ -59,14 +62,12 @@ class BufferLedger:
 
 
 class BufferHandle(RoleHandle):
-    actor: Any  # the ReplayBuffer mesh, once started
-
     def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
         super().__init__(spawner, procs_file, REPLAY_BUFFER)
         self._ledger = BufferLedger()
         self._replies = ReplyPort()  # add and sample, every step: answered on one port
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         return await self.spawner.replay_buffer()
 
     async def add(self, episodes: list[Episode], *, dropped: DropCounts | None = None) -> None:
@@ -109,10 +110,10 @@ class BufferHandle(RoleHandle):
         await self._call(lambda: self.actor.load_state_dict.call_one(state))
         self._ledger = BufferLedger.of_state(state)
 
-    async def trace_spans(self) -> list:
+    async def trace_spans(self) -> list[Span]:
         return await self.actor.trace_spans.call_one()
 
-    async def _failed(self, err: Exception, called) -> None:
+    async def _failed(self, err: Exception, called: Any) -> None:
         async with self._respawning:  # once per failure, however many callers saw it
             if self.actor is called:
                 await self._replace()

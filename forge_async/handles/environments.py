@@ -5,13 +5,17 @@ here spawn and stop them.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from monarch.actor import ProcMesh
 
 from forge_async.envs.remote import RemoteEnvironments
 from forge_async.handles.handle import RoleHandle
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.mesh import roles
 from forge_async.handles.spawner import RoleSpawner
+from forge_async.observability.spans import Span
 
 
 class EnvironmentHost(RoleHandle):
@@ -22,7 +26,7 @@ class EnvironmentHost(RoleHandle):
         self.index = index
         self.new_environment = new_environment
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         procs, host = self.spawner.environment_host(self.index, self.new_environment)
         await host.prepare.call_one()
         return procs, host
@@ -44,7 +48,7 @@ class EnvironmentHosts:
             self._hosts.append(host)
         return RemoteEnvironments([(host.actor, host.located()) for host in self._hosts])
 
-    async def trace_spans(self) -> dict[str, object]:
+    async def trace_spans(self) -> dict[str, Awaitable[list[Span]]]:
         """Each host's pending spans call, by track (the caller bounds the wait)."""
         return {f"environment {h.index}": h.actor.trace_spans.call_one() for h in self._hosts}
 

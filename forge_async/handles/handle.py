@@ -9,6 +9,9 @@ that ends the run, naming the proc; `stop` stops its procs while their node answ
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+from monarch.actor import ProcMesh
 
 from forge_async.handles.procs_file import ProcsFile, Where, located
 from forge_async.handles.spawner import RoleSpawner
@@ -23,16 +26,28 @@ class RoleHandle:
         self.spawner = spawner
         self.procs_file = procs_file
         self.role = role
-        self.procs = None  # until start()
-        self.actor = None
+        self.procs: ProcMesh | None = None  # until start()
+        self._actor: Any = None  # the role's actor mesh (Monarch's endpoints are untyped), from start()
         self._respawning = asyncio.Lock()
+
+    @property
+    def actor(self) -> Any:
+        """The role's actor mesh, as its last `start` spawned it."""
+        if self._actor is None:
+            raise RuntimeError(f"the {self.role} actor is asked for before its start")
+        return self._actor
+
+    @property
+    def started(self) -> bool:
+        """Whether `start` has spawned its actor (a respawn keeps the last one until it succeeds)."""
+        return self._actor is not None
 
     async def start(self) -> None:
         with TRACER.span(ROLE_START, lane=str(self.role)):
-            self.procs, self.actor = await self._spawn()
+            self.procs, self._actor = await self._spawn()
         self.procs_file.record(self.role, await self._where())
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         """(procs, actor) of the role, ready for calls."""
         raise NotImplementedError
 
@@ -42,7 +57,7 @@ class RoleHandle:
 
     def located(self) -> str:
         """The role's proc, as error messages name it."""
-        return located(self.procs_file.where[str(self.role)])
+        return located(self.procs_file.one(self.role))
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` (which reaches `self.actor` anew each time it is made); if the actor's proc dies,
@@ -56,11 +71,11 @@ class RoleHandle:
 
         return await supervised(call, failed)
 
-    async def _failed(self, err: Exception, called) -> None:
+    async def _failed(self, err: Exception, called: Any) -> None:
         """The role's failure policy: raise the error that ends the run, or return once the role is back."""
         raise NotImplementedError
 
-    async def _respawn_once(self, called, respawn: Callable[[], Awaitable[None]]) -> None:
+    async def _respawn_once(self, called: Any, respawn: Callable[[], Awaitable[None]]) -> None:
         """`respawn()` once per failure of the actor `called`, however many calls saw it fail."""
         async with self._respawning:
             if self.actor is called:

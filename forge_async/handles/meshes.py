@@ -200,7 +200,7 @@ async def spawn_logprob_model(
 
 async def spawn_weight_relay(
     channel_dir: str, host: HostMesh, node: int, log_dir: Path | None = None, procs: ProcMesh | None = None
-):
+) -> tuple[ProcMesh, Any]:
     """A WeightRelay on `host` (node `node`): the sender or torchstore -> that host's shared-memory channel at `channel_dir`."""
     if procs is None:
         procs = spawn_procs(host, 1, f"weight_relay{node}", log_dir)
@@ -209,7 +209,7 @@ async def spawn_weight_relay(
 
 async def spawn_weight_sender(
     channel_dir: str, timeout_s: float, host: HostMesh, log_dir: Path | None = None, procs: ProcMesh | None = None
-):
+) -> tuple[ProcMesh, Any]:
     """A WeightSender on `host` (the trainer's): its shared-memory channel at `channel_dir` -> the relays."""
     if procs is None:
         procs = spawn_procs(host, 1, "weight_sender", log_dir)
@@ -222,7 +222,7 @@ def spawn_environment_host(
     host: HostMesh | None = None,
     log_dir: Path | None = None,
     procs: ProcMesh | None = None,
-):
+) -> tuple[ProcMesh, Any]:
     """An EnvironmentHost on one proc, making environments with `new_environment()`."""
     if procs is None:
         procs = spawn_procs(host, 1, name, log_dir)

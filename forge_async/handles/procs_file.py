@@ -23,12 +23,25 @@ class ProcsFile:
     def __init__(self, run_dir: Path, hosts: Hosts):
         self.path = run_dir / "procs.json"
         self.hosts = hosts
-        self.where: dict[str, Where | list[Where]] = {"controller": here()}
+        self.controller = here()
+        self.where: dict[str, Where | list[Where]] = {"controller": self.controller}
 
     def record(self, role: Role, where: Where | list[Where]) -> None:
         """`role` runs at `where` (one entry per proc for a mesh of several)."""
         self.where[str(role)] = where
         replace_text(self.path, json.dumps(self.where, indent=2, default=asdict))
+
+    def one(self, role: Role) -> Where:
+        """Where `role`'s one proc runs."""
+        where = self.where[str(role)]
+        if isinstance(where, list):
+            raise TypeError(f"{role} runs on {len(where)} procs, not one: ask for each of them")
+        return where
+
+    def each(self, role: Role) -> list[Where]:
+        """Where each of `role`'s procs runs, by rank (one entry for a role of one proc)."""
+        where = self.where[str(role)]
+        return where if isinstance(where, list) else [where]
 
     def reachable(self, role: Role) -> bool:
         """Whether every node `role` runs on still answers (a dead node's procs died with it)."""

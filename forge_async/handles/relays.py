@@ -15,8 +15,9 @@ again with a fresh pair).
 
 import asyncio
 import re
+from typing import Any
 
-from monarch.actor import Channel
+from monarch.actor import Channel, ProcMesh
 
 from forge_async.handles.generators import GeneratorFailed
 from forge_async.handles.handle import RoleHandle
@@ -32,7 +33,7 @@ class _ServingGenerators(RoleHandle):
     """The weight sender or a weight relay: if its proc dies, the generators it serves would
     never get another version (GeneratorFailed)."""
 
-    async def _failed(self, err: Exception, called) -> None:
+    async def _failed(self, err: Exception, called: Any) -> None:
         raise GeneratorFailed(
             f"the {self.role.kind.value.replace('_', ' ')} ({self.located()}) failed: {err}"
         ) from None
@@ -42,13 +43,13 @@ class WeightSender(_ServingGenerators):
     def __init__(self, spawner: RoleSpawner, procs_file: ProcsFile):
         super().__init__(spawner, procs_file, roles.WEIGHT_SENDER)
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         return await self.spawner.weight_sender()
 
-    async def rendezvous(self):
+    async def rendezvous(self) -> Any:
         return await self.actor.rendezvous.call_one()
 
-    async def open_pair(self, node: int, attempt: int, reports) -> LinkFailed | None:
+    async def open_pair(self, node: int, attempt: int, reports: Any) -> LinkFailed | None:
         return await self._call(lambda: self.actor.open_pair.call_one(node, attempt, reports))
 
     async def reported(self, report: asyncio.Future) -> Sent | LinkFailed:
@@ -62,10 +63,10 @@ class WeightRelay(_ServingGenerators):
         self.node = node
         self._replies = ReplyPort()  # torchstore, a call a version: answered on one port (mesh/reply_port.py)
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         return await self.spawner.weight_relay(self.node)
 
-    async def join(self, point, timeout_s: float) -> None:
+    async def join(self, point: Any, timeout_s: float) -> None:
         await self.actor.join.call_one(point, timeout_s)
 
     async def load_version(self, version: int) -> LoadOutcome:
@@ -93,18 +94,25 @@ class WeightRelays:
         self.gloo = bool(nodes) and spawner.plan.weights.cross_host == "gloo"
         self._relays = [WeightRelay(spawner, procs_file, node) for node in nodes]
         self._sender = WeightSender(spawner, procs_file) if self.gloo else None
-        self._point = None  # the sender's rendezvous, where relays join
+        self._point: Any = None  # the sender's rendezvous, where relays join
         self._attempts = [0] * len(nodes)  # pairs opened for relay j
         self._paired = [False] * len(nodes)
-        self._reports = None  # gloo: the port the sender reports each version's arrival to
+        self._reports: Any = None  # gloo: the port the sender reports each version's arrival to
         self._reader: asyncio.Task | None = None
         self._arrived: list[Sent | LinkFailed | None] = [None] * len(nodes)  # the newest report of relay j's pair
         self._waiting: list[tuple[int, asyncio.Future] | None] = [None] * len(nodes)  # (version, its future)
 
+    @property
+    def sender(self) -> WeightSender:
+        """The weight sender (weights.cross_host=gloo)."""
+        if self._sender is None:
+            raise RuntimeError("the weight sender is asked for, but weights do not cross hosts over gloo here")
+        return self._sender
+
     async def start(self) -> None:
         if self.gloo:
-            await self._sender.start()
-            self._point = await self._sender.rendezvous()
+            await self.sender.start()
+            self._point = await self.sender.rendezvous()
             self._reports, receiver = Channel.open()
             self._reader = asyncio.create_task(self._read_reports(receiver))
         await asyncio.gather(*(self.spawn(j) for j in range(len(self.nodes))))
@@ -152,7 +160,7 @@ class WeightRelays:
         future = asyncio.get_running_loop().create_future()
         self._waiting[index] = (version, future)
         try:
-            return await self._sender.reported(future)
+            return await self.sender.reported(future)
         finally:
             self._waiting[index] = None
 
@@ -173,7 +181,7 @@ class WeightRelays:
         self._arrived[index] = None
         node, attempt = self.nodes[index], self._attempts[index]
         opened = await asyncio.gather(
-            self._sender.open_pair(node, attempt, self._reports),
+            self.sender.open_pair(node, attempt, self._reports),
             self._relays[index].open_pair(attempt),
         )
         failures = [o for o in opened if o is not None]

@@ -44,7 +44,8 @@ class ReturningNodes:
 
     def _receivers(self, node: int) -> set[int]:
         """The receivers serving node `node`: its weight relay, or (torchstore transport) its generators."""
-        return {self.delivery.route.receiver_of[i] for i in self.generators.on_node(node)} - {None}
+        receiver_of = self.delivery.route.receiver_of
+        return {r for i in self.generators.on_node(node) if (r := receiver_of[i]) is not None}
 
     async def watch(self) -> None:
         """Take back each lost node whose launcher registered a new worker, until cancelled."""

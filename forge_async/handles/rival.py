@@ -66,7 +66,7 @@ class Rival:
         """Its initial model, then its trainer and generators spawned; returns its generators'
         engine start times."""
         spec, plan = self.spec, self._spawner.plan
-        channel = str(Path(plan.weights.channel_dir) / CHANNEL)
+        channel = str(Path(plan.weights.chosen_dir) / CHANNEL)
         spawner = self._spawner.for_rival(await self._initial_model(), channel, spec.rival.lr)
         self._trainer = TrainerHandle(spawner, self._procs_file)
         self._pool = GeneratorPool(

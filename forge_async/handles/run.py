@@ -1,6 +1,7 @@
 """Every role's handle of one run, and what is asked of all of them together."""
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from forge_async.handles.buffer import BufferHandle
@@ -11,10 +12,10 @@ from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.relays import WeightRelays
 from forge_async.handles.rival import Rival
 from forge_async.handles.scorers import ScorerModelHandle
-from forge_async.mesh.supervision import STOP_TIMEOUT_S, within
+from forge_async.mesh.supervision import STOP_TIMEOUT_S, T, within
 from forge_async.handles.trainer import TrainerHandle
 from forge_async.mesh.run_plan import RunPlan
-from forge_async.observability.spans import TRACER
+from forge_async.observability.spans import TRACER, Span
 from forge_async.weights.route import WeightRoute, plan_route
 
 
@@ -37,11 +38,12 @@ class RunHandles:
         """How each published version reaches each of the trained policy's generators."""
         return plan_route(self.plan.weights, self.plan.layout(), self.generators, self.relays)
 
-    async def trace_spans(self) -> dict[str, list]:
+    async def trace_spans(self) -> dict[str, list[Span]]:
         """Every actor's spans since the last call, by track; a proc that cannot answer is left out."""
         tracks = {"controller": TRACER.take()}
-        trainers = {"trainer": self.trainer.trace_spans()}  # each answers a track per rank
-        calls = {}
+        # each answers a track per rank
+        trainers: dict[str, Awaitable[dict[str, list[Span]]]] = {"trainer": self.trainer.trace_spans()}
+        calls: dict[str, Awaitable[list[Span]]] = {}
         if self.buffer is not None:
             calls["replay buffer"] = self.buffer.trace_spans()
         calls.update(await self.generators.trace_spans())
@@ -52,14 +54,11 @@ class RunHandles:
         if self.rival is not None:
             trainers["rival trainer"] = self.rival.trainer.trace_spans()
             calls.update(await self.rival.pool.trace_spans())
-        for track, call in {**trainers, **calls}.items():
-            try:
-                spans = await within(call, STOP_TIMEOUT_S)
-            except Exception:
-                continue
-            if track in trainers:
-                tracks.update(spans)
-            else:
+        for by_rank in trainers.values():
+            if (rank_tracks := await _answered(by_rank)) is not None:
+                tracks.update(rank_tracks)
+        for track, call in calls.items():
+            if (spans := await _answered(call)) is not None:
                 tracks[track] = spans
         return tracks
 
@@ -93,3 +92,11 @@ class RunHandles:
             from forge_async.weights import store  # heavy to import: only where torchstore is used
 
             await store.stop_store()
+
+
+async def _answered(call: Awaitable[T]) -> T | None:
+    """`call`'s answer, or None if it fails or does not come within STOP_TIMEOUT_S."""
+    try:
+        return await within(call, STOP_TIMEOUT_S)
+    except Exception:
+        return None

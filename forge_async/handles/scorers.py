@@ -4,11 +4,16 @@ A scorer whose proc dies ends the run with a ScorerFailed naming it (the trainer
 is fine: the run saves what it learned).
 """
 
+from typing import Any
+
+from monarch.actor import ProcMesh
+
 from forge_async.handles.handle import RoleHandle
 from forge_async.handles.procs_file import ProcsFile
 from forge_async.mesh.supervision import failure_cause
 from forge_async.mesh import roles
 from forge_async.handles.spawner import RoleSpawner
+from forge_async.observability.spans import Span
 from forge_async.scoring.scorer import ScorerFailed
 
 
@@ -20,7 +25,7 @@ class ScorerModelHandle(RoleHandle):
         self.index = index
         self.label = spawner.plan.scorers[index].label
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         return await self.spawner.scorer(self.index)
 
     async def completion_logprobs(
@@ -39,8 +44,8 @@ class ScorerModelHandle(RoleHandle):
         """A teacher that is the policy itself: load the version copied aside; returns the one it holds."""
         return await self._call(lambda: self.actor.use_taken.call_one())
 
-    async def _failed(self, err: Exception, called) -> None:
+    async def _failed(self, err: Exception, called: Any) -> None:
         raise ScorerFailed(f"scorer {self.label!r} ({self.located()}) failed: {failure_cause(err)}") from None
 
-    async def trace_spans(self) -> list:
+    async def trace_spans(self) -> list[Span]:
         return await self.actor.trace_spans.call_one()

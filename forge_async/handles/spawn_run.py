@@ -1,7 +1,7 @@
 """spawn_run: every role of a run brought up on its procs, as the config and placement say."""
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -60,15 +60,17 @@ async def spawn_run(procs: RunProcs, checkpoint: Checkpoint, pad_id: int, run_di
 async def _start(handles: RunHandles) -> list[float]:
     """Every role started at once; returns each generator's engine start time."""
     try:
-        engine_start_s, *_ = await asyncio.gather(
+        engine_start_s, _ = await asyncio.gather(
             handles.generators.start(),
-            handles.trainer.start(),
-            _start_if_any(handles.buffer),
-            handles.relays.start(),
-            _start_in_turn(handles.scorers.values()),
-            _start_store(handles.uses_torchstore),
-            _start_if_any(handles.snapshot),
-            _start_if_any(handles.rival),
+            asyncio.gather(
+                handles.trainer.start(),
+                _start_if_any(handles.buffer),
+                handles.relays.start(),
+                _start_in_turn(handles.scorers.values()),
+                _start_store(handles.uses_torchstore),
+                _start_if_any(handles.snapshot),
+                _start_if_any(handles.rival),
+            ),
         )
     except ActorError as err:
         if isinstance(err.exception, UserError):
@@ -82,7 +84,7 @@ async def _start_if_any(role: BufferHandle | Snapshot | Rival | None) -> None:
         await role.start()
 
 
-async def _start_in_turn(scorers) -> None:
+async def _start_in_turn(scorers: Iterable[ScorerModelHandle]) -> None:
     for scorer in scorers:
         await scorer.start()
 

@@ -7,6 +7,9 @@ bring it back after a failure.
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
+
+from monarch.actor import ProcMesh
 
 from forge_async.errors import UserError
 from forge_async.handles import meshes
@@ -42,7 +45,7 @@ class RoleSpawner:
     def plan(self) -> RunPlan:
         return self.procs.plan
 
-    async def trainer(self):
+    async def trainer(self) -> tuple[ProcMesh, Any]:
         """(procs, Trainer) with torch.distributed up and the initial weights loaded."""
         return await meshes.spawn_trainer(
             self.learner_spec(),
@@ -68,7 +71,7 @@ class RoleSpawner:
             c.sampling.logit_temperature,
         )
 
-    async def generator(self, index: int):
+    async def generator(self, index: int) -> tuple[ProcMesh, Any, float]:
         """(procs, Generator, its engine's start-up in seconds) with the initial weights loaded."""
         c = self.plan
         return await meshes.spawn_generator(
@@ -81,8 +84,10 @@ class RoleSpawner:
             sampling=c.sampling,
         )
 
-    async def replay_buffer(self):
+    async def replay_buffer(self) -> tuple[ProcMesh, Any]:
         b = self.plan.replay_buffer
+        if b is None:
+            raise RuntimeError("a replay buffer is asked for, but the run's plan has none")
         return await meshes.spawn_replay_buffer(
             max_policy_age=b.max_policy_age,
             capacity=b.capacity,
@@ -91,22 +96,22 @@ class RoleSpawner:
             max_zero_variance_drops=b.max_zero_variance_drops,
         )
 
-    async def weight_relay(self, node: int):
+    async def weight_relay(self, node: int) -> tuple[ProcMesh, Any]:
         role = roles.weight_relay(node)
         return await meshes.spawn_weight_relay(
-            self.plan.weights.channel_dir, self.procs.host(role), node, procs=self.procs.take(role)
+            self.plan.weights.chosen_dir, self.procs.host(role), node, procs=self.procs.take(role)
         )
 
-    async def weight_sender(self):
+    async def weight_sender(self) -> tuple[ProcMesh, Any]:
         w = self.plan.weights
         return await meshes.spawn_weight_sender(
-            w.channel_dir,
+            w.chosen_dir,
             w.link_timeout_s,
             self.procs.host(roles.WEIGHT_SENDER),
             procs=self.procs.take(roles.WEIGHT_SENDER),
         )
 
-    async def scorer(self, index: int):
+    async def scorer(self, index: int) -> tuple[ProcMesh, Any]:
         """(procs, LogprobModel) for model scorer `index`: its checkpoint, or the initial policy's."""
         role = roles.scorer(index)
         return await meshes.spawn_logprob_model(
@@ -119,7 +124,7 @@ class RoleSpawner:
             channel_dir=self.plan.weights.channel_dir if self.plan.scorers[index].is_self else None,
         )
 
-    def environment_host(self, index: int, new_environment: Callable[[], object]):
+    def environment_host(self, index: int, new_environment: Callable[[], object]) -> tuple[ProcMesh, Any]:
         """(procs, EnvironmentHost) making environments with `new_environment`."""
         return meshes.spawn_environment_host(
             new_environment, str(roles.environment(index)), procs=self.procs.take(roles.environment(index))

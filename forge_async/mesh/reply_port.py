@@ -53,7 +53,8 @@ def answers_on_port(method: Callable[..., Awaitable]) -> Callable[..., Awaitable
     params = list(signature.parameters.values())
     var_kw = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
     rest = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    endpoint_body.__signature__ = signature.replace(parameters=[*rest, *extra, *var_kw])
+    # inspect.signature reads a function's `__signature__`; typeshed declares no such attribute
+    endpoint_body.__signature__ = signature.replace(parameters=[*rest, *extra, *var_kw])  # type: ignore[attr-defined]
     return endpoint_body
 
 

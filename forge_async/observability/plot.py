@@ -180,17 +180,20 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def target_reward(run_dir: Path) -> float | None:
-    """From summary.json (the value in force at the end, even after a resume), else config.yaml."""
+    """From summary.json (the value in force at the end, even after a resume; null for a game's
+    rewards, which have no pass threshold), else config.yaml (none with env.seats)."""
     for name, parse in (("summary.json", json.loads), ("config.yaml", yaml.safe_load)):
         path = run_dir / name
         if not path.is_file():
             continue
         try:
-            value = (parse(path.read_text()) or {}).get("target_reward")
+            saved = parse(path.read_text()) or {}
         except (ValueError, yaml.YAMLError):  # being written right now: draw without the line
             continue
-        if value is not None:
-            return float(value)
+        value = saved.get("target_reward")
+        if name == "config.yaml" and (saved.get("env") or {}).get("seats"):
+            value = None
+        return None if value is None else float(value)
     return None
 
 

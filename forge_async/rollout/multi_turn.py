@@ -108,7 +108,8 @@ class EpisodeRollouts(Rollouts):
         samples = self.samples_per_episode
         dropped = Counter({reason: n * samples for reason, n in Counter(drop.reason for drop in drops).items()})
         self._straggler_waits_s.append(max(ended_at) - min(ended_at))
-        episodes, rivals = [], []
+        episodes: list[Episode] = []
+        rivals: list[list[Completion]] = []
         if completions:
             lengths = [len(c.token_ids) for c in completions]
             self._length_spreads.append(max(lengths) - min(lengths))
@@ -137,7 +138,9 @@ class EpisodeRollouts(Rollouts):
         a snapshot seat's figures (envs/seats.py)."""
         waits, spreads = self._straggler_waits_s, self._length_spreads
         self._straggler_waits_s, self._length_spreads = [], []
-        figures = {f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")}
+        figures: dict[str, float] = {
+            f"episodes/ended_{reason}": self.ended[reason] for reason in ("max_turns", "max_episode_tokens")
+        }
         figures.update(self.runner.metrics())
         if waits:
             figures["rollout/straggler_wait_ms"] = statistics.fmean(waits) * 1e3

@@ -16,7 +16,7 @@ import asyncio
 from forge_async.rollout.admission import Admitted, AdmissionControl
 from forge_async.handles.buffer import BufferHandle
 from forge_async.handles.generators import GeneratorLost
-from forge_async.rollout.types import Producer, Router, WorkerShape
+from forge_async.rollout.types import Choice, Producer, Router, WorkerShape
 from forge_async.observability.span_names import BUFFER_ADD, GENERATE_AND_SCORE, HELD_BACK, IN_ORDER
 from forge_async.observability.spans import TRACER
 
@@ -71,12 +71,13 @@ async def _call_into_buffer(
     order (its ticket's turn). Admission counts a multi-seat episode's policy seats; those that
     never moved give nothing, and their admission is released."""
     samples = admitted.samples
+    choice, ticket = _issued(admitted)
     try:
         try:
             with TRACER.span(GENERATE_AND_SCORE, lane):
-                episodes, dropped = await producer.produce(admitted.choice.generator, samples // per_prompt)
+                episodes, dropped = await producer.produce(choice.generator, samples // per_prompt)
             with TRACER.span(IN_ORDER, lane):
-                await admission.arrivals.turn(admitted.ticket)
+                await admission.arrivals.turn(ticket)
         except GeneratorLost:  # counted by the pool (lost_requests); the next call goes to a live generator
             await admission.lost(samples)
             return
@@ -86,7 +87,7 @@ async def _call_into_buffer(
         with TRACER.span(BUFFER_ADD, lane):
             await buffer.add(episodes, dropped=dropped)
     finally:
-        await admission.arrivals.retire(admitted.ticket)
+        await admission.arrivals.retire(ticket)
     arrived = min(len(episodes) + dropped.total(), samples)
     if arrived < samples:
         await admission.lost(samples - arrived)
@@ -109,10 +110,17 @@ async def _admit(
     except BaseException:
         if admit.done() and not admit.cancelled() and admit.exception() is None and admit.result().samples:
             await admission.lost(admit.result().samples)
-            await admission.arrivals.retire(admit.result().ticket)
+            await admission.arrivals.retire(_issued(admit.result())[1])
         raise
     finally:
         admit.cancel()
+
+
+def _issued(admitted: Admitted) -> tuple[Choice, int]:
+    """The generator and the ticket of a call admitted with samples (one of none has neither)."""
+    if admitted.choice is None or admitted.ticket is None:
+        raise RuntimeError(f"a call admitted with {admitted.samples} samples has no generator or ticket")
+    return admitted.choice, admitted.ticket
 
 
 async def _settle(pending: set[asyncio.Task], admit: asyncio.Future | None = None) -> None:

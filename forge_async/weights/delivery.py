@@ -21,7 +21,7 @@ and takes one every so many steps.
 import asyncio
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
@@ -67,7 +67,7 @@ class WeightDelivery:
         generators: Generators,
         route: WeightRoute,
         on_loaded: Callable[[], Awaitable] | None = None,
-        followers: list[Follower] | None = None,
+        followers: Sequence[Follower] | None = None,
     ):
         """`on_loaded()`: after a receiver loads a version, or a pin ends (admission control
         learns that generators moved on); `followers`: told of every version published."""

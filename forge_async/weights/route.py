@@ -75,6 +75,7 @@ def plan_route(weights: WeightsConfig, layout: Layout, generators: VersionLoader
         return WeightRoute([Receiver(generators, i) for i in range(count)], list(range(count)), True, ("torchstore",))
     nodes = relay_nodes(weights, layout)
     receiver_of = [nodes.index(node) if node in nodes else None for node in layout.generator_hosts]
+    targets: tuple[str, ...]
     if weights.cross_host == "gloo":
         targets = ("shm",)  # the weight sender reads the trainer's channel
     else:

@@ -75,13 +75,17 @@ def _generated_lines(text: str) -> set[int]:
 
 
 # The console check: a documented console block and a run's output compare by the shape of their
-# lines: numbers, paths and runs of spaces do not count, the words and the order do.
+# lines: numbers, paths and runs of spaces do not count, the words and the order do. The first
+# step's line keeps its number, so that what a block shows before step 1 (the start, the first
+# evaluation) must come before it.
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
-PATH = re.compile(r"\S*/\S*")
+PATH = re.compile(r"\S*[A-Za-z_]\S*/\S*|\S*/\S*[A-Za-z_]\S*")  # a word with a slash (not 1/400)
+FIRST_STEP = re.compile(r"step +1/")
 
 
 def shape(line: str) -> str:
-    return " ".join(NUMBER.sub("N", PATH.sub("PATH", line)).split())
+    shaped = " ".join(NUMBER.sub("N", PATH.sub("PATH", line)).split())
+    return shaped.replace("step N/", "step 1/", 1) if FIRST_STEP.match(line) else shaped
 
 
 def console_blocks(label: str) -> list[Block]:

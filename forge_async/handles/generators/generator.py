@@ -9,6 +9,9 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+from monarch.actor import ProcMesh
 
 from forge_async.data.episode import Completion
 from forge_async.generation.config import SamplingConfig
@@ -49,7 +52,7 @@ class GeneratorHandle(RoleHandle):
         self.unanswering = False  # it left a question unanswered (hung, or failed), until respawned
         self._replies = ReplyPort()  # generate calls, many a step, and loads: answered on one port
 
-    async def _spawn(self) -> tuple:
+    async def _spawn(self) -> tuple[ProcMesh, Any]:
         procs, actor, self.engine_start_s = await self.spawner.generator(self.proc_index)
         return procs, actor
 
@@ -103,7 +106,7 @@ class GeneratorHandle(RoleHandle):
         except GeneratorLost as lost:
             return ReceiverLost(str(lost))
 
-    async def set_rng_state(self, state) -> None:
+    async def set_rng_state(self, state: Any) -> None:
         await self._call(lambda: self.actor.set_rng_state.call_one(state))
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -112,7 +115,7 @@ class GeneratorHandle(RoleHandle):
 
     # Questions, answered as it is (None from one lost or failed; no respawn)
 
-    async def answer(self, question: Callable[[object], Awaitable[T]]) -> T | None:
+    async def answer(self, question: Callable[[Any], Awaitable[T]]) -> T | None:
         """`question(actor)`'s answer; None if it is lost, has failed, or has not answered within
         ANSWER_TIMEOUT_S (a hung engine). One that did not answer is asked nothing more until it is
         respawned, so a run's stop is not held up by it."""
@@ -131,14 +134,14 @@ class GeneratorHandle(RoleHandle):
 
     # Its failure policy: respawned within the pool's restarts, or lost with its node
 
-    async def _failed(self, err: Exception, called) -> None:
+    async def _failed(self, err: Exception, called: Any) -> None:
         async with self._respawning:  # once per failure, however many calls saw it
             self.lives.raise_if_lost(self.index)
             if self.actor is called:
                 await self._respawn(err)
 
     async def _respawn(self, err: Exception) -> None:
-        where = self.procs_file.where[str(self.role)]
+        where = self.procs_file.one(self.role)
         if not self.procs_file.hosts.reachable(where.node):  # the host is gone: no respawn to count
             self._lose_unrespawned(f"node {where.node} does not answer")
         self.lives.take_restart(f"generator {self.index} ({self.located()}) failed", err)
@@ -164,7 +167,7 @@ class GeneratorHandle(RoleHandle):
 
     def _lose_unrespawned(self, why: str) -> None:
         """It failed and cannot be brought back: lost (GeneratorLost), or the last (GeneratorFailed)."""
-        node = self.procs_file.where[str(self.role)].node
+        node = self.procs_file.one(self.role).node
         self.lose(f"failed and cannot be respawned on node {node}: {why}")
         raise GeneratorLost(self.lives.lost[self.index])
 
@@ -177,7 +180,7 @@ class GeneratorHandle(RoleHandle):
         """SIGKILL its proc if it left a question unanswered and runs on the controller's host: its
         stop would only time out."""
         where = self.procs_file.where.get(str(self.role))
-        if self.unanswering and isinstance(where, Where) and where.host == self.procs_file.where["controller"].host:
+        if self.unanswering and isinstance(where, Where) and where.host == self.procs_file.controller.host:
             try:
                 os.kill(where.pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -22,6 +22,7 @@ from forge_async.handles.procs_file import ProcsFile
 from forge_async.handles.spawner import RoleSpawner
 from forge_async.mesh.supervision import T, within
 from forge_async.observability.run_summary import TakenBack
+from forge_async.observability.spans import Span
 from forge_async.weights.outcomes import Loaded, ReceiverLost
 
 _POLL_S = 0.002  # how often `until_all_hold` asks the generators their version
@@ -97,7 +98,7 @@ class GeneratorPool:
 
     def nodes(self) -> list[int]:
         """The node each generator runs on, as procs.json has it."""
-        return [g.procs_file.where[str(g.role)].node for g in self._generators]
+        return [g.procs_file.one(g.role).node for g in self._generators]
 
     async def take_back(self, index: int) -> None:
         """Generator `index`, lost with its node, spawned again there (the node came back): calls go to it again."""
@@ -153,13 +154,13 @@ class GeneratorPool:
         OCCUPANCY_WAIT_S (busy in a long engine step or a weight swap, or failed): a figure, left
         out of this read only, and no failure of its own (the calls that matter meet it)."""
         live = self.live()
-        answers = await asyncio.gather(*(_occupancy_totals(self._generators[index].actor) for index in live))
+        answers = await asyncio.gather(*(_occupancy_totals(self._generators[index]) for index in live))
         return dict(zip(live, answers))
 
     async def rng_states(self) -> list:
         return [await g.answer(lambda actor: actor.rng_state.call_one()) for g in self._generators]
 
-    async def trace_spans(self) -> dict[str, Awaitable]:
+    async def trace_spans(self) -> dict[str, Awaitable[list[Span]]]:
         """Each generator's pending spans call, by track (the caller bounds the wait)."""
         answering = [self._generators[i] for i in self.live() if not self._generators[i].unanswering]
         return {f"generator {g.proc_index}": g.actor.trace_spans.call_one() for g in answering}
@@ -200,11 +201,11 @@ class GeneratorPool:
         return sum(g.pace.busy.busy_s for g in self._generators)
 
 
-async def _occupancy_totals(actor) -> Occupancy | None:
-    """A generator actor's occupancy totals, or None if it has no actor or does not answer in time."""
-    if actor is None:
+async def _occupancy_totals(generator: GeneratorHandle) -> Occupancy | None:
+    """A generator's occupancy totals, or None if it has no actor or does not answer in time."""
+    if not generator.started:
         return None
     try:
-        return await within(actor.occupancy_totals.call_one(), OCCUPANCY_WAIT_S)
+        return await within(generator.actor.occupancy_totals.call_one(), OCCUPANCY_WAIT_S)
     except Exception:  # a figure: the next read covers what this one missed
         return None

@@ -60,7 +60,7 @@ class Snapshot(LaggedFollower):
             return None
         plan = spawner.plan
         pool = GeneratorPool(spawner, procs_file, spec.generators, plan.generator.max_restarts, spec.first_generator)
-        return cls(pool, spec.lag, spec.refresh_steps, plan.weights.channel_dir, spec.turn_batch_wait_s)
+        return cls(pool, spec.lag, spec.refresh_steps, plan.weights.chosen_dir, spec.turn_batch_wait_s)
 
     async def start(self) -> list[float]:
         """Its generators spawned, each holding the initial weights; returns their engines' start times."""
