@@ -11,8 +11,9 @@ from forge_async.data.episode import Completion
 from forge_async.tasks.task import HeldOutSplit, Prompt, Sampled, TaskError, prompt_token_ids
 
 
-def single_digit_reward(answer: str, completion: Sampled, eos_id: int) -> float:
-    """1 for the right digit then EOS, 0.5 for the right digit without EOS, 0 otherwise."""
+def single_digit_reward(answer: str, completion: Sampled, eos_id: int | None) -> float:
+    """1 for the right digit then EOS, 0.5 for the right digit without EOS, 0 otherwise (`eos_id`
+    None: not known, so no completion counts as ended)."""
     if not completion.text or completion.text[0] != answer:
         return 0.0
     ended = len(completion.token_ids) >= 2 and completion.token_ids[1] == eos_id

@@ -41,7 +41,8 @@ class ToolLookupEnv:
     """One episode: answers the model's lookup call from the prompt's hidden table, then scores
     its answer."""
 
-    def __init__(self, eos_id: int):
+    def __init__(self, eos_id: int | None):
+        """`eos_id`: the policy's end-of-sequence token (None, where a client did not say it: no turn ends well)."""
         self.eos_id = eos_id
 
     def reset(self, prompt: Prompt) -> Observation:
@@ -93,7 +94,7 @@ class ToolLookupTask:
 
     def reward(self, prompt: Prompt, completion: Completion) -> float:
         """The environment's: the episode's step rewards, summed."""
-        return completion.env_reward
+        return completion.played_reward
 
     def demonstration(self, prompt: Prompt) -> str:
         raise TaskError("tool_lookup plays two turns with its environment: there is no single completion to imitate")
