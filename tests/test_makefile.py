@@ -27,6 +27,10 @@ time.sleep(60)
 """
 
 
+# A user's shell: no make above this one (under `make test`, a nested make would say `make[1]:`).
+USERS_SHELL = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
+
 def make_grpo(tmp_path, *args: str) -> subprocess.Popen:
     stand_in = tmp_path / "python"
     stand_in.write_text(f"#!{sys.executable}\n{STAND_IN}")
@@ -38,6 +42,7 @@ def make_grpo(tmp_path, *args: str) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # a terminal's Ctrl-C: SIGINT to the whole process group
+        env=USERS_SHELL,
     )
 
 
