@@ -32,7 +32,7 @@ from forge_async.process.interpreter import python
 from forge_async.evaluation.config import EvalConfig
 from forge_async.generation.config import GeneratorConfig, SamplingConfig
 from forge_async.learning.config import TrainerConfig
-from forge_async.learning.rival_config import RivalConfig, check_rival
+from forge_async.learning.rival_config import RivalConfig
 from forge_async.losses.config import ImportanceConfig, LossConfig
 from forge_async.mesh.config import PlacementConfig
 from forge_async.mesh.run_plan import BufferSpec, RivalSpec, RunPlan, SnapshotSpec
@@ -350,7 +350,7 @@ class GRPOConfig(RunConfig):
         if self.snapshot_generators:
             self._check_snapshot_placement()
         if RIVAL in self.env.seats:
-            check_rival(self)
+            self._check_rival()
         if self.loss.objective != "grpo":
             raise ConfigError(
                 f"loss.objective={self.loss.objective}: GRPO trains with the policy-gradient objective (grpo); "
@@ -402,6 +402,37 @@ class GRPOConfig(RunConfig):
             )
         if self.model.lora.enabled:
             raise ConfigError(f"{key}: with model.lora.rank the trainer publishes its adapters alone, not a model")
+
+    def _check_rival(self) -> None:
+        """A run with a `rival` seat, checked at start, one ConfigError naming
+        the key: the rival's trainer and generators share the trained policy's one node and reach each
+        other through its own shared-memory channel; it is not checkpointed, not LoRA-trained, not
+        scored by model scorers, and evaluations play against a seat that is not trained."""
+        seats = f"a `rival` seat (env.seats={list(self.env.seats)})"
+        first = self.generator.count + self.snapshot_generators
+        self.check_beside_trainer(seats, "rival.generators", first, self.rival.generators)
+        placement = self.placement
+        if placement.trainer_gpus is not None or placement.generator_gpus is not None:
+            raise ConfigError(
+                f"placement.trainer_gpus/generator_gpus: {seats} has no GPU placement of its own; leave both null"
+            )
+        if self.model.lora.rank is not None:
+            raise ConfigError(
+                f"model.lora.rank={self.model.lora.rank}: {seats} trains every weight; LoRA is not supported"
+            )
+        if self.resume is not None:
+            raise ConfigError(f"resume={self.resume}: {seats} is not checkpointed, so its run cannot be resumed")
+        for index, scorer in enumerate(self.scorers):
+            if scorer.runs_a_model:
+                raise ConfigError(
+                    f"scorers[{index}].kind={scorer.kind}: {seats} is scored by reward functions (and a reference KL "
+                    "in its trainer) only; a model scorer on procs of its own holds the policy's model"
+                )
+        if RIVAL in self.eval.seats or (self.eval.enabled and not self.eval.seats):
+            raise ConfigError(
+                f"eval.seats={list(self.eval.seats)}: {seats} is trained as the run goes; evaluations play "
+                "against a seat that is not, e.g. eval.seats=[policy,random] (or eval.every_steps=0)"
+            )
 
     def _check_snapshot_placement(self) -> None:
         """A snapshot's generators read the trainer's shared-memory channel (handles/generators/snapshot.py)."""

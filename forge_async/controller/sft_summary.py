@@ -25,12 +25,7 @@ def write_summary(
     wall = record.wall_s()
     summary = SFTSummary(
         objective="sft",
-        steps=record.step,
-        wall_s=wall,
-        interrupted=record.stop_reason is not None,
-        stop_reason=record.stop_reason,
-        cut_short=record.cut_short,
-        failure=record.failure,
+        **record.ending(wall),
         resumable=True,  # resume=RUN_DIR can continue it
         trained=record.trained,
         trained_tokens=demonstrations.tokens,

@@ -50,12 +50,7 @@ async def write_summary(
     )
     summary = RunSummary(
         mode=config.mode,
-        steps=record.step,
-        wall_s=wall,
-        interrupted=record.stop_reason is not None,
-        stop_reason=record.stop_reason,
-        cut_short=record.cut_short,
-        failure=record.failure,
+        **record.ending(wall),
         resumable=config.resumable,
         generated=account.generated,
         trained=account.trained,

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 STEP_ENDS = 10  # steps at each end of the run that summary.json's first / last figures average
 
@@ -61,6 +62,17 @@ class StepEnds:
         return ends
 
 
+class RunEnding(TypedDict):
+    """How a run ended: the keys every app's summary.json opens with."""
+
+    steps: int
+    wall_s: float
+    interrupted: bool
+    stop_reason: str | None
+    cut_short: list[str]
+    failure: str | None
+
+
 @dataclass
 class RunRecord:
     step: int = 0  # optimizer steps taken
@@ -83,6 +95,17 @@ class RunRecord:
     def wall_s(self) -> float:
         """Wall time of the whole run (every segment of a resumed one) up to now."""
         return self.wall_before_s + time.perf_counter() - self.segment_start
+
+    def ending(self, wall_s: float) -> RunEnding:
+        """How the run ended, as every app's summary.json says it (steps trained, wall time, stop)."""
+        return {
+            "steps": self.step,
+            "wall_s": wall_s,
+            "interrupted": self.stop_reason is not None,
+            "stop_reason": self.stop_reason,
+            "cut_short": self.cut_short,
+            "failure": self.failure,
+        }
 
     def start_segment(self) -> None:
         """Training (re)starts now: the time before it does not count towards this segment."""
