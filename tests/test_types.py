@@ -25,7 +25,8 @@ def test_the_package_type_checks():
 
 
 def test_the_checker_can_fail(tmp_path):
-    """A Literal choice missed and an Optional used unnarrowed, checked with the project's settings."""
+    """A Literal choice missed, a Literal compared with a string outside its choices, and an
+    Optional used unnarrowed, checked with the project's settings."""
     bad = tmp_path / "bad.py"
     bad.write_text(
         "from typing import Literal\n"
@@ -33,7 +34,10 @@ def test_the_checker_can_fail(tmp_path):
         "pick('later')\n"
         "def grow(size: int | None) -> int:\n"
         "    return size + 1\n"
+        "def late(mode: Literal['sync', 'async']) -> bool:\n"
+        "    return mode == 'asnyc'\n"
     )
     checked = mypy("--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"), str(bad))
     assert checked.returncode == 1, checked.stdout + checked.stderr
-    assert "[arg-type]" in checked.stdout and "[operator]" in checked.stdout, checked.stdout
+    for code in ("[arg-type]", "[operator]", "[comparison-overlap]"):
+        assert code in checked.stdout, checked.stdout
