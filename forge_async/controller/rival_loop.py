@@ -130,14 +130,7 @@ class RivalLoop:
     def account(self) -> SampleAccount:
         """Its samples: generated = trained + dropped + buffered + taken for a step left unfinished."""
         stats = self.buffer.stats()
-        return SampleAccount(
-            generated=stats.added,
-            trained=self.trained,
-            dropped_stale=stats.dropped_stale,
-            dropped_other=stats.dropped_other,
-            left_in_buffer=stats.size,
-            in_flight=stats.sampled - self.trained,
-        )
+        return stats.account(self.trained, in_flight=stats.sampled - self.trained)
 
     def metrics(self) -> dict[str, float]:
         """The rival's version and samples, and the mean reward and won share of its seats'

@@ -6,7 +6,6 @@ RunSummary (observability/run_summary.py, where each key is described).
 from pathlib import Path
 
 from forge_async.controller.config import GRPOConfig
-from forge_async.data.accounting import SampleAccount
 from forge_async.handles.run import RunHandles
 from forge_async.controller.rival_loop import RivalLoop
 from forge_async.observability.record import RunRecord
@@ -39,15 +38,9 @@ async def write_summary(
     pauses = [g.swap_pauses for g in generators]
     swaps = sum(p.count for p in pauses)
     _, reward_first, reward_last = record.reward_ends.means()
-    account = SampleAccount(
-        generated=buffer.added,
-        trained=record.trained,
-        dropped_stale=buffer.dropped_stale,
-        dropped_other=buffer.dropped_other,
-        left_in_buffer=buffer.size,
-        in_flight=0,  # workers are drained into the buffer before this point
-        lost=buffer.sampled - record.trained,  # taken for a step that a failed trainer never finished
-    )
+    # workers are drained into the buffer before this point: nothing in flight; lost: taken for a
+    # step that a failed trainer never finished
+    account = buffer.account(record.trained, lost=buffer.sampled - record.trained)
     summary = RunSummary(
         mode=config.mode,
         **record.ending(wall),

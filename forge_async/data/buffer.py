@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from forge_async.data.accounting import SampleAccount
 from forge_async.data.episode import Episode
 from forge_async.data.filters import split_zero_variance_groups, whole_groups_within
 from forge_async.errors import ConfigError
@@ -78,6 +79,18 @@ class BufferStats:
     def dropped_total(self) -> int:
         """Every episode dropped, before its first model turn or after: admitted samples that will not be trained."""
         return sum(self.dropped_by_reason.values())
+
+    def account(self, trained: int, *, in_flight: int = 0, lost: int = 0) -> SampleAccount:
+        """Where the samples that reached the buffer went, `trained` of them trained on."""
+        return SampleAccount(
+            generated=self.added,
+            trained=trained,
+            dropped_stale=self.dropped_stale,
+            dropped_other=self.dropped_other,
+            left_in_buffer=self.size,
+            in_flight=in_flight,
+            lost=lost,
+        )
 
 
 def check_settings(max_policy_age: int, capacity: int) -> None:
