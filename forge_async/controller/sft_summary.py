@@ -26,7 +26,7 @@ def write_summary(
     summary = SFTSummary(
         objective="sft",
         **record.ending(wall),
-        resumable=True,  # resume=RUN_DIR can continue it
+        resumable=config.resumable,  # resume=RUN_DIR can continue it
         trained=record.trained,
         trained_tokens=demonstrations.tokens,
         skipped_demonstrations=demonstrations.skipped,
