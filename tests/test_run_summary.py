@@ -131,7 +131,8 @@ def test_the_sft_summary_keeps_its_keys_and_reads_back_typed(tmp_path, capsys):
         loss_ends=StepEnds([2.0, 1.0]),
     )
     handles = SimpleNamespace(generators=Generators(), placement={"trainer": [0], "generators": [0]})
-    written = sft_summary.write_summary(tmp_path, None, loop, handles, {}, None)  # type: ignore[arg-type]
+    config = SimpleNamespace(resumable=True)  # what it reads without a final model
+    written = sft_summary.write_summary(tmp_path, config, loop, handles, {}, None)  # type: ignore[arg-type]
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert list(on_disk) == SFT_KEYS and on_disk == written
     read = SFTSummary.read(tmp_path)
